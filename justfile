@@ -1,0 +1,25 @@
+# Everyday recipes. `pip install -e '.[dev]'` provides `just` (rust-just).
+
+default:
+    @just --list
+
+# Run the whole test suite
+test *ARGS:
+    python -m pytest -q {{ARGS}}
+
+# The built-in example
+demo:
+    provgraph demo
+
+# Benchmark against the floors (N files; see tests/bench)
+bench N="10000":
+    python -m tests.bench --files {{N}}
+
+# Lint and format check
+lint:
+    ruff check provgraph tests
+    ruff format --check provgraph tests
+
+# Execute the lineage notebook in place, keeping its outputs
+notebook:
+    python -m nbclient --inplace notebooks/memory_lineage.ipynb 2>/dev/null || jupyter nbconvert --to notebook --execute --inplace notebooks/memory_lineage.ipynb

@@ -1,0 +1,32 @@
+"""provgraph: tell an agent which memory files were derived from files that changed afterwards.
+
+Files declare ``derived_from`` in their frontmatter; provgraph records the
+sha256 of each source at derivation and marks every transitive descendant of
+a changed source, with the originating change and its date.  It never edits,
+regenerates, hides or deletes a memory file.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .api import Explanation, Memory, NotDerived, RootError, find_root
+from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from .state import StateError
+
+__all__ = [
+    "Cause",
+    "Edge",
+    "EdgeStatus",
+    "Explanation",
+    "Memory",
+    "NodeStatus",
+    "NotDerived",
+    "Problem",
+    "ProblemKind",
+    "Report",
+    "RootError",
+    "StaleEntry",
+    "StateError",
+    "find_root",
+]

@@ -1,0 +1,230 @@
+"""The ``provgraph`` command line.  ``cli(*args)`` returns the exit code, so
+tests call it directly; ``main()`` is the console script.
+
+Results go to stdout, errors and warnings to stderr, one line each: a user
+never sees a traceback for a bad argument, a missing folder or a state file
+that cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+import orjson
+
+from . import __version__
+from .api import Memory, NotDerived, RootError, find_root
+from .model import Report
+from .state import StateError
+
+__all__ = ["cli", "main"]
+
+EXIT_OK, EXIT_STALE, EXIT_ERROR = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A bad argument: one sentence for stderr, exit 2."""
+
+
+def cli(*args: str) -> int:
+    """Run the command line with ``args`` and return the exit code."""
+    parser = _parser()
+    try:
+        options = parser.parse_args(args)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+    try:
+        return options.run(options)
+    except (UsageError, RootError, NotDerived, StateError, ValueError) as error:
+        print(f"provgraph: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as error:
+        where = f" {error.filename}" if error.filename else ""
+        print(f"provgraph: error:{where} {error.strerror or error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def main() -> None:
+    sys.exit(cli(*sys.argv[1:]))
+
+
+# -- commands ----------------------------------------------------------------
+
+
+def _status(options: argparse.Namespace) -> int:
+    from .render import status_json, status_text
+
+    report = _open(options).refresh(now=_now())
+    sys.stdout.write(status_json(report) if options.json else status_text(report))
+    return EXIT_OK
+
+
+def _check(options: argparse.Namespace) -> int:
+    from .render import status_text
+
+    report = _open(options).refresh(now=_now())
+    if report.ok:
+        return EXIT_OK
+    sys.stdout.write(status_text(report))
+    return EXIT_STALE
+
+
+def _why(options: argparse.Namespace) -> int:
+    from .render import explanation_document, explanation_text
+
+    root, (path,) = _locate(options, [options.file])
+    memory = _open(options, root)
+    explanation = memory.explain(path, memory.refresh(now=_now()))
+    if options.json:
+        sys.stdout.write(orjson.dumps(explanation_document(explanation), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(explanation_text(explanation))
+    return EXIT_OK
+
+
+def _stamp(options: argparse.Namespace) -> int:
+    from .render import safe_name, summary_line
+
+    root, paths = _locate(options, options.files)
+    report = _open(options, root).stamp(paths, now=_now())
+    for path in sorted(set(paths)):
+        count = sum(1 for edge in report.edges if edge.derived == path)
+        print(f"stamped {safe_name(path)}: re-derived from {count} source{'s' * (count != 1)} as they are now")
+    print(summary_line(report))
+    return EXIT_OK
+
+
+def _graph(options: argparse.Namespace) -> int:
+    from . import render
+
+    report = _open(options).refresh(now=_now())
+    exporter = {"json": render.graph_json, "dot": render.dot, "mermaid": render.mermaid}[options.format]
+    sys.stdout.write(exporter(report))
+    return EXIT_OK
+
+
+def _prompt(options: argparse.Namespace) -> int:
+    from .render import prompt_block
+
+    report = _open(options).refresh(now=_now())
+    sys.stdout.write(prompt_block(report, max_lines=options.max_lines, more_hint=_more_hint(report)))
+    return EXIT_OK
+
+
+def _hook(options: argparse.Namespace) -> int:
+    from .integrations.claude_code import session_start_output
+
+    report = _open(options).refresh(now=_now())
+    sys.stdout.write(session_start_output(report, max_lines=options.max_lines))
+    return EXIT_OK
+
+
+def _demo(options: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(sys.stdout)
+
+
+# -- helpers -----------------------------------------------------------------
+
+
+def _more_hint(report: Report) -> str:
+    return f"run `provgraph status {report.root}` to list them all"
+
+
+def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
+    root = root if root is not None else Path(options.root)
+    if not root.is_dir():
+        raise UsageError(f"memory root {root} is not a folder")
+    return Memory(root, state=options.state)
+
+
+def _now() -> datetime | None:
+    """``PROVGRAPH_NOW`` (ISO 8601) when set: tests and replays pin the clock with it."""
+    value = os.environ.get("PROVGRAPH_NOW")
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"PROVGRAPH_NOW={value!r} is not an ISO 8601 date or timestamp") from None
+    return parsed if parsed.tzinfo is not None else parsed.astimezone()
+
+
+def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, list[str]]:
+    """The memory root of ``files`` and their root-relative POSIX paths."""
+    roots = set()
+    if options.root is not None:
+        roots.add(Path(options.root).absolute())
+    else:
+        for file in files:
+            found = find_root(Path(file).absolute().parent if not Path(file).is_dir() else file)
+            if found is None:
+                raise UsageError(f"no memory root above {file} (no .provgraph/ or MEMORY.md); pass --root")
+            roots.add(found)
+    if len(roots) > 1:
+        raise UsageError("the files belong to different memory roots: " + ", ".join(sorted(map(str, roots))))
+    root = roots.pop()
+    return root, [_relative(root, file) for file in files]
+
+
+def _relative(root: Path, file: str) -> str:
+    absolute = Path(os.path.abspath(file))
+    for base, target in ((root, absolute), (Path(os.path.realpath(root)), Path(os.path.realpath(absolute.parent)) / absolute.name)):
+        try:
+            relative = target.relative_to(base)
+        except ValueError:
+            continue
+        if relative.parts and relative.parts[0] != ".provgraph":
+            return relative.as_posix()
+    raise UsageError(f"{file} is not under the memory root {root}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state", metavar="PATH", help="state file (default: ROOT/.provgraph/state.json)")
+    parser = argparse.ArgumentParser(
+        prog="provgraph",
+        description="Tell which memory files were derived from files that changed afterwards.",
+    )
+    parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
+    commands = parser.add_subparsers(metavar="COMMAND", required=True)
+
+    def command(name: str, run, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[common], help=help, description=help)
+        sub.set_defaults(run=run)
+        return sub
+
+    def rooted(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("root", nargs="?", default=".", metavar="ROOT", help="memory folder (default: .)")
+
+    status = command("status", _status, "scan, update state, report stale files, cycles and problems")
+    rooted(status)
+    status.add_argument("--json", action="store_true", help="one JSON object (schema version 1)")
+    rooted(command("check", _check, "exit 1 if any derived file is stale or any cycle exists (quiet otherwise)"))
+    why = command("why", _why, "explain one file: its sources, each cause and its chain")
+    why.add_argument("file", metavar="FILE")
+    why.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")
+    why.add_argument("--json", action="store_true", help="one JSON object")
+    stamp = command("stamp", _stamp, "record that derived files were just re-derived from their sources")
+    stamp.add_argument("files", nargs="+", metavar="FILE")
+    stamp.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")
+    graph = command("graph", _graph, "export the lineage graph with each node's status")
+    rooted(graph)
+    graph.add_argument("--format", choices=("json", "dot", "mermaid"), default="json")
+    prompt = command("prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)")
+    rooted(prompt)
+    prompt.add_argument("--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)")
+    hook = command("hook", _hook, "print hook output for an agent framework")
+    hook.add_argument("framework", choices=("claude-code",))
+    rooted(hook)
+    hook.add_argument("--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)")
+    command("demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
+    return parser

@@ -1,0 +1,166 @@
+"""The only module that opens memory files: listing, stat and reading.
+
+``FileSource`` is what the scan needs from a memory folder.  ``LocalFiles``
+implements it on the local disk with the care the contract asks for: hidden
+entries are skipped, symlinked folders are not followed, a symlink that
+leaves the root is refused and never opened, and anything that is not a
+regular file (a FIFO, a device, a dangling link) is never opened either.
+Integrations provide other sources (an AgentScope backend, for instance).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat as stat_module
+from pathlib import Path
+from typing import Protocol
+
+from .model import FileMeta, Problem, ProblemKind
+
+__all__ = ["FileSource", "LocalFiles", "NotRegular", "OutsideRoot"]
+
+_CHUNK = 1024 * 1024
+
+
+class OutsideRoot(Exception):
+    """A path that resolves (through a symlink) outside the memory root."""
+
+
+class NotRegular(Exception):
+    """A path that exists but is not a regular file (folder, FIFO, device)."""
+
+
+class FileSource(Protocol):
+    """What a scan reads from a memory folder; every path is root-relative POSIX."""
+
+    trusts_stat: bool
+    """True when an unchanged ``FileMeta`` proves unchanged content (local disks).
+    A source whose metadata is coarser (an mtime only) sets it False, and every
+    file is then read on every scan."""
+
+    def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
+        """Every regular ``*.md`` file below the root, with its metadata."""
+        ...
+
+    def stat(self, path: str) -> FileMeta | None:
+        """Metadata of any file under the root, None when it does not exist.
+
+        Raises ``OutsideRoot`` or ``NotRegular`` for paths that must not be opened."""
+        ...
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        """The file's bytes, or only its first ``limit`` bytes."""
+        ...
+
+
+class LocalFiles:
+    """A memory folder on the local disk."""
+
+    trusts_stat = True
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self._real_root = os.path.realpath(self.root)
+
+    def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
+        found: dict[str, FileMeta] = {}
+        problems: list[Problem] = []
+        pending = [("", os.fspath(self.root))]
+        while pending:
+            prefix, folder = pending.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    for entry in entries:
+                        self._visit(entry, prefix, pending, found, problems)
+            except OSError as error:
+                problems.append(Problem(prefix.rstrip("/") or ".", ProblemKind.UNREADABLE, _reason(error)))
+        return found, problems
+
+    def _visit(self, entry: os.DirEntry[str], prefix: str, pending: list, found: dict, problems: list) -> None:
+        name = entry.name
+        if name.startswith("."):
+            return
+        path = prefix + name
+        try:
+            if entry.is_symlink():
+                self._visit_link(entry, path, found, problems)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append((path + "/", entry.path))
+            elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                found[path] = _meta(entry.stat(follow_symlinks=False))
+        except OSError as error:
+            problems.append(Problem(path, ProblemKind.UNREADABLE, _reason(error)))
+
+    def _visit_link(self, entry: os.DirEntry[str], path: str, found: dict, problems: list) -> None:
+        """Symlinked files inside the root count; folders are not followed (no loops)."""
+        if not self._inside(entry.path):
+            if entry.name.endswith(".md"):
+                problems.append(Problem(path, ProblemKind.OUTSIDE_ROOT, "symlink to a path outside the root"))
+            return
+        if entry.name.endswith(".md"):
+            try:
+                info = os.stat(entry.path)
+            except OSError:
+                return  # dangling link: skipped, never opened
+            if stat_module.S_ISREG(info.st_mode):
+                found[path] = _meta(info)
+
+    def _inside(self, full_path: str) -> bool:
+        real = os.path.realpath(full_path)
+        return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
+
+    def _full(self, path: str) -> str:
+        full = os.path.join(self.root, *path.split("/"))
+        if not self._inside(full):
+            raise OutsideRoot(path)
+        return full
+
+    def stat(self, path: str) -> FileMeta | None:
+        full = self._full(path)
+        try:
+            info = os.stat(full)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+        if not stat_module.S_ISREG(info.st_mode):
+            raise NotRegular(path)
+        return _meta(info)
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        full = self._full(path)
+        descriptor = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        try:
+            if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
+                raise NotRegular(path)
+            if limit is not None:
+                return os.read(descriptor, limit)
+            chunks = []
+            while chunk := os.read(descriptor, _CHUNK):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(descriptor)
+
+    def sha256(self, path: str) -> str:
+        """Hash without holding a large file in memory."""
+        full = self._full(path)
+        digest = hashlib.sha256()
+        descriptor = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        try:
+            if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
+                raise NotRegular(path)
+            while chunk := os.read(descriptor, _CHUNK):
+                digest.update(chunk)
+        finally:
+            os.close(descriptor)
+        return digest.hexdigest()
+
+
+def _meta(info: os.stat_result) -> FileMeta:
+    return FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__

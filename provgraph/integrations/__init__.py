@@ -1,0 +1,1 @@
+"""Hooks for agent frameworks: each module appends provgraph's block where the framework builds its prompt."""

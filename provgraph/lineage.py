@@ -1,0 +1,187 @@
+"""The lineage graph: cycles, and how staleness flows from changed edges.
+
+Pure: edges in, stale entries and cycles out.  Walks are iterative (no
+recursion limit on a 10,000-deep chain) and visit neighbours in sorted order,
+so the chains reported never depend on the order of files on disk.
+
+networkx is imported only when it is needed: to analyse cycles once a cheap
+check found one, and to hand out the graph itself (``to_networkx``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["children_of", "find_cycles", "node_statuses", "propagate", "to_networkx"]
+
+
+def children_of(edges: Iterable[Edge]) -> dict[str, list[str]]:
+    """Source -> sorted derived files."""
+    children: dict[str, set[str]] = defaultdict(set)
+    for edge in edges:
+        children[edge.source].add(edge.derived)
+    return {source: sorted(derived) for source, derived in children.items()}
+
+
+def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
+    """Every file reachable from a changed or missing edge, with its root causes.
+
+    Causes are grouped by (origin, kind): one BFS from all the targets of the
+    origin's broken edges gives the shortest chains, and a second pass in
+    order of date gives each file the earliest originating change that
+    reaches it.
+    """
+    children = children_of(edges)
+    groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
+    for edge in edges:
+        if edge.status is not EdgeStatus.CLEAN:
+            groups[(edge.source, edge.status)].append(edge)
+    causes: dict[str, list[Cause]] = defaultdict(list)
+    for (origin, kind), broken in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
+        parents = _shortest_parents(children, sorted(edge.derived for edge in broken))
+        earliest = _earliest(children, broken)
+        for path in parents:
+            causes[path].append(Cause(origin, kind, earliest[path], _chain(origin, path, parents)))
+    direct = {edge.derived for edge in edges if edge.status is not EdgeStatus.CLEAN}
+    return tuple(
+        StaleEntry(path, min(cause.since for cause in found), path in direct, tuple(found))
+        for path, found in sorted(causes.items())
+    )
+
+
+def _shortest_parents(children: Mapping[str, list[str]], starts: list[str]) -> dict[str, str | None]:
+    parents: dict[str, str | None] = {start: None for start in starts}
+    queue = deque(starts)
+    while queue:
+        node = queue.popleft()
+        for child in children.get(node, ()):
+            if child not in parents:
+                parents[child] = node
+                queue.append(child)
+    return parents
+
+
+def _earliest(children: Mapping[str, list[str]], broken: list[Edge]) -> dict[str, float]:
+    earliest: dict[str, float] = {}
+    for edge in sorted(broken, key=lambda edge: (edge.since or 0.0, edge.derived)):
+        if edge.derived in earliest:
+            continue
+        since = edge.since or 0.0
+        earliest[edge.derived] = since
+        queue = deque([edge.derived])
+        while queue:
+            for child in children.get(queue.popleft(), ()):
+                if child not in earliest:
+                    earliest[child] = since
+                    queue.append(child)
+    return earliest
+
+
+def _chain(origin: str, path: str, parents: Mapping[str, str | None]) -> tuple[str, ...]:
+    chain = [path]
+    parent = parents[path]
+    while parent is not None:
+        chain.append(parent)
+        parent = parents[parent]
+    chain.append(origin)
+    return tuple(reversed(chain))
+
+
+def find_cycles(edges: tuple[Edge, ...]) -> tuple[tuple[str, ...], ...]:
+    """One cycle per knot of mutually derived files, in derivation order.
+
+    Each cycle starts at its alphabetically first file and is the shortest
+    way back to it, so the report is small, real and deterministic.  A file
+    naming itself is a cycle of one.
+    """
+    children = children_of(edges)
+    knotted = _not_peelable(children)
+    if not knotted:
+        return ()
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    graph.add_edges_from((source, child) for source, kids in children.items() for child in kids)
+    cycles = []
+    for component in nx.strongly_connected_components(graph.subgraph(knotted)):
+        start = min(component)
+        if len(component) > 1 or graph.has_edge(start, start):
+            cycles.append(_shortest_cycle(children, component, start))
+    return tuple(sorted(cycles))
+
+
+def _not_peelable(children: Mapping[str, list[str]]) -> set[str]:
+    """Nodes left after repeatedly removing nodes without incoming edges (Kahn):
+    empty exactly when the graph is acyclic."""
+    indegree: dict[str, int] = defaultdict(int)
+    for source, kids in children.items():
+        indegree.setdefault(source, 0)
+        for child in kids:
+            indegree[child] += 1
+    queue = deque(node for node, degree in indegree.items() if degree == 0)
+    while queue:
+        node = queue.popleft()
+        del indegree[node]
+        for child in children.get(node, ()):
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                queue.append(child)
+    return set(indegree)
+
+
+def _shortest_cycle(children: Mapping[str, list[str]], component: set[str], start: str) -> tuple[str, ...]:
+    parents: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for child in children.get(node, ()):
+            if child == start:
+                chain = [node]
+                while chain[-1] != start:
+                    chain.append(parents[chain[-1]])
+                return tuple(reversed(chain))
+            if child in component and child not in parents:
+                parents[child] = node
+                queue.append(child)
+    raise AssertionError("a strongly connected component always closes a cycle")
+
+
+def node_statuses(edges: tuple[Edge, ...], stale: Iterable[StaleEntry]) -> dict[str, NodeStatus]:
+    """Each file in the lineage: missing, stale, fresh (derived) or source."""
+    stale_paths = {entry.path for entry in stale}
+    statuses: dict[str, NodeStatus] = {}
+    for edge in edges:
+        statuses[edge.derived] = NodeStatus.STALE if edge.derived in stale_paths else NodeStatus.FRESH
+    for edge in edges:
+        if edge.source not in statuses:
+            statuses[edge.source] = NodeStatus.MISSING if edge.status is EdgeStatus.MISSING else NodeStatus.SOURCE
+    return dict(sorted(statuses.items()))
+
+
+def to_networkx(edges: tuple[Edge, ...], stale: tuple[StaleEntry, ...], cycles: tuple[tuple[str, ...], ...]) -> nx.DiGraph:
+    """The lineage as a networkx DiGraph, source -> derived, with attributes.
+
+    Nodes carry ``status`` (a ``NodeStatus`` value), ``since`` (epoch seconds
+    or None), ``in_cycle`` and ``changed`` (the origin of a broken edge);
+    edges carry ``status``, ``stamped_at`` and ``since``.
+    """
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    since = {entry.path: entry.since for entry in stale}
+    in_cycle = {path for cycle in cycles for path in cycle}
+    changed = {edge.source for edge in edges if edge.status is not EdgeStatus.CLEAN}
+    for path, status in node_statuses(edges, stale).items():
+        graph.add_node(
+            path, status=status.value, since=since.get(path), in_cycle=path in in_cycle, changed=path in changed
+        )
+    for edge in edges:
+        graph.add_edge(edge.source, edge.derived, status=edge.status.value, stamped_at=edge.stamped_at, since=edge.since)
+    return graph

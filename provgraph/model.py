@@ -1,0 +1,169 @@
+"""The vocabulary of provgraph: one small frozen dataclass per concept.
+
+Everything here is plain data.  The pipeline stages (scan, declarations,
+stamps, lineage, render) pass these values to each other; nothing in this
+module touches the disk or the clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
+
+__all__ = [
+    "Cause",
+    "Edge",
+    "EdgeStatus",
+    "FileMeta",
+    "NodeStatus",
+    "Problem",
+    "ProblemKind",
+    "Report",
+    "StaleEntry",
+    "Stamp",
+]
+
+
+class ProblemKind(str, enum.Enum):
+    """Why a declaration or a file could not be honoured.  Never fatal."""
+
+    BAD_FRONTMATTER = "bad-frontmatter"
+    """``derived_from`` is neither a string nor a list of strings, or the
+    frontmatter block never closes; the file is treated as declaring nothing."""
+    BAD_ENTRY = "bad-entry"
+    """One entry is empty, a URL, a folder or otherwise not a file path; it is ignored."""
+    OUTSIDE_ROOT = "outside-root"
+    """An entry or a link resolves outside the memory root; it is refused and never opened."""
+    UNREADABLE = "unreadable"
+    """A file or folder could not be read (permissions, invalid UTF-8, vanished, not a regular file)."""
+
+
+class EdgeStatus(str, enum.Enum):
+    """How a source compares with what its derived file stamped."""
+
+    CLEAN = "clean"
+    """The source holds the content that was stamped."""
+    CHANGED = "changed"
+    """The source exists and its content differs from the stamp."""
+    MISSING = "missing"
+    """The source does not exist (deleted, renamed, never existed)."""
+
+
+class NodeStatus(str, enum.Enum):
+    """What a file is in the lineage graph."""
+
+    SOURCE = "source"
+    """Derived from nothing; other files are derived from it."""
+    FRESH = "fresh"
+    """Derived, and every source still holds what was stamped."""
+    STALE = "stale"
+    """Derived, and some source changed since, directly or further up."""
+    MISSING = "missing"
+    """Declared as a source but does not exist."""
+
+
+class FileMeta(NamedTuple):
+    """What a stat call says about a file: enough to tell that it was not rewritten.
+
+    ctime is part of it because every write moves ctime, even an edit that
+    carefully restores the mtime.  A tuple, not a dataclass: a scan makes one
+    per file and compares thousands of them.
+    """
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+
+    @property
+    def mtime(self) -> float:
+        return self.mtime_ns / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A declaration or file that could not be honoured, with the file it is about."""
+
+    path: str
+    kind: ProblemKind
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What a derived file recorded about one source when it was derived.
+
+    ``sha256`` is None when the source did not exist at derivation.
+    ``mismatch_since`` is the originating change date of the edge: set the
+    first time a scan sees the source differ from the stamp, kept while it
+    differs, dropped when it matches again.
+    """
+
+    sha256: str | None
+    stamped_at: float
+    mismatch_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """One declared derivation, source -> derived, as it compares now."""
+
+    source: str
+    derived: str
+    status: EdgeStatus
+    stamped_at: float | None
+    since: float | None
+    """Originating change date (epoch seconds) while the edge is not clean."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    """Why a stale file is stale: a changed or missing origin and the chain from it."""
+
+    source: str
+    kind: EdgeStatus
+    since: float
+    via: tuple[str, ...]
+    """A shortest derivation chain ``(origin, ..., stale file)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StaleEntry:
+    """A derived file that may be wrong, with every root cause that reaches it."""
+
+    path: str
+    since: float
+    direct: bool
+    causes: tuple[Cause, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """The outcome of one scan: what is stale, why, and what could not be read."""
+
+    root: str
+    scanned_at: datetime
+    files: int
+    edges: tuple[Edge, ...]
+    stale: tuple[StaleEntry, ...]
+    cycles: tuple[tuple[str, ...], ...]
+    problems: tuple[Problem, ...]
+
+    @property
+    def derived(self) -> tuple[str, ...]:
+        """Paths of the files that declare at least one source, sorted."""
+        return tuple(sorted({edge.derived for edge in self.edges}))
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is stale and there is no cycle (what ``check`` asks)."""
+        return not self.stale and not self.cycles
+
+    def entry(self, path: str) -> StaleEntry | None:
+        """The stale entry of ``path``, or None when it is not stale."""
+        for stale in self.stale:
+            if stale.path == path:
+                return stale
+        return None

@@ -1,0 +1,337 @@
+"""Turn a report into text for people, JSON for machines, a block for agents,
+and pictures of the lineage (dot, mermaid, node-link JSON).
+
+Pure: data in, strings out.  Every file name that reaches a terminal, a
+prompt or a picture goes through ``safe_name`` first, so a name holding a
+newline, an escape sequence or ``</system-reminder>`` cannot break out.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import datetime
+
+import orjson
+
+from .api import Explanation
+from .lineage import node_statuses, to_networkx
+from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, Report, StaleEntry
+
+__all__ = [
+    "PROMPT_HEADING",
+    "day",
+    "dot",
+    "explanation_text",
+    "graph_json",
+    "mermaid",
+    "prompt_block",
+    "safe_name",
+    "status_json",
+    "status_text",
+]
+
+PROMPT_HEADING = "## Derived memories with changed sources"
+PROMPT_LINE_LIMIT = 400
+"""Characters of one prompt line at most: with the line cap, a hard bound on the block."""
+_CHAIN_LIMIT = 6
+_CAUSE_LIMIT = 3
+_UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def day(timestamp: float) -> str:
+    """``YYYY-MM-DD`` in the local time zone, as memory indexes show dates."""
+    return datetime.fromtimestamp(timestamp).date().isoformat()
+
+
+def safe_name(name: str) -> str:
+    """``name`` with control, format and bidi characters and ``<``/``>`` escaped as ``\\uXXXX``."""
+    if name.isprintable() and "<" not in name and ">" not in name and "\\" not in name:
+        return name
+    out = []
+    for char in name:
+        if char in "<>" or unicodedata.category(char) in _UNSAFE_CATEGORIES:
+            out.append(f"\\u{ord(char):04x}")
+        elif char == "\\":
+            out.append("\\\\")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _cause_text(cause: Cause) -> str:
+    if len(cause.via) <= 2:
+        return f"{safe_name(cause.source)} {cause.kind.value}"
+    chain = list(reversed(cause.via[:-1]))
+    if len(chain) > _CHAIN_LIMIT:
+        chain = chain[: _CHAIN_LIMIT - 2] + ["…"] + chain[-1:]
+    text = "via " + " <- ".join(name if name == "…" else safe_name(name) for name in chain)
+    return text + (" (missing)" if cause.kind is EdgeStatus.MISSING else "")
+
+
+def causes_text(entry: StaleEntry) -> str:
+    """The causes of one stale file in a few words each."""
+    shown = [_cause_text(cause) for cause in entry.causes[:_CAUSE_LIMIT]]
+    hidden = len(entry.causes) - len(shown)
+    return "; ".join(shown) + (f"; and {hidden} more" if hidden else "")
+
+
+def _clip(line: str, limit: int = PROMPT_LINE_LIMIT) -> str:
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def prompt_block(report: Report, *, max_lines: int = 20, advice: str | None = None, more_hint: str | None = None) -> str:
+    """The block appended to an agent's system prompt; empty when nothing is stale.
+
+    ``advice`` is one more instruction line (an integration names its tool
+    there); ``more_hint`` says how to list what the line cap left out.
+    """
+    if not report.stale:
+        return ""
+    lines = [
+        PROMPT_HEADING,
+        "<system-reminder>",
+        "These memory files were written from other memory files that changed afterwards.",
+        "Before relying on one, check it against its sources; update or delete it if it is wrong.",
+    ]
+    if advice:
+        lines.append(_clip(safe_name(advice)))
+    shown = report.stale[: max(0, max_lines)]
+    for entry in shown:
+        line = f"- {safe_name(entry.path)}: source(s) changed since derived ({day(entry.since)}): {causes_text(entry)}"
+        lines.append(_clip(line))
+    hidden = len(report.stale) - len(shown)
+    if hidden:
+        hint = more_hint or "run `provgraph status` in the memory folder to list them all"
+        lines.append(_clip(f"- … and {hidden} more stale derived files; {safe_name(hint)}."))
+    lines.append("</system-reminder>")
+    return "\n".join(lines) + "\n"
+
+
+# -- status ------------------------------------------------------------------
+
+
+def _counts(report: Report) -> dict[str, int]:
+    return {
+        "files": report.files,
+        "derived": len(report.derived),
+        "stale": len(report.stale),
+        "cycles": len(report.cycles),
+        "problems": len(report.problems),
+    }
+
+
+def status_document(report: Report) -> dict:
+    """The ``status --json`` object (schema version 1)."""
+    return {
+        "version": 1,
+        "root": report.root,
+        "scanned_at": report.scanned_at.isoformat(timespec="seconds"),
+        "counts": _counts(report),
+        "stale": [
+            {
+                "path": entry.path,
+                "since": day(entry.since),
+                "direct": entry.direct,
+                "causes": [
+                    {"source": c.source, "kind": c.kind.value, "changed_on": day(c.since), "via": list(c.via)}
+                    for c in entry.causes
+                ],
+            }
+            for entry in report.stale
+        ],
+        "cycles": [list(cycle) for cycle in report.cycles],
+        "problems": [_problem_document(problem) for problem in report.problems],
+    }
+
+
+def _problem_document(problem: Problem) -> dict:
+    return {"path": problem.path, "kind": problem.kind.value, "detail": problem.detail}
+
+
+def status_json(report: Report) -> str:
+    return orjson.dumps(status_document(report), option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def summary_line(report: Report) -> str:
+    counts = _counts(report)
+    return (
+        f"{_plural(counts['files'], 'memory file')}, {counts['derived']} derived, {counts['stale']} stale, "
+        f"{_plural(counts['cycles'], 'cycle')}, {_plural(counts['problems'], 'problem')}"
+    )
+
+
+def status_text(report: Report) -> str:
+    """What ``provgraph status`` prints for people."""
+    lines = [summary_line(report), ""]
+    if report.stale:
+        width = min(40, max(len(safe_name(entry.path)) for entry in report.stale))
+        lines.append("Stale derived files (a source changed after they were written):")
+        for entry in report.stale:
+            lines.append(f"  {safe_name(entry.path):<{width}}  since {day(entry.since)}  {causes_text(entry)}")
+    else:
+        lines.append("Nothing is stale: every derived file's sources hold what they were derived from.")
+    if report.cycles:
+        lines += ["", "Cycles (files derived from each other):"]
+        lines += ["  " + " -> ".join(safe_name(path) for path in (*cycle, cycle[0])) for cycle in report.cycles]
+    if report.problems:
+        lines += ["", "Problems (declarations that could not be honoured):"]
+        lines += [f"  {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}" for p in report.problems]
+    return "\n".join(lines) + "\n"
+
+
+# -- why ---------------------------------------------------------------------
+
+
+def explanation_text(explanation: Explanation) -> str:
+    """What ``provgraph why FILE`` prints."""
+    name = safe_name(explanation.path)
+    if explanation.status is None:
+        return f"{name} declares no sources and no file is derived from it.\n"
+    lines = [f"{name}: {_headline(explanation)}"]
+    if explanation.sources:
+        lines += ["", "Derived from:"]
+        for edge in explanation.sources:
+            lines.append(f"  {safe_name(edge.source)}: {_edge_text(edge, edge.source in explanation.stale_sources)}")
+    if explanation.stale:
+        lines += ["", "Root causes:"]
+        for cause in explanation.stale.causes:
+            lines.append(f"  {safe_name(cause.source)} {cause.kind.value} on {day(cause.since)}")
+            lines.append("    " + " -> ".join(safe_name(path) for path in cause.via))
+    if explanation.derived_from_it:
+        lines += ["", "Derived from it:"]
+        lines += [f"  {safe_name(path)}" for path in explanation.derived_from_it]
+    for cycle in explanation.in_cycles:
+        lines += ["", "In a cycle: " + " -> ".join(safe_name(path) for path in (*cycle, cycle[0]))]
+    return "\n".join(lines) + "\n"
+
+
+def _edge_text(edge: Edge, source_is_stale: bool) -> str:
+    stamped = "" if edge.stamped_at is None else f" (stamped {day(edge.stamped_at)})"
+    if edge.status is EdgeStatus.CLEAN:
+        return f"unchanged{stamped}" + ("; itself stale" if source_is_stale else "")
+    return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}"
+
+
+def _headline(explanation: Explanation) -> str:
+    stale = explanation.stale
+    if stale is not None:
+        how = "a source of its own changed" if stale.direct else "a file it is derived from is stale"
+        return f"stale: source(s) changed since derived ({day(stale.since)}); {how}"
+    return {
+        NodeStatus.FRESH: "fresh: every source holds what it was derived from",
+        NodeStatus.SOURCE: "a source; it is not derived from anything",
+        NodeStatus.MISSING: "missing: declared as a source but does not exist",
+        NodeStatus.STALE: "stale",
+    }[explanation.status or NodeStatus.SOURCE]
+
+
+def explanation_document(explanation: Explanation) -> dict:
+    stale = explanation.stale
+    return {
+        "version": 1,
+        "path": explanation.path,
+        "status": None if explanation.status is None else explanation.status.value,
+        "since": None if stale is None else day(stale.since),
+        "direct": None if stale is None else stale.direct,
+        "sources": [
+            {
+                "source": edge.source,
+                "status": edge.status.value,
+                "since": None if edge.since is None else day(edge.since),
+                "stamped_on": None if edge.stamped_at is None else day(edge.stamped_at),
+                "source_stale": edge.source in explanation.stale_sources,
+            }
+            for edge in explanation.sources
+        ],
+        "causes": []
+        if stale is None
+        else [{"source": c.source, "kind": c.kind.value, "changed_on": day(c.since), "via": list(c.via)} for c in stale.causes],
+        "derived_from_it": list(explanation.derived_from_it),
+        "cycles": [list(cycle) for cycle in explanation.in_cycles],
+    }
+
+
+# -- graph exports -----------------------------------------------------------
+
+_COLOURS = {
+    NodeStatus.SOURCE: "#cfe2f3",
+    NodeStatus.FRESH: "#d9ead3",
+    NodeStatus.STALE: "#f4cccc",
+    NodeStatus.MISSING: "#eeeeee",
+}
+
+
+def graph_json(report: Report) -> str:
+    """Node-link JSON that ``networkx.node_link_graph(data, edges="edges")`` loads."""
+    import networkx as nx
+
+    graph = to_networkx(report.edges, report.stale, report.cycles)
+    for _, attributes in graph.nodes(data=True):
+        if attributes["since"] is not None:
+            attributes["since_day"] = day(attributes["since"])
+    graph.graph.update(root=report.root, scanned_at=report.scanned_at.isoformat(timespec="seconds"))
+    data = nx.node_link_data(graph, edges="edges")
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _dot_quote(text: str) -> str:
+    return '"' + safe_name(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def dot(report: Report) -> str:
+    """Graphviz source: sources at the top, summaries of summaries below, status as colour."""
+    statuses = node_statuses(report.edges, report.stale)
+    in_cycle = {path for cycle in report.cycles for path in cycle}
+    changed = {edge.source for edge in report.edges if edge.status is not EdgeStatus.CLEAN}
+    lines = [
+        "digraph provgraph {",
+        "  rankdir=TB;",
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+    ]
+    for path, status in statuses.items():
+        attributes = [f'fillcolor="{_COLOURS[status]}"', f'status="{status.value}"']
+        if status is NodeStatus.MISSING:
+            attributes.append('style="rounded,dashed"')
+        if path in in_cycle:
+            attributes += ['color="#cc0000"', "peripheries=2", 'in_cycle="true"']
+        if path in changed:
+            attributes += ["penwidth=2.5", 'changed="true"']
+        lines.append(f"  {_dot_quote(path)} [{', '.join(attributes)}];")
+    for edge in report.edges:
+        style = "" if edge.status is EdgeStatus.CLEAN else f' [color="#cc0000", penwidth=2, label="{edge.status.value}"]'
+        lines.append(f"  {_dot_quote(edge.source)} -> {_dot_quote(edge.derived)}{style};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _mermaid_label(text: str) -> str:
+    escaped = safe_name(text).replace("#", "#35;").replace('"', "#quot;").replace("\\u", "\\\\u")
+    return escaped.replace("<", "#lt;").replace(">", "#gt;")
+
+
+def mermaid(report: Report) -> str:
+    """A Mermaid flowchart, top to bottom, one class per status."""
+    statuses = node_statuses(report.edges, report.stale)
+    in_cycle = {path for cycle in report.cycles for path in cycle}
+    ids = {path: f"n{index}" for index, path in enumerate(statuses)}
+    lines = ["flowchart TD"]
+    for path, status in statuses.items():
+        classes = status.value + (",cycle" if path in in_cycle else "")
+        lines.append(f'  {ids[path]}["{_mermaid_label(path)}"]')
+        lines.append(f"  class {ids[path]} {classes}")
+    broken = []
+    for index, edge in enumerate(report.edges):
+        arrow = "-->" if edge.status is EdgeStatus.CLEAN else f"-- {edge.status.value} -->"
+        lines.append(f"  {ids[edge.source]} {arrow} {ids[edge.derived]}")
+        if edge.status is not EdgeStatus.CLEAN:
+            broken.append(str(index))
+    for status, colour in _COLOURS.items():
+        lines.append(f"  classDef {status.value} fill:{colour},stroke:#555")
+    lines.append("  classDef cycle stroke:#cc0000,stroke-width:3px")
+    if broken:
+        lines.append(f"  linkStyle {','.join(broken)} stroke:#cc0000,stroke-width:2px")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,210 @@
+"""Scan a memory folder: list the files, read declarations, hash the sources.
+
+The result, a ``Snapshot``, is everything the pure stages need.  What the
+previous scan learned (``Seen``) is reused for every file whose metadata is
+unchanged, so an unchanged folder costs one stat per file and no reads.
+
+Only files that are some derived file's source are hashed; the other memory
+files are read only as far as their frontmatter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .declarations import FRONTMATTER_LIMIT, NOTHING, Declaration, read_declaration, resolve_entries
+from .files import FileSource, NotRegular, OutsideRoot
+from .model import FileMeta, Problem, ProblemKind
+
+__all__ = ["RACY_WINDOW_NS", "Seen", "Snapshot", "SourceState", "scan"]
+
+RACY_WINDOW_NS = 2_000_000_000
+"""A file whose mtime is this close to (or after) the previous scan's start may
+have been written again within the file system's timestamp granularity after
+it was read, with identical metadata; such a file is read again rather than
+trusted (the same rule git applies to its index)."""
+
+_KEEP_BYTES = 64 * 1024 * 1024
+"""Small files read for their frontmatter are kept in memory up to this total,
+so that the ones that turn out to be sources are not read twice."""
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What a scan learned about one file, valid while its metadata is unchanged."""
+
+    meta: FileMeta
+    sha256: str | None = None
+    """Only computed for files that are a source of something."""
+    declaration: Declaration | None = None
+    """Only for memory (``*.md``) files."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """A declared source as it is now; ``sha256`` None means it does not exist."""
+
+    sha256: str | None
+    mtime: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The memory folder as one scan saw it."""
+
+    files: tuple[str, ...]
+    declarations: Mapping[str, tuple[str, ...]]
+    """Derived file -> its resolved sources (sorted, never empty)."""
+    derived_at: Mapping[str, str | None]
+    sources: Mapping[str, SourceState]
+    problems: tuple[Problem, ...]
+    seen: Mapping[str, Seen] = field(repr=False)
+
+
+def scan(
+    files: FileSource,
+    previous: Mapping[str, Seen],
+    racy_from_ns: int,
+    walked: tuple[dict[str, FileMeta], list[Problem]] | None = None,
+) -> Snapshot:
+    """Scan ``files``, trusting ``previous`` for files unchanged before ``racy_from_ns``.
+
+    ``walked`` is the result of ``files.walk()`` when the caller already has it.
+    """
+    listing, problems = walked if walked is not None else files.walk()
+    problems = list(problems)
+    reader = _Reader(files, previous, racy_from_ns, problems)
+    declarations: dict[str, tuple[str, ...]] = {}
+    derived_at: dict[str, str | None] = {}
+    for path in sorted(listing):
+        declaration = reader.declaration(path, listing[path])
+        sources, refused = resolve_entries(path, declaration.entries)
+        problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
+        problems.extend(refused)
+        if sources:
+            declarations[path] = sources
+            derived_at[path] = declaration.derived_at
+    needed = sorted({source for sources in declarations.values() for source in sources})
+    states = {source: reader.source(source, listing.get(source)) for source in needed}
+    declarations = _drop_refused(declarations, reader.refused, problems)
+    return Snapshot(
+        files=tuple(sorted(listing)),
+        declarations=declarations,
+        derived_at={path: derived_at[path] for path in declarations},
+        sources={source: state for source, state in states.items() if source not in reader.refused},
+        problems=tuple(sorted(set(problems), key=_problem_order)),
+        seen=reader.seen,
+    )
+
+
+def _drop_refused(
+    declarations: dict[str, tuple[str, ...]], refused: Mapping[str, tuple[ProblemKind, str]], problems: list[Problem]
+) -> dict[str, tuple[str, ...]]:
+    """Remove sources that must not be opened, with a problem for each declaring file."""
+    if not refused:
+        return declarations
+    kept = {}
+    for path, sources in declarations.items():
+        for source in sources:
+            if source in refused:
+                kind, detail = refused[source]
+                problems.append(Problem(path, kind, detail))
+        remaining = tuple(source for source in sources if source not in refused)
+        if remaining:
+            kept[path] = remaining
+    return kept
+
+
+def _problem_order(problem: Problem) -> tuple[str, str, str]:
+    return problem.path, problem.kind.value, problem.detail
+
+
+class _Reader:
+    """Reads what the cache cannot vouch for, and builds the next cache."""
+
+    def __init__(self, files: FileSource, previous: Mapping[str, Seen], racy_from_ns: int, problems: list) -> None:
+        self.files = files
+        self.previous = previous
+        self.racy_from_ns = racy_from_ns
+        self.problems = problems
+        self.seen: dict[str, Seen] = {}
+        self.refused: dict[str, tuple[ProblemKind, str]] = {}
+        self._unreadable: set[str] = set()
+        self._content: dict[str, bytes] = {}
+        self._kept = 0
+
+    def _trusted(self, seen: Seen | None, meta: FileMeta) -> bool:
+        return (
+            seen is not None
+            and self.files.trusts_stat
+            and seen.meta == meta
+            and meta.mtime_ns < self.racy_from_ns
+            and meta.ctime_ns < self.racy_from_ns
+        )
+
+    def declaration(self, path: str, meta: FileMeta) -> Declaration:
+        old = self.previous.get(path)
+        if self._trusted(old, meta) and old is not None and old.declaration is not None:
+            self.seen[path] = old
+            return old.declaration
+        try:
+            head = self.files.read(path, FRONTMATTER_LIMIT + 1)
+        except (OSError, NotRegular, OutsideRoot) as error:
+            self._unreadable.add(path)
+            self.problems.append(Problem(path, ProblemKind.UNREADABLE, _describe(error)))
+            return NOTHING
+        truncated = len(head) > FRONTMATTER_LIMIT
+        if not truncated and self._kept + len(head) <= _KEEP_BYTES:
+            self._content[path] = head
+            self._kept += len(head)
+        declaration = read_declaration(head[:FRONTMATTER_LIMIT], truncated)
+        self.seen[path] = Seen(meta, None, declaration)
+        return declaration
+
+    def source(self, path: str, meta: FileMeta | None) -> SourceState:
+        if path in self._unreadable:
+            return SourceState(None)
+        try:
+            if meta is None:
+                meta = self.files.stat(path)
+            if meta is None:
+                return SourceState(None)
+            sha = self._sha256(path, meta)
+        except OutsideRoot:
+            self.refused[path] = (ProblemKind.OUTSIDE_ROOT, f"{path} resolves outside the root")
+            return SourceState(None)
+        except NotRegular:
+            self.refused[path] = (ProblemKind.BAD_ENTRY, f"not a regular file: {path}")
+            return SourceState(None)
+        except OSError as error:
+            self.problems.append(Problem(path, ProblemKind.UNREADABLE, _describe(error)))
+            return SourceState(None)
+        return SourceState(sha, meta.mtime)
+
+    def _sha256(self, path: str, meta: FileMeta) -> str:
+        current = self.seen.get(path)
+        old = self.previous.get(path)
+        if self._trusted(old, meta) and old is not None and old.sha256 is not None:
+            sha = old.sha256
+        elif path in self._content:
+            sha = hashlib.sha256(self._content[path]).hexdigest()
+        else:
+            hasher = getattr(self.files, "sha256", None)
+            sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()
+        declaration = current.declaration if current is not None else None
+        self.seen[path] = Seen(meta, sha, declaration)
+        return sha
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, NotRegular):
+        return "not a regular file"
+    if isinstance(error, OutsideRoot):
+        return "resolves outside the root"
+    if isinstance(error, UnicodeDecodeError):
+        return "invalid UTF-8"
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return str(error)

@@ -1,0 +1,278 @@
+"""Persisting what provgraph remembers: stamps, the scan cache, the last result.
+
+The state file is JSON written with orjson, with a format name and a schema
+version.  Writes are atomic (a temporary file beside it, flush, fsync,
+rename), and every read-modify-write of a root happens under an exclusive
+lock, so concurrent processes never lose each other's stamps.  A state file
+that cannot be read back (corrupt, truncated, another version, another
+program's) is moved aside, never deleted, and provgraph starts afresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+
+from .declarations import Declaration
+from .model import Cause, Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, StaleEntry, Stamp
+from .scan import Seen
+from .stamps import Derivation
+
+__all__ = ["FORMAT", "VERSION", "State", "StateError", "StateStore"]
+
+FORMAT = "provgraph-state"
+VERSION = 1
+
+
+class StateError(Exception):
+    """The state cannot be read or written (permissions, full disk, ...).
+
+    ``path`` is the file or folder concerned; the message is one sentence
+    that names it and says what to do.
+    """
+
+    def __init__(self, path: Path, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass
+class State:
+    """Everything provgraph keeps about one memory root."""
+
+    derivations: dict[str, Derivation] = field(default_factory=dict)
+    seen: dict[str, Seen] = field(default_factory=dict)
+    scan_started_ns: int = 0
+    """Real clock at the start of the last full scan (for the racy-file rule)."""
+    report: Report | None = None
+    """The last result, reused while nothing on disk changed."""
+    walk_problems: tuple[Problem, ...] = ()
+
+
+class _Corrupt(Exception):
+    pass
+
+
+class StateStore:
+    """The state file of one root, with its lock."""
+
+    def __init__(self, path: str | os.PathLike[str], warn=None) -> None:
+        self.path = Path(path)
+        self._warn = warn or _warn_stderr
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the root's exclusive lock (blocking) for one read-modify-write."""
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as error:
+            raise StateError(folder, _cannot("use the state folder", folder, error)) from error
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(descriptor)
+
+    def load(self) -> State:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return State()
+        except OSError as error:
+            raise StateError(self.path, _cannot("read the state file", self.path, error)) from error
+        try:
+            return _decode(orjson.loads(data))
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
+            self._set_aside(error)
+            return State()
+
+    def _set_aside(self, error: Exception) -> None:
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        counter = 1
+        while aside.exists():
+            counter += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{counter}")
+        try:
+            os.replace(self.path, aside)
+        except OSError as move_error:
+            raise StateError(self.path, _cannot("move the unreadable state file aside", self.path, move_error)) from error
+        reason = str(error) if isinstance(error, _Corrupt) else "it is not valid provgraph state"
+        self._warn(f"state file {self.path} could not be read ({reason}); kept as {aside.name}, starting afresh")
+
+    def save(self, state: State) -> None:
+        payload = orjson.dumps(_encode(state))
+        folder = self.path.parent
+        temporary = None
+        try:
+            descriptor, temporary = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=folder)
+            os.fchmod(descriptor, 0o644)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, self.path)
+            temporary = None
+            _fsync_folder(folder)
+        except OSError as error:
+            raise StateError(self.path, _cannot("write the state file", self.path, error)) from error
+        finally:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+
+
+def _fsync_folder(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _cannot(what: str, path: Path, error: OSError) -> str:
+    reason = error.strerror or type(error).__name__
+    hint = " (use --state PATH to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
+    return f"cannot {what} {path}: {reason}{hint}"
+
+
+def _warn_stderr(message: str) -> None:
+    print(f"provgraph: warning: {message}", file=sys.stderr)
+
+
+# -- encoding ----------------------------------------------------------------
+# Plain lists keep the file small: a state file holds one row per memory file.
+
+
+def _encode(state: State) -> dict:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "scan_started_ns": state.scan_started_ns,
+        "derivations": {
+            path: {
+                "derived_at": derivation.derived_at,
+                "stamps": {
+                    source: [stamp.sha256, stamp.stamped_at, stamp.mismatch_since]
+                    for source, stamp in derivation.stamps.items()
+                },
+            }
+            for path, derivation in state.derivations.items()
+        },
+        "seen": {path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()},
+        "walk_problems": [_encode_problem(problem) for problem in state.walk_problems],
+        "report": None if state.report is None else _encode_report(state.report),
+    }
+
+
+def _encode_declaration(declaration: Declaration | None) -> list | None:
+    if declaration is None:
+        return None
+    return [list(declaration.entries), declaration.derived_at, [[kind.value, detail] for kind, detail in declaration.problems]]
+
+
+def _encode_problem(problem: Problem) -> list:
+    return [problem.path, problem.kind.value, problem.detail]
+
+
+def _encode_report(report: Report) -> dict:
+    return {
+        "root": report.root,
+        "files": report.files,
+        "edges": [[e.source, e.derived, e.status.value, e.stamped_at, e.since] for e in report.edges],
+        "stale": [
+            [entry.path, entry.since, entry.direct, [[c.source, c.kind.value, c.since, list(c.via)] for c in entry.causes]]
+            for entry in report.stale
+        ],
+        "cycles": [list(cycle) for cycle in report.cycles],
+        "problems": [_encode_problem(problem) for problem in report.problems],
+    }
+
+
+def _decode(data: dict) -> State:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise _Corrupt("it is not a provgraph state file")
+    if data.get("version") != VERSION:
+        raise _Corrupt(f"unknown state version {data.get('version')!r}, this provgraph reads version {VERSION}")
+    return State(
+        derivations={
+            _text(path): Derivation(
+                _optional_text(record["derived_at"]),
+                {_text(source): Stamp(_optional_text(sha), float(at), _optional_float(since)) for source, (sha, at, since) in record["stamps"].items()},
+            )
+            for path, record in data["derivations"].items()
+        },
+        seen={_text(path): _decode_seen(row) for path, row in data["seen"].items()},
+        scan_started_ns=int(data["scan_started_ns"]),
+        walk_problems=tuple(_decode_problem(row) for row in data["walk_problems"]),
+        report=None if data["report"] is None else _decode_report(data["report"]),
+    )
+
+
+def _decode_seen(row: list) -> Seen:
+    size, mtime_ns, ctime_ns, inode, sha, declaration = row
+    meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
+    if declaration is None:
+        return Seen(meta, _optional_text(sha), None)
+    entries, derived_at, problems = declaration
+    decoded = Declaration(
+        tuple(_text(entry) for entry in entries),
+        _optional_text(derived_at),
+        tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
+    )
+    return Seen(meta, _optional_text(sha), decoded)
+
+
+def _decode_problem(row: list) -> Problem:
+    path, kind, detail = row
+    return Problem(_text(path), ProblemKind(kind), _text(detail))
+
+
+def _decode_report(data: dict) -> Report:
+    return Report(
+        root=_text(data["root"]),
+        scanned_at=datetime.fromtimestamp(0, timezone.utc),
+        files=int(data["files"]),
+        edges=tuple(
+            Edge(_text(s), _text(d), EdgeStatus(status), _optional_float(at), _optional_float(since))
+            for s, d, status, at, since in data["edges"]
+        ),
+        stale=tuple(
+            StaleEntry(
+                _text(path),
+                float(since),
+                bool(direct),
+                tuple(Cause(_text(s), EdgeStatus(kind), float(c_since), tuple(_text(v) for v in via)) for s, kind, c_since, via in causes),
+            )
+            for path, since, direct, causes in data["stale"]
+        ),
+        cycles=tuple(tuple(_text(path) for path in cycle) for cycle in data["cycles"]),
+        problems=tuple(_decode_problem(row) for row in data["problems"]),
+    )
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise _Corrupt(f"expected text, found {type(value).__name__}")
+    return value
+
+
+def _optional_text(value: object) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _optional_float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
