@@ -20,6 +20,11 @@ lint:
     ruff check provgraph tests
     ruff format --check provgraph tests
 
-# Execute the lineage notebook in place, keeping its outputs
+# Execute the lineage notebook in place, keeping its outputs; redraws notebooks/demo_lineage.png
 notebook:
-    python -m nbclient --inplace notebooks/memory_lineage.ipynb 2>/dev/null || jupyter nbconvert --to notebook --execute --inplace notebooks/memory_lineage.ipynb
+    #!/usr/bin/env python
+    import nbclient, nbformat
+    path = "notebooks/memory_lineage.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=300, record_timing=False, resources={"metadata": {"path": "notebooks"}}).execute()
+    nbformat.write(notebook, path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .api import Explanation, Memory, NotDerived, RootError, find_root
+from .queries import Relative
 from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from .state import StateError
 
@@ -24,6 +25,7 @@ __all__ = [
     "NotDerived",
     "Problem",
     "ProblemKind",
+    "Relative",
     "Report",
     "RootError",
     "StaleEntry",

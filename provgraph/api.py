@@ -15,9 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import queries
 from .files import FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .model import Edge, FileMeta, NodeStatus, Problem, Report, StaleEntry
+from .queries import Relative
 from .scan import RACY_WINDOW_NS, scan
 from .stamps import reconcile
 from .state import State, StateStore
@@ -116,6 +118,18 @@ class Memory:
             derived_from_it=tuple(children_of(report.edges).get(path, ())),
             in_cycles=tuple(cycle for cycle in report.cycles if path in cycle),
         )
+
+    def sources_of(self, path: str, *, transitive: bool = False, report: Report | None = None) -> tuple[Relative, ...]:
+        """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""
+        return queries.sources_of(report or self.refresh(), path, transitive=transitive)
+
+    def derived_from(self, path: str, *, transitive: bool = False, report: Report | None = None) -> tuple[Relative, ...]:
+        """What is derived from ``path`` (every descendant when ``transitive``), with chains."""
+        return queries.derived_from(report or self.refresh(), path, transitive=transitive)
+
+    def stale_after_editing(self, source: str, *, report: Report | None = None) -> tuple[StaleEntry, ...]:
+        """The stale files downstream of ``source``: what to re-check after editing it."""
+        return queries.stale_after_editing(report or self.refresh(), source)
 
     def graph(self, report: Report | None = None) -> nx.DiGraph:
         """The lineage as a networkx DiGraph (see ``lineage.to_networkx``)."""

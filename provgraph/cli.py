@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 import orjson
 
@@ -187,10 +188,17 @@ def _relative(root: Path, file: str) -> str:
     raise UsageError(f"{file} is not under the memory root {root}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Reports a bad argument in one line (no usage dump), like every other error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--state", metavar="PATH", help="state file (default: ROOT/.provgraph/state.json)")
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="provgraph",
         description="Tell which memory files were derived from files that changed afterwards.",
     )

@@ -34,6 +34,8 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_ ./,\-]*")
 _LINK = re.compile(r"\[[^\]]*\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[\"'(].*)?\s*\)")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(//|[^/\\])")
 _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+_NESTING = re.compile(r"[\"'\[\]()<>]")
+_ITEM = re.compile(r"( *)- (.*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,12 +142,30 @@ def _entries(key_lines: list[str], text: str) -> tuple[str, ...]:
     value = key_lines[0][len(_KEY) :].strip()
     if len(key_lines) == 1 and _is_plain_string(value):
         return _split(value)
+    listed = _plain_list(value, key_lines[1:])
+    if listed is not None:
+        return listed
     parsed = _yaml_mapping("\n".join(key_lines))
     if parsed is None:
         parsed = _yaml_mapping(text)
     if parsed is None:
         return _entries_from_lines(key_lines)
     return _entries_from_value(parsed.get("derived_from"))
+
+
+def _plain_list(value: str, continued: list[str]) -> tuple[str, ...] | None:
+    """``[a, b]``, or ``- a`` lines at one indentation, of plain strings only: what YAML
+    would read as exactly these strings, read without it.  None: let YAML decide."""
+    if value:
+        if not (value.startswith("[") and value.endswith("]")) or any(line.strip() for line in continued):
+            return None
+        items = [item.strip() for item in value[1:-1].split(",")]
+    else:
+        matches = [_ITEM.fullmatch(line) for line in continued if line.strip()]
+        if not matches or None in matches or len({match[1] for match in matches}) != 1:
+            return None
+        items = [match[2].strip() for match in matches]
+    return tuple(items) if all(_is_plain_string(item) for item in items) else None
 
 
 def _is_plain_string(value: str) -> bool:
@@ -206,11 +226,13 @@ def _split(value: str) -> tuple[str, ...]:
     """Split on commas that are not inside brackets, parentheses or quotes."""
     if not value.strip():
         return ()
-    parts, current, depth, quote = [], [], 0, ""
+    if not _NESTING.search(value):  # the common case: nothing to keep together
+        return tuple(_unquote(part.strip()) for part in value.split(","))
+    parts, current, depth, quote, started = [], [], 0, "", False
     for char in value:
         if quote:
             quote = "" if char == quote else quote
-        elif char in "\"'" and not "".join(current).strip():
+        elif char in "\"'" and not started:
             quote = char
         elif char in "[(<":
             depth += 1
@@ -218,20 +240,23 @@ def _split(value: str) -> tuple[str, ...]:
             depth = max(0, depth - 1)
         elif char == "," and depth == 0:
             parts.append("".join(current))
-            current = []
+            current, started = [], False
             continue
         current.append(char)
+        started = started or not char.isspace()  # a flag, not a re-scan: linear on hostile input
     parts.append("".join(current))
     return tuple(_unquote(part.strip()) for part in parts)
 
 
 def _strip_comment(value: str) -> str:
     """Drop a YAML comment: ``#`` after white space, outside quotes and brackets."""
-    depth, quote, previous = 0, "", " "
+    if "#" not in value:
+        return value
+    depth, quote, previous, started = 0, "", " ", False
     for index, char in enumerate(value):
         if quote:
             quote = "" if char == quote else quote
-        elif char in "\"'" and not value[:index].strip():
+        elif char in "\"'" and not started:
             quote = char
         elif char in "[(":
             depth += 1
@@ -240,6 +265,7 @@ def _strip_comment(value: str) -> str:
         elif char == "#" and depth == 0 and previous.isspace():
             return value[:index]
         previous = char
+        started = started or not char.isspace()
     return value
 
 

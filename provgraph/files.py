@@ -21,6 +21,7 @@ from .model import FileMeta, Problem, ProblemKind
 __all__ = ["FileSource", "LocalFiles", "NotRegular", "OutsideRoot"]
 
 _CHUNK = 1024 * 1024
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
 class OutsideRoot(Exception):
@@ -62,6 +63,8 @@ class LocalFiles:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
+        self._listed: dict[str, FileMeta] = {}
+        self._device: int | None = None
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         found: dict[str, FileMeta] = {}
@@ -75,6 +78,7 @@ class LocalFiles:
                         self._visit(entry, prefix, pending, found, problems)
             except OSError as error:
                 problems.append(Problem(prefix.rstrip("/") or ".", ProblemKind.UNREADABLE, _reason(error)))
+        self._listed, self._device = found, _device(self.root)
         return found, problems
 
     def _visit(self, entry: os.DirEntry[str], prefix: str, pending: list, found: dict, problems: list) -> None:
@@ -83,7 +87,10 @@ class LocalFiles:
             return
         path = prefix + name
         try:
-            if entry.is_symlink():
+            if not (name.isascii() or _is_utf8(name)):
+                if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
+                    problems.append(Problem(_printable(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
+            elif entry.is_symlink():
                 self._visit_link(entry, path, found, problems)
             elif entry.is_dir(follow_symlinks=False):
                 pending.append((path + "/", entry.path))
@@ -107,8 +114,40 @@ class LocalFiles:
                 found[path] = _meta(info)
 
     def _inside(self, full_path: str) -> bool:
-        real = os.path.realpath(full_path)
+        return self._real_inside(os.path.realpath(full_path))
+
+    def _real_inside(self, real: str) -> bool:
         return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
+
+    def _open(self, path: str) -> int:
+        """Open the very path that was checked, resolved: a name swapped for a symlink
+        in between is not followed (the open fails), so nothing outside the root is opened."""
+        descriptor = self._open_listed(path)
+        if descriptor is not None:
+            return descriptor
+        real = os.path.realpath(os.path.join(self.root, *path.split("/")))
+        if not self._real_inside(real):
+            raise OutsideRoot(path)
+        return os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0))
+
+    def _open_listed(self, path: str) -> int | None:
+        """A file of the last walk, opened without resolving its path (resolving costs a
+        system call per folder level), and kept only when it is the very file the walk
+        found there: same device and inode.  The walk never follows a symlinked folder,
+        so that file is inside the root whatever was renamed since.  None: not listed,
+        or not that file any more; the caller then resolves and checks the path."""
+        listed = self._listed.get(path)
+        if listed is None:
+            return None
+        try:
+            descriptor = os.open(os.path.join(self.root, *path.split("/")), _READ_FLAGS)
+        except OSError:
+            return None
+        info = os.fstat(descriptor)
+        if info.st_ino == listed.inode and info.st_dev == self._device:
+            return descriptor
+        os.close(descriptor)
+        return None
 
     def _full(self, path: str) -> str:
         full = os.path.join(self.root, *path.split("/"))
@@ -129,8 +168,7 @@ class LocalFiles:
         return _meta(info)
 
     def read(self, path: str, limit: int | None = None) -> bytes:
-        full = self._full(path)
-        descriptor = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        descriptor = self._open(path)
         try:
             if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
                 raise NotRegular(path)
@@ -145,9 +183,8 @@ class LocalFiles:
 
     def sha256(self, path: str) -> str:
         """Hash without holding a large file in memory."""
-        full = self._full(path)
         digest = hashlib.sha256()
-        descriptor = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        descriptor = self._open(path)
         try:
             if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
                 raise NotRegular(path)
@@ -158,9 +195,31 @@ class LocalFiles:
         return digest.hexdigest()
 
 
+def _device(root: Path) -> int | None:
+    try:
+        return os.stat(root).st_dev
+    except OSError:
+        return None
+
+
 def _meta(info: os.stat_result) -> FileMeta:
     return FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
 
 
 def _reason(error: OSError) -> str:
     return error.strerror or type(error).__name__
+
+
+def _is_utf8(name: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (decoded as lone surrogates):
+    such a name cannot be written to JSON, so the file is reported, not listed."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(path: str) -> str:
+    """``path`` with each byte that is not UTF-8 shown as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")

@@ -47,8 +47,8 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     for (origin, kind), broken in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
         parents = _shortest_parents(children, sorted(edge.derived for edge in broken))
         earliest = _earliest(children, broken)
-        for path in parents:
-            causes[path].append(Cause(origin, kind, earliest[path], _chain(origin, path, parents)))
+        for path, via in _chains(origin, parents).items():
+            causes[path].append(Cause(origin, kind, earliest[path], via))
     direct = {edge.derived for edge in edges if edge.status is not EdgeStatus.CLEAN}
     return tuple(
         StaleEntry(path, min(cause.since for cause in found), path in direct, tuple(found))
@@ -84,14 +84,17 @@ def _earliest(children: Mapping[str, list[str]], broken: list[Edge]) -> dict[str
     return earliest
 
 
-def _chain(origin: str, path: str, parents: Mapping[str, str | None]) -> tuple[str, ...]:
-    chain = [path]
-    parent = parents[path]
-    while parent is not None:
-        chain.append(parent)
-        parent = parents[parent]
-    chain.append(origin)
-    return tuple(reversed(chain))
+def _chains(origin: str, parents: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
+    """``(origin, ..., path)`` for every path reached.
+
+    ``parents`` lists each file after its parent (BFS order), so every chain
+    extends its parent's: one tuple copy per file instead of a walk back to
+    the origin, which made a 10,000-deep chain take seconds.
+    """
+    chains: dict[str, tuple[str, ...]] = {}
+    for path, parent in parents.items():
+        chains[path] = (chains[parent] if parent is not None else (origin,)) + (path,)
+    return chains
 
 
 def find_cycles(edges: tuple[Edge, ...]) -> tuple[tuple[str, ...], ...]:

@@ -19,6 +19,7 @@ from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, Report, StaleEn
 
 __all__ = [
     "PROMPT_HEADING",
+    "STATUS_COLOURS",
     "day",
     "dot",
     "explanation_text",
@@ -36,6 +37,11 @@ PROMPT_LINE_LIMIT = 400
 _CHAIN_LIMIT = 6
 _CAUSE_LIMIT = 3
 _UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+_ANGLES = frozenset(
+    "<>\u226e\u226f\ufe64\ufe65\uff1c\uff1e" + "\u2039\u203a\u2329\u232a\u27e8\u27e9\u3008\u3009\u02c2\u02c3"
+)
+"""``<``, ``>`` and the characters that normalise to them or pass for them (fullwidth,
+small and mathematical angle brackets): ``＜/system-reminder＞`` must not read as a tag."""
 
 
 def day(timestamp: float) -> str:
@@ -45,11 +51,11 @@ def day(timestamp: float) -> str:
 
 def safe_name(name: str) -> str:
     """``name`` with control, format and bidi characters and ``<``/``>`` escaped as ``\\uXXXX``."""
-    if name.isprintable() and "<" not in name and ">" not in name and "\\" not in name:
+    if name.isprintable() and "\\" not in name and _ANGLES.isdisjoint(name):
         return name
     out = []
     for char in name:
-        if char in "<>" or unicodedata.category(char) in _UNSAFE_CATEGORIES:
+        if char in _ANGLES or unicodedata.category(char) in _UNSAFE_CATEGORIES:
             out.append(f"\\u{ord(char):04x}")
         elif char == "\\":
             out.append("\\\\")
@@ -257,12 +263,20 @@ def explanation_document(explanation: Explanation) -> dict:
 
 # -- graph exports -----------------------------------------------------------
 
-_COLOURS = {
+STATUS_COLOURS = {
     NodeStatus.SOURCE: "#cfe2f3",
     NodeStatus.FRESH: "#d9ead3",
     NodeStatus.STALE: "#f4cccc",
     NodeStatus.MISSING: "#eeeeee",
 }
+"""Fill colour of each status, shared by every picture of the lineage so they all read alike."""
+_BROKEN = "#cc0000"
+"""Outline of a file in a cycle and line of a changed or missing edge."""
+
+
+def _broken_label(edge: Edge) -> str:
+    """``changed 2026-11-17``: what broke the edge and its originating change date."""
+    return f"{edge.status.value} {day(edge.since)}" if edge.since is not None else edge.status.value
 
 
 def graph_json(report: Report) -> str:
@@ -291,47 +305,72 @@ def dot(report: Report) -> str:
         "digraph provgraph {",
         "  rankdir=TB;",
         '  node [shape=box, style="rounded,filled", fontname="Helvetica"];',
+        '  edge [fontname="Helvetica", fontsize=10];',
     ]
     for path, status in statuses.items():
-        attributes = [f'fillcolor="{_COLOURS[status]}"', f'status="{status.value}"']
+        attributes = [f'fillcolor="{STATUS_COLOURS[status]}"', f'status="{status.value}"']
         if status is NodeStatus.MISSING:
-            attributes.append('style="rounded,dashed"')
+            attributes.append('style="rounded,filled,dashed"')
         if path in in_cycle:
-            attributes += ['color="#cc0000"', "peripheries=2", 'in_cycle="true"']
+            attributes += [f'color="{_BROKEN}"', "peripheries=2", 'in_cycle="true"']
         if path in changed:
             attributes += ["penwidth=2.5", 'changed="true"']
         lines.append(f"  {_dot_quote(path)} [{', '.join(attributes)}];")
     for edge in report.edges:
-        style = "" if edge.status is EdgeStatus.CLEAN else f' [color="#cc0000", penwidth=2, label="{edge.status.value}"]'
+        broken = f' [color="{_BROKEN}", penwidth=2, fontcolor="{_BROKEN}", label="{_broken_label(edge)}"]'
+        style = "" if edge.status is EdgeStatus.CLEAN else broken
         lines.append(f"  {_dot_quote(edge.source)} -> {_dot_quote(edge.derived)}{style};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
+_MERMAID_ENTITIES = {"#": "#35;", '"': "#quot;", "&": "#38;", "%": "#37;", "`": "#96;"}
+"""Characters a quoted Mermaid label cannot hold as they are, written as Mermaid entity codes:
+a quote would end the label, ``%%{`` start a directive, a leading backtick a Markdown string,
+``&`` an HTML entity.  ``safe_name`` has already escaped ``<``, ``>`` and line breaks."""
+
+
 def _mermaid_label(text: str) -> str:
-    escaped = safe_name(text).replace("#", "#35;").replace('"', "#quot;").replace("\\u", "\\\\u")
-    return escaped.replace("<", "#lt;").replace(">", "#gt;")
+    return "".join(_MERMAID_ENTITIES.get(char, char) for char in safe_name(text))
 
 
 def mermaid(report: Report) -> str:
-    """A Mermaid flowchart, top to bottom, one class per status."""
+    """A Mermaid flowchart, top to bottom, one class per status.
+
+    Every node gets the class of its status, plus ``changed`` (the origin of a
+    changed or missing edge) and ``cycle``.  ``linkStyle`` indices count links
+    in the order they are written, so they point at the broken edges.
+    """
     statuses = node_statuses(report.edges, report.stale)
-    in_cycle = {path for cycle in report.cycles for path in cycle}
     ids = {path: f"n{index}" for index, path in enumerate(statuses)}
     lines = ["flowchart TD"]
-    for path, status in statuses.items():
-        classes = status.value + (",cycle" if path in in_cycle else "")
-        lines.append(f'  {ids[path]}["{_mermaid_label(path)}"]')
-        lines.append(f"  class {ids[path]} {classes}")
+    lines += [f'  {ids[path]}["{_mermaid_label(path)}"]' for path in statuses]
     broken = []
     for index, edge in enumerate(report.edges):
-        arrow = "-->" if edge.status is EdgeStatus.CLEAN else f"-- {edge.status.value} -->"
+        arrow = "-->" if edge.status is EdgeStatus.CLEAN else f'-->|"{_broken_label(edge)}"|'
         lines.append(f"  {ids[edge.source]} {arrow} {ids[edge.derived]}")
         if edge.status is not EdgeStatus.CLEAN:
             broken.append(str(index))
-    for status, colour in _COLOURS.items():
-        lines.append(f"  classDef {status.value} fill:{colour},stroke:#555")
-    lines.append("  classDef cycle stroke:#cc0000,stroke-width:3px")
+    for status, colour in STATUS_COLOURS.items():
+        dashes = ",stroke-dasharray:4 3" if status is NodeStatus.MISSING else ""
+        lines.append(f"  classDef {status.value} fill:{colour},stroke:#555{dashes}")
+    lines.append("  classDef changed stroke:#222,stroke-width:3px")
+    lines.append(f"  classDef cycle stroke:{_BROKEN},stroke-width:3px")
+    lines += _mermaid_classes(report, statuses, ids)
     if broken:
-        lines.append(f"  linkStyle {','.join(broken)} stroke:#cc0000,stroke-width:2px")
+        lines.append(f"  linkStyle {','.join(broken)} stroke:{_BROKEN},stroke-width:2px")
     return "\n".join(lines) + "\n"
+
+
+def _mermaid_classes(report: Report, statuses: dict[str, NodeStatus], ids: dict[str, str]) -> list[str]:
+    """``class n0,n2 stale`` lines: one class per statement, since Mermaid reads ``a,b`` as a single class name."""
+    members: dict[str, set[str]] = {status.value: set() for status in NodeStatus}
+    for path, status in statuses.items():
+        members[status.value].add(path)
+    members["changed"] = {edge.source for edge in report.edges if edge.status is not EdgeStatus.CLEAN}
+    members["cycle"] = {path for cycle in report.cycles for path in cycle}
+    return [
+        f"  class {','.join(ids[path] for path in ids if path in paths)} {name}"
+        for name, paths in members.items()
+        if paths
+    ]

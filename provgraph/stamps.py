@@ -75,7 +75,8 @@ def _compare(source: str, derived: str, stamp: Stamp, state: SourceState, now: f
         since = stamp.mismatch_since
     else:
         since = _first_observed(status, stamp, state, now)
-    stamp = replace(stamp, mismatch_since=since)
+    if stamp.mismatch_since != since:
+        stamp = Stamp(stamp.sha256, stamp.stamped_at, since)
     return stamp, Edge(source, derived, status, stamp.stamped_at, since)
 
 

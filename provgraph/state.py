@@ -12,23 +12,29 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
+import hashlib
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
-from .declarations import Declaration
-from .model import Cause, Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, StaleEntry, Stamp
-from .scan import Seen
-from .stamps import Derivation
+from .lineage import propagate
+from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
 
-__all__ = ["FORMAT", "VERSION", "State", "StateError", "StateStore"]
+if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
+    from .declarations import Declaration
+    from .scan import Seen
+    from .stamps import Derivation
+
+__all__ = ["FORMAT", "VERSION", "Recall", "State", "StateError", "StateStore", "listing_key"]
 
 FORMAT = "provgraph-state"
 VERSION = 1
@@ -57,6 +63,34 @@ class State:
     report: Report | None = None
     """The last result, reused while nothing on disk changed."""
     walk_problems: tuple[Problem, ...] = ()
+    refused: dict[str, ProblemKind] = field(default_factory=dict)
+    """Declared sources that must not be opened (outside the root, not a regular
+    file), with the kind of problem each is: the no-change check looks again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """What the no-change check needs, read without the per-file tables.
+
+    The last result holds while the memory files listed now have exactly the
+    metadata recorded when they were last read (``listing`` is their
+    ``listing_key``), every source outside them stats as it did then
+    (``watched``), and the walk meets the same problems.
+    """
+
+    scan_started_ns: int
+    walk_problems: tuple[Problem, ...]
+    listing: str
+    watched: tuple[tuple[str, list[int] | str | None], ...]
+    """(path, what stat said): [size, mtime_ns, ctime_ns, inode]; None for a missing
+    file; the problem kind's value for a refused one."""
+    report: Report
+
+
+def listing_key(listing: Mapping[str, FileMeta]) -> str:
+    """A digest of every path with its metadata, independent of listing order."""
+    rows = sorted([(path, *meta) for path, meta in listing.items()])
+    return hashlib.sha256(orjson.dumps(rows)).hexdigest()
 
 
 class _Corrupt(Exception):
@@ -69,6 +103,7 @@ class StateStore:
     def __init__(self, path: str | os.PathLike[str], warn=None) -> None:
         self.path = Path(path)
         self._warn = warn or _warn_stderr
+        self._recalled: tuple[bytes, Recall] | None = None
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -81,9 +116,17 @@ class StateStore:
             raise StateError(folder, _cannot("use the state folder", folder, error)) from error
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
+            self._remove_leftovers()
             yield
         finally:
             os.close(descriptor)
+
+    def _remove_leftovers(self) -> None:
+        """Delete the temporary files of writers killed before their rename: every writer
+        holds the lock, so while we hold it no temporary file is in use."""
+        for leftover in self.path.parent.glob(glob.escape(self.path.name) + ".*.tmp"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
 
     def load(self) -> State:
         try:
@@ -97,6 +140,28 @@ class StateStore:
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
             self._set_aside(error)
             return State()
+
+    def recall(self) -> Recall | None:
+        """The no-change part of the state, or None when there is none to trust.
+
+        The file lists that part first (up to ``derivations``), so only those
+        bytes are parsed; the last answer is kept while they are the same.
+        Anything unexpected is left to ``load``, which reads it all and sets an
+        unreadable file aside.
+        """
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return None
+        head = data[: data.find(_TABLES)]
+        if self._recalled is not None and self._recalled[0] == head:
+            return self._recalled[1]
+        try:
+            recall = _decode_recall(orjson.loads(head + b"}"))
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
+        self._recalled = (head, recall) if recall is not None else None
+        return recall
 
     def _set_aside(self, error: Exception) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S")
@@ -157,11 +222,19 @@ def _warn_stderr(message: str) -> None:
 # Plain lists keep the file small: a state file holds one row per memory file.
 
 
+_TABLES = b',"derivations":'
+"""Where the per-file tables start in a state file, after what ``recall`` reads
+(inside a JSON string a quote is always escaped, so these bytes mark the key)."""
+
+
 def _encode(state: State) -> dict:
     return {
         "format": FORMAT,
         "version": VERSION,
         "scan_started_ns": state.scan_started_ns,
+        "walk_problems": [_encode_problem(problem) for problem in state.walk_problems],
+        **_encode_recall(state),
+        "report": None if state.report is None else _encode_report(state.report),
         "derivations": {
             path: {
                 "derived_at": derivation.derived_at,
@@ -173,9 +246,22 @@ def _encode(state: State) -> dict:
             for path, derivation in state.derivations.items()
         },
         "seen": {path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()},
-        "walk_problems": [_encode_problem(problem) for problem in state.walk_problems],
-        "report": None if state.report is None else _encode_report(state.report),
+        "refused": {path: kind.value for path, kind in sorted(state.refused.items())},
     }
+
+
+def _encode_recall(state: State) -> dict:
+    """The no-change check's part, derived from the rest: the memory files read at the
+    last full scan are the ones seen with a declaration; the sources outside them are
+    the report's and the refused ones."""
+    read = {path: seen.meta for path, seen in state.seen.items() if seen.declaration is not None}
+    outside = {edge.source for edge in state.report.edges} if state.report is not None else set()
+    watched = []
+    for path in sorted((outside | state.refused.keys()) - read.keys()):
+        seen = state.seen.get(path)
+        kind = state.refused.get(path)
+        watched.append([path, kind.value if kind is not None else None if seen is None else list(seen.meta)])
+    return {"listing": listing_key(read), "watched": watched}
 
 
 def _encode_declaration(declaration: Declaration | None) -> list | None:
@@ -189,24 +275,50 @@ def _encode_problem(problem: Problem) -> list:
 
 
 def _encode_report(report: Report) -> dict:
+    """Stale entries are not stored: they follow from the edges, and their chains grow with
+    the square of the depth (a 10,000-deep chain would make a state file of half a gigabyte)."""
     return {
         "root": report.root,
         "files": report.files,
         "edges": [[e.source, e.derived, e.status.value, e.stamped_at, e.since] for e in report.edges],
-        "stale": [
-            [entry.path, entry.since, entry.direct, [[c.source, c.kind.value, c.since, list(c.via)] for c in entry.causes]]
-            for entry in report.stale
-        ],
         "cycles": [list(cycle) for cycle in report.cycles],
         "problems": [_encode_problem(problem) for problem in report.problems],
     }
 
 
-def _decode(data: dict) -> State:
+def _check_format(data: dict) -> None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise _Corrupt("it is not a provgraph state file")
     if data.get("version") != VERSION:
         raise _Corrupt(f"unknown state version {data.get('version')!r}, this provgraph reads version {VERSION}")
+
+
+def _decode_recall(data: dict) -> Recall | None:
+    _check_format(data)
+    if data["report"] is None:
+        return None
+    watched = tuple((_text(path), _decode_outcome(outcome)) for path, outcome in data["watched"])
+    return Recall(
+        int(data["scan_started_ns"]),
+        tuple(_decode_problem(row) for row in data["walk_problems"]),
+        _text(data["listing"]),
+        watched,
+        _decode_report(data["report"]),
+    )
+
+
+def _decode_outcome(outcome: object) -> list[int] | str | None:
+    if outcome is None or isinstance(outcome, str):
+        return outcome
+    if not isinstance(outcome, list) or len(outcome) != 4:
+        raise _Corrupt("a watched source must hold a stat result, null or a problem kind")
+    return [int(number) for number in outcome]
+
+
+def _decode(data: dict) -> State:
+    from .stamps import Derivation
+
+    _check_format(data)
     return State(
         derivations={
             _text(path): Derivation(
@@ -215,25 +327,32 @@ def _decode(data: dict) -> State:
             )
             for path, record in data["derivations"].items()
         },
-        seen={_text(path): _decode_seen(row) for path, row in data["seen"].items()},
+        seen=_decode_seen(data["seen"]),
         scan_started_ns=int(data["scan_started_ns"]),
         walk_problems=tuple(_decode_problem(row) for row in data["walk_problems"]),
         report=None if data["report"] is None else _decode_report(data["report"]),
+        refused={_text(path): ProblemKind(kind) for path, kind in data["refused"].items()},
     )
 
 
-def _decode_seen(row: list) -> Seen:
-    size, mtime_ns, ctime_ns, inode, sha, declaration = row
-    meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
-    if declaration is None:
-        return Seen(meta, _optional_text(sha), None)
-    entries, derived_at, problems = declaration
-    decoded = Declaration(
-        tuple(_text(entry) for entry in entries),
-        _optional_text(derived_at),
-        tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
-    )
-    return Seen(meta, _optional_text(sha), decoded)
+def _decode_seen(table: dict) -> dict[str, Seen]:
+    from .declarations import Declaration
+    from .scan import Seen
+
+    def decode(row: list) -> Seen:
+        size, mtime_ns, ctime_ns, inode, sha, declaration = row
+        meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
+        if declaration is None:
+            return Seen(meta, _optional_text(sha), None)
+        entries, derived_at, problems = declaration
+        decoded = Declaration(
+            tuple(_text(entry) for entry in entries),
+            _optional_text(derived_at),
+            tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
+        )
+        return Seen(meta, _optional_text(sha), decoded)
+
+    return {_text(path): decode(row) for path, row in table.items()}
 
 
 def _decode_problem(row: list) -> Problem:
@@ -242,23 +361,16 @@ def _decode_problem(row: list) -> Problem:
 
 
 def _decode_report(data: dict) -> Report:
+    edges = tuple(
+        Edge(_text(s), _text(d), EdgeStatus(status), _optional_float(at), _optional_float(since))
+        for s, d, status, at, since in data["edges"]
+    )
     return Report(
         root=_text(data["root"]),
         scanned_at=datetime.fromtimestamp(0, timezone.utc),
         files=int(data["files"]),
-        edges=tuple(
-            Edge(_text(s), _text(d), EdgeStatus(status), _optional_float(at), _optional_float(since))
-            for s, d, status, at, since in data["edges"]
-        ),
-        stale=tuple(
-            StaleEntry(
-                _text(path),
-                float(since),
-                bool(direct),
-                tuple(Cause(_text(s), EdgeStatus(kind), float(c_since), tuple(_text(v) for v in via)) for s, kind, c_since, via in causes),
-            )
-            for path, since, direct, causes in data["stale"]
-        ),
+        edges=edges,
+        stale=propagate(edges),
         cycles=tuple(tuple(_text(path) for path in cycle) for cycle in data["cycles"]),
         problems=tuple(_decode_problem(row) for row in data["problems"]),
     )

@@ -1,0 +1,84 @@
+"""Questions an agent or a program asks the lineage at the moment they matter.
+
+Pure functions over a ``Report``: what a file is derived from, what derives
+from it, what to re-check after editing a source.  Every answer is plain
+data, sorted, with the chain that connects the two files.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .lineage import children_of, node_statuses
+from .model import NodeStatus, Report, StaleEntry
+
+__all__ = ["Relative", "derived_from", "sources_of", "stale_after_editing"]
+
+
+@dataclass(frozen=True, slots=True)
+class Relative:
+    """A file related to the one asked about, and how."""
+
+    path: str
+    status: NodeStatus
+    chain: tuple[str, ...]
+    """A shortest derivation chain, always written upstream first:
+    ``(source, ..., derived)``."""
+
+    @property
+    def distance(self) -> int:
+        """1 for a direct source or derived file, 2 through one file, and so on."""
+        return len(self.chain) - 1
+
+
+def _parents_of(report: Report) -> dict[str, list[str]]:
+    parents: dict[str, set[str]] = defaultdict(set)
+    for edge in report.edges:
+        parents[edge.derived].add(edge.source)
+    return {path: sorted(sources) for path, sources in parents.items()}
+
+
+def _walk(neighbours: Mapping[str, list[str]], start: str, transitive: bool) -> dict[str, tuple[str, ...]]:
+    """Shortest paths from ``start`` (excluded) to every reachable node, start first."""
+    paths: dict[str, tuple[str, ...]] = {}
+    queue = deque([(start, (start,))])
+    while queue:
+        node, path = queue.popleft()
+        for neighbour in neighbours.get(node, ()):
+            if neighbour not in paths and neighbour != start:
+                paths[neighbour] = (*path, neighbour)
+                if transitive:
+                    queue.append((neighbour, paths[neighbour]))
+    return paths
+
+
+def sources_of(report: Report, path: str, *, transitive: bool = False) -> tuple[Relative, ...]:
+    """What ``path`` is derived from: its declared sources, or every ancestor."""
+    statuses = node_statuses(report.edges, report.stale)
+    found = _walk(_parents_of(report), path, transitive)
+    return tuple(
+        Relative(ancestor, statuses[ancestor], tuple(reversed(chain)))
+        for ancestor, chain in sorted(found.items(), key=lambda item: (len(item[1]), item[0]))
+    )
+
+
+def derived_from(report: Report, path: str, *, transitive: bool = False) -> tuple[Relative, ...]:
+    """What is derived from ``path``: directly, or through any number of levels."""
+    statuses = node_statuses(report.edges, report.stale)
+    found = _walk(children_of(report.edges), path, transitive)
+    return tuple(
+        Relative(descendant, statuses[descendant], chain)
+        for descendant, chain in sorted(found.items(), key=lambda item: (len(item[1]), item[0]))
+    )
+
+
+def stale_after_editing(report: Report, source: str) -> tuple[StaleEntry, ...]:
+    """The stale files downstream of ``source``: what to re-check after editing it.
+
+    Right after an edit, refresh first: the report then marks everything the
+    edit reached, and this narrows it to the edited file's descendants.
+    """
+    downstream = {relative.path for relative in derived_from(report, source, transitive=True)}
+    return tuple(entry for entry in report.stale if entry.path in downstream)

@@ -1,0 +1,225 @@
+"""A synthetic memory folder for the benchmark, deterministic by seed.
+
+``generate(root, files, seed)`` writes ``files`` memory files of about 2 KB
+spread over subfolders.  About 30% of them are derived from 2-4 earlier
+files, half of the time from files that are themselves derived, so chains of
+summaries of summaries form; the graph is acyclic because a file only names
+files written before it.  Declarations use every form the contract accepts
+(comma list, inline list, block list, Markdown links, root-relative entries),
+and some descriptions hold an unquoted colon, as real memory files do.
+
+The same lineage can be written as a Makefile and as a dvc.yaml pipeline, so
+that other tools can be timed on the same graph.
+
+``python -m tests.bench.generate ROOT --files N [--seed S]`` writes a folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import posixpath
+import random
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Workload", "generate", "write_dvc_yaml", "write_makefile"]
+
+DERIVED_SHARE = 0.30
+BODY_BYTES = 2000
+FILES_PER_FOLDER = 40
+_TOPS = ("notes", "people", "projects", "topics", "journal", "reference")
+_WORDS = (
+    "memory agent user prefers concise answers project deadline meeting review draft summary source "
+    "note decision context budget team release schedule customer feedback issue design test plan "
+    "weekly monthly digest profile preference language tooling deploy server database latency "
+    "migration backlog priority risk owner status blocked done open question answer follow up"
+).split()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What was written: every file and, for derived files, their root-relative sources."""
+
+    root: Path
+    files: tuple[str, ...]
+    sources: dict[str, tuple[str, ...]]
+    leaf: str
+    """A file derived from nothing that some chain of derived files is built from:
+    the file the benchmark edits."""
+
+    @property
+    def depth(self) -> int:
+        """Length of the longest derivation chain (a summary of a summary is 2)."""
+        depth: dict[str, int] = {}
+        for path in self.files:  # written in order: sources come first
+            depth[path] = 1 + max((depth.get(s, 0) for s in self.sources.get(path, ())), default=-1)
+        return max(depth.values(), default=0)
+
+    def descendants(self, path: str) -> set[str]:
+        """Every file derived, at any depth, from ``path``."""
+        children: dict[str, list[str]] = {}
+        for derived, sources in self.sources.items():
+            for source in sources:
+                children.setdefault(source, []).append(derived)
+        found: set[str] = set()
+        queue = deque([path])
+        while queue:
+            for child in children.get(queue.popleft(), ()):
+                if child not in found:
+                    found.add(child)
+                    queue.append(child)
+        return found
+
+
+def generate(root: str | os.PathLike[str], files: int, seed: int = 1) -> Workload:
+    """Write ``files`` memory files (``MEMORY.md`` included) below ``root``."""
+    rng = random.Random(seed)
+    root = Path(root)
+    folders = _folders(rng, max(1, files // FILES_PER_FOLDER))
+    paths: list[str] = []
+    derived: list[str] = []
+    sources: dict[str, tuple[str, ...]] = {}
+    for index in range(max(0, files - 1)):
+        path = f"{rng.choice(folders)}/{rng.choice(_WORDS)}-{index:06d}.md"
+        chosen = _sources(rng, paths, derived) if len(paths) >= 8 and rng.random() < DERIVED_SHARE else ()
+        _write(root / path, _content(rng, path, chosen, index))
+        if chosen:
+            sources[path] = tuple(sorted(chosen))
+            derived.append(path)
+        paths.append(path)
+    if files >= 1:
+        _write(root / "MEMORY.md", _index(paths[:50]))
+        paths.append("MEMORY.md")
+    workload = Workload(root, tuple(paths), sources, "")
+    return Workload(root, workload.files, sources, _pick_leaf(rng, workload))
+
+
+def _folders(rng: random.Random, count: int) -> list[str]:
+    folders = []
+    for index in range(count):
+        top = _TOPS[index % len(_TOPS)]
+        folders.append(top if index < len(_TOPS) else f"{top}/{rng.choice(_WORDS)}-{index:04d}")
+    return folders
+
+
+def _sources(rng: random.Random, paths: list[str], derived: list[str]) -> list[str]:
+    """2-4 distinct earlier files, half of them derived ones when there are any."""
+    chosen: set[str] = set()
+    wanted = rng.randint(2, 4)
+    while len(chosen) < wanted:
+        pool = derived if derived and rng.random() < 0.5 else paths
+        chosen.add(rng.choice(pool))
+    return sorted(chosen)
+
+
+def _pick_leaf(rng: random.Random, workload: Workload) -> str:
+    """A plain file with a chain of at least two derivations below it."""
+    used = {source for sources in workload.sources.values() for source in sources}
+    plain = [path for path in workload.files if path in used and path not in workload.sources]
+    deep = [path for path in plain if any(child in used for child in workload.descendants(path))]
+    candidates = deep or plain or list(workload.files)
+    return rng.choice(candidates) if candidates else ""
+
+
+def _entry(rng: random.Random, declaring: str, source: str) -> str:
+    roll = rng.random()
+    if roll < 0.15:
+        return "/" + source
+    relative = posixpath.relpath(source, posixpath.dirname(declaring) or ".")
+    if roll < 0.30:
+        title = posixpath.basename(source)[:-3].replace("-", " ").title()
+        return f"[{title}]({relative})"
+    return relative
+
+
+def _declaration(rng: random.Random, declaring: str, chosen: list[str]) -> list[str]:
+    entries = [_entry(rng, declaring, source) for source in chosen]
+    style = rng.random()
+    if style < 0.45:
+        lines = ["derived_from: " + ", ".join(entries)]
+    elif style < 0.70:
+        lines = ["derived_from: [" + ", ".join(entries) + "]"]
+    else:
+        lines = ["derived_from:"] + [f"  - {entry}" for entry in entries]
+    if rng.random() < 0.2:
+        lines.append(f"derived_at: 2026-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}")
+    return lines
+
+
+def _content(rng: random.Random, path: str, chosen: list[str], index: int) -> str:
+    name = posixpath.basename(path)[:-3].replace("-", " ")
+    description = " ".join(rng.choices(_WORDS, k=8))
+    if rng.random() < 0.2:
+        description = "Note: " + description  # an unquoted colon: not valid YAML
+    head = ["---", f"name: {name}", f"description: {description}", f"type: {rng.choice(('user', 'project', 'feedback'))}"]
+    if chosen:
+        head += _declaration(rng, path, chosen)
+    head.append("---")
+    body = [f"# {name.title()}", ""]
+    size = sum(len(line) + 1 for line in head) + len(body[0]) + 2
+    while size < BODY_BYTES:
+        line = " ".join(rng.choices(_WORDS, k=12)) + f" ({index})."
+        body.append(line)
+        size += len(line) + 1
+    return "\n".join(head + body) + "\n"
+
+
+def _index(paths: list[str]) -> str:
+    lines = ["# Memory index", ""]
+    lines += [f"- [{posixpath.basename(path)}]({path})" for path in paths]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def write_makefile(workload: Workload) -> Path:
+    """The lineage as make rules: each derived file is a target of its sources."""
+    derived = sorted(workload.sources)
+    lines = [".PHONY: all", "all: " + " ".join(derived), ""]
+    for path in derived:
+        lines += [f"{path}: " + " ".join(workload.sources[path]), "\t@touch $@", ""]
+    target = workload.root / "Makefile"
+    target.write_text("\n".join(lines), encoding="utf-8")
+    return target
+
+
+def write_dvc_yaml(workload: Workload) -> Path:
+    """The lineage as a DVC pipeline: one stage per derived file, its sources as deps.
+
+    Written as JSON, which is valid YAML and needs no YAML library here.
+    """
+    import json
+
+    stages = {
+        f"d{index:06d}": {
+            "cmd": "true",
+            "deps": list(workload.sources[path]),
+            "outs": [{path: {"cache": False}}],
+        }
+        for index, path in enumerate(sorted(workload.sources))
+    }
+    target = workload.root / "dvc.yaml"
+    target.write_text(json.dumps({"stages": stages}, indent=1), encoding="utf-8")
+    return target
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", type=Path)
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=1)
+    options = parser.parse_args()
+    workload = generate(options.root, options.files, options.seed)
+    print(f"{len(workload.files)} files, {len(workload.sources)} derived, longest chain {workload.depth}")
+
+
+if __name__ == "__main__":
+    main()

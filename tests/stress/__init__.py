@@ -1,0 +1,1 @@
+"""Stress suite: hostile memory folders, faults, concurrency and fuzzing."""

@@ -1,0 +1,462 @@
+"""The AgentScope middleware, driven through a real ``Agent`` with a scripted model.
+
+Every prompt assertion is on the system prompt the model actually received.
+The model is a ``ChatModelBase`` subclass that replays a script (no network).
+The memory middleware's retrieval hints are switched off: they never touch
+the system prompt, and AgentScope cancels an unfinished retrieval task at the
+end of a reply while it may hold a memory file open, which surfaces later as
+an unraisable ResourceWarning in whichever test happens to run.  The memory
+middleware's file selector is asked directly where it matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import posixpath
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agentscope")
+
+from agentscope.agent import Agent, InjectionConfig  # noqa: E402
+from agentscope.credential import CredentialBase  # noqa: E402
+from agentscope.formatter import OpenAIChatFormatter  # noqa: E402
+from agentscope.message import TextBlock, ToolCallBlock, ToolResultBlock, UserMsg  # noqa: E402
+from agentscope.middleware import AgenticMemoryMiddleware  # noqa: E402
+from agentscope.model import ChatModelBase, ChatResponse  # noqa: E402
+from agentscope.tool import BackendBase, ExecResult, LocalBackend, Toolkit  # noqa: E402
+
+from provgraph.integrations.agentscope import (  # noqa: E402
+    LIST_TOOL,
+    RECORD_TOOL,
+    ProvenanceMiddleware,
+    default_state_path,
+)
+
+HEADING = "## Derived memories with changed sources"
+ADOPTED = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
+EDITED = datetime(2026, 11, 18, 15, 30, tzinfo=UTC)
+CHECKED = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+OLD = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+MARKER = "- profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed"
+BASE_PROMPT = "You are a helpful assistant."
+
+INDEX = "- [User facts](user-facts.md) — where the user lives\n- [Profile](profile.md) — who the user is\n"
+FILES = {
+    "MEMORY.md": INDEX,
+    "user-facts.md": "---\nname: User facts\ndescription: facts\ntype: user\n---\nThe user lives in Lyon.\n",
+    "preferences.md": "---\nname: Preferences\ntype: user\n---\nThe user drinks tea.\n",
+    "profile.md": (
+        "---\nname: Profile\ndescription: When you tailor an answer, Read this first.\ntype: user\n"
+        "derived_from: user-facts.md, preferences.md\n---\nA tea drinker living in Lyon.\n"
+    ),
+    # Hidden entries are not memory files: were this one scanned, it would be marked too.
+    ".trash/profile-old.md": "---\nderived_from: ../user-facts.md\n---\nold\n",
+}
+MOVED = "---\nname: User facts\ndescription: facts\ntype: user\n---\nThe user moved to Oslo.\n"
+
+
+# -- a scripted model ------------------------------------------------------------
+
+
+class ScriptedModel(ChatModelBase):
+    """Replays one response per agent model call and records the system prompt of each."""
+
+    def __init__(self, script: Sequence[ChatResponse] = ()) -> None:
+        super().__init__(
+            credential=CredentialBase(),
+            model="scripted",
+            parameters=ChatModelBase.Parameters(),
+            stream=False,
+            max_retries=0,
+        )
+        self.formatter = OpenAIChatFormatter()
+        self.script = list(script)
+        self.system_prompts: list[str] = []
+        self.inputs: list[list] = []
+        self.tool_names: list[list[str]] = []
+
+    async def _call_api(self, model_name, messages, tools=None, tool_choice=None, **kwargs):
+        names = [tool["function"]["name"] for tool in tools or []]
+        self.system_prompts.append(messages[0].get_text_content())
+        self.inputs.append(copy.deepcopy(messages))
+        self.tool_names.append(names)
+        if self.script:
+            return self.script.pop(0)
+        return ChatResponse(content=[TextBlock(text="Done.")], is_last=True)
+
+
+def tool_call(name: str, **arguments: str) -> ChatResponse:
+    return ChatResponse(
+        content=[ToolCallBlock(id=f"call-{name}", name=name, input=json.dumps(arguments))], is_last=True
+    )
+
+
+async def ask(middlewares: list, tools: Sequence = (), script: Sequence[ChatResponse] = ()) -> ScriptedModel:
+    """One reply of a real Agent; returns the model with what it received."""
+    model = ScriptedModel(script)
+    agent = Agent(
+        name="assistant",
+        system_prompt=BASE_PROMPT,
+        model=model,
+        toolkit=Toolkit(tools=list(tools)),
+        middlewares=middlewares,
+        injection_config=InjectionConfig(inject_runtime_state=False),
+    )
+    await agent.reply(UserMsg(name="user", content="Where does the user live?"))
+    return model
+
+
+def tool_results(model: ScriptedModel, call: int) -> list[str]:
+    texts = []
+    for message in model.inputs[call]:
+        for block in message.content:
+            if isinstance(block, ToolResultBlock):
+                texts += [part.text for part in block.output if isinstance(part, TextBlock)]
+    return texts
+
+
+# -- memory folders ----------------------------------------------------------------
+
+
+def write(folder: Path, relative: str, text: str, when: datetime | None = None) -> None:
+    target = folder / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+    if when is not None:
+        os.utime(target, (when.timestamp(), when.timestamp()))
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every memory file's bytes (provgraph's own state folder excluded)."""
+    return {
+        path.relative_to(folder).as_posix(): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and ".provgraph" not in path.parts
+    }
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A workdir whose ``Memory`` folder holds a derived profile and its two sources."""
+    for relative, text in FILES.items():
+        write(tmp_path / "work" / "Memory", relative, text, OLD)
+    return tmp_path / "work"
+
+
+def memory_middleware(workdir: Path | str, backend: BackendBase | None = None, **parameters) -> AgenticMemoryMiddleware:
+    options = AgenticMemoryMiddleware.Parameters(retrieval_async=False, **parameters)
+    return AgenticMemoryMiddleware(workdir=str(workdir), backend=backend, parameters=options)
+
+
+async def adopt(provenance: ProvenanceMiddleware, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first look at the folder: every derived file is taken to match its sources."""
+    monkeypatch.setenv("PROVGRAPH_NOW", ADOPTED.isoformat())
+    assert await provenance.on_system_prompt(None, "prompt") == "prompt"
+    monkeypatch.setenv("PROVGRAPH_NOW", CHECKED.isoformat())
+
+
+def appended(prompt: str, memory_only: str) -> str:
+    """What came after the memory middleware's prompt (which must be intact, first)."""
+    assert prompt.startswith(memory_only + "\n\n")
+    return prompt[len(memory_only) + 2 :]
+
+
+# -- the prompt ----------------------------------------------------------------------
+
+
+def test_fresh_memory_leaves_the_prompt_byte_for_byte(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROVGRAPH_NOW", ADOPTED.isoformat())
+    memory = memory_middleware(workdir)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory)
+
+    alone = asyncio.run(ask([memory]))
+    both = asyncio.run(ask([memory, provenance], tools=asyncio.run(provenance.list_tools())))
+    monkeypatch.setenv("PROVGRAPH_NOW", CHECKED.isoformat())
+    again = asyncio.run(ask([memory, provenance]))
+
+    assert both.system_prompts == alone.system_prompts
+    assert again.system_prompts == alone.system_prompts
+    assert (workdir / "Memory" / ".provgraph" / "state.json").is_file()  # it did look, and adopted the profile
+
+
+def test_stale_derived_file_is_marked_after_the_snapshot_and_its_truncation(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = workdir / "Memory"
+    write(folder, "MEMORY.md", INDEX + "".join(f"- [Item {i}](item-{i}.md) — note {i}\n" for i in range(80)))
+    memory = memory_middleware(workdir, memory_max_tokens=120)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory)
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+    before = snapshot(folder)
+
+    prompt = asyncio.run(ask([memory, provenance])).system_prompts[0]
+    memory_only = asyncio.run(ask([memory])).system_prompts[0]
+
+    assert "<<<TRUNCATED>>>" in memory_only
+    block = appended(prompt, memory_only)
+    lines = block.splitlines()
+    assert lines[0] == HEADING
+    assert MARKER in lines
+    assert not any("profile-old" in line for line in lines)
+    assert any(RECORD_TOOL in line for line in lines)
+    assert snapshot(folder) == before
+
+
+def test_a_stale_file_older_than_the_newest_200_is_still_marked(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = workdir / "Memory"
+    for number in range(210):
+        write(folder, f"notes/note-{number:03}.md", f"---\ntype: project\n---\nnote {number}\n", EDITED)
+    memory = memory_middleware(workdir)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory)
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+
+    selectable = {header.filename for header in asyncio.run(memory._list_md_files())}
+    prompt = asyncio.run(ask([memory, provenance])).system_prompts[0]
+
+    assert len(selectable) == 200
+    assert "profile.md" not in selectable
+    assert MARKER in prompt.splitlines()
+
+
+def test_the_line_cap_points_to_the_listing_tool(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = workdir / "Memory"
+    for name in ("digest.md", "summary.md"):
+        write(folder, name, "---\nderived_from: user-facts.md\n---\nsummary\n", OLD)
+    provenance = ProvenanceMiddleware(workdir=str(workdir), max_lines=1)
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+
+    prompt = asyncio.run(ask([memory_middleware(workdir), provenance])).system_prompts[0]
+    listing = asyncio.run(provenance.list_stale_derived_memories())
+
+    assert sum("source(s) changed since derived (2026-11-18)" in line for line in prompt.splitlines()) == 1
+    assert f"- … and 2 more stale derived files; call `{LIST_TOOL}` to list them all." in prompt.splitlines()
+    assert [line.split(":")[0] for line in listing.splitlines() if "changed since derived" in line] == [
+        "- digest.md",
+        "- profile.md",
+        "- summary.md",
+    ]
+
+
+# -- the tools -------------------------------------------------------------------------
+
+
+def test_the_agent_records_a_rederivation_and_the_marker_is_gone(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = workdir / "Memory"
+    memory = memory_middleware(workdir)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory)
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+    before = snapshot(folder)
+
+    model = asyncio.run(
+        ask(
+            [memory, provenance],
+            tools=asyncio.run(provenance.list_tools()),
+            script=[tool_call(RECORD_TOOL, path="profile.md")],
+        )
+    )
+    memory_only = asyncio.run(ask([memory])).system_prompts[0]
+
+    assert RECORD_TOOL in model.tool_names[0]
+    assert MARKER in model.system_prompts[0].splitlines()
+    assert model.system_prompts[1] == memory_only
+    [answer] = tool_results(model, 1)
+    assert answer.startswith("Recorded: profile.md")
+    assert snapshot(folder) == before
+
+
+def record(provenance: ProvenanceMiddleware, path: str) -> str:
+    [tool] = [tool for tool in asyncio.run(provenance.list_tools()) if tool.name == RECORD_TOOL]
+    chunk = asyncio.run(tool.call(path=path))
+    [text] = [block.text for block in chunk.content]
+    assert 1 <= len(text.splitlines()) <= 2
+    return text
+
+
+def test_the_record_tool_answers_in_words_for_every_path(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = workdir / "Memory"
+    write(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
+    provenance = ProvenanceMiddleware(workdir=str(workdir))
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+
+    assert "not a derived memory file" in record(provenance, "user-facts.md")
+    assert "not a derived memory file" in record(provenance, "no-such-file.md")
+    assert "not a path inside the memory folder" in record(provenance, "../outside.md")
+    assert "not a path inside the memory folder" in record(provenance, "/etc/passwd")
+    assert "stays marked" in record(provenance, "digest.md")  # its source profile.md is itself stale
+    assert record(provenance, str(folder / "profile.md")).startswith("Recorded: profile.md")
+    assert asyncio.run(provenance.refresh()).stale == ()
+
+
+def test_the_record_tool_reports_a_failure_instead_of_raising(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = workdir / "not-a-folder"
+    blocker.write_text("a file where the state folder should be")
+    provenance = ProvenanceMiddleware(workdir=str(workdir), state=blocker / "state.json")
+
+    assert record(provenance, "profile.md").startswith("Could not record the re-derivation of profile.md")
+    assert asyncio.run(provenance.on_system_prompt(None, "prompt")) == "prompt"
+
+
+# -- a remote backend ----------------------------------------------------------------------
+
+
+class DictBackend(BackendBase):
+    """A sandbox-like backend held in a dict, with no shell and no local paths.
+
+    ``listing`` chooses how ``list_dir(recursive=True)`` names entries, as real
+    backends differ: absolute paths, paths relative to the listed folder, or
+    relative paths with the folders listed too.  ``failing`` makes every
+    read fail as a lost connection does.
+    """
+
+    def __init__(self, listing: str = "absolute") -> None:
+        self.files: dict[str, tuple[bytes, float]] = {}
+        self.listing = listing
+        self.failing = False
+
+    def put(self, path: str, text: str, when: datetime) -> None:
+        self.files[posixpath.normpath(path)] = (text.encode(), when.timestamp())
+
+    async def exec_shell(self, command, *, cwd=None, timeout=None):
+        return ExecResult(exit_code=127, stdout=b"", stderr=b"no shell")
+
+    async def read_file(self, path: str) -> bytes:
+        if self.failing:
+            raise ConnectionError("sandbox unreachable")
+        try:
+            return self.files[posixpath.normpath(path)][0]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        self.files[posixpath.normpath(path)] = (bytes(data), datetime.now().timestamp())
+
+    async def file_exists(self, path: str) -> bool:
+        return posixpath.normpath(path) in self.files or await self.is_dir(path)
+
+    async def is_dir(self, path: str) -> bool:
+        prefix = posixpath.normpath(path) + "/"
+        return any(key.startswith(prefix) for key in self.files)
+
+    async def list_dir(self, path: str, *, recursive: bool = False) -> list[str]:
+        prefix = posixpath.normpath(path) + "/"
+        keys = sorted(key for key in self.files if key.startswith(prefix))
+        if not recursive:
+            return sorted({key[len(prefix) :].split("/")[0] for key in keys})
+        if self.listing == "absolute":
+            return keys
+        relative = [key[len(prefix) :] for key in keys]
+        if self.listing == "with-folders":
+            relative += sorted({posixpath.dirname(key) for key in relative if "/" in key})
+        return relative
+
+    async def stat_mtime(self, path: str) -> float | None:
+        entry = self.files.get(posixpath.normpath(path))
+        return entry[1] if entry else None
+
+
+def remote_workdir(listing: str = "absolute") -> DictBackend:
+    backend = DictBackend(listing)
+    for relative, text in FILES.items():
+        backend.put(f"/sandbox/work/Memory/{relative}", text, OLD)
+    return backend
+
+
+@pytest.mark.parametrize("listing", ["absolute", "relative", "with-folders"])
+def test_a_remote_backend_gives_the_local_result(
+    listing: str, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    local_memory = memory_middleware(workdir)
+    local = ProvenanceMiddleware.from_memory_middleware(local_memory)
+    backend = remote_workdir(listing)
+    remote_memory = memory_middleware("/sandbox/work", backend)
+    remote = ProvenanceMiddleware.from_memory_middleware(remote_memory, state=tmp_path / "remote-state.json")
+    asyncio.run(adopt(local, monkeypatch))
+    asyncio.run(adopt(remote, monkeypatch))
+    write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+    before = dict(backend.files)
+
+    local_block = appended(
+        asyncio.run(ask([local_memory, local])).system_prompts[0], asyncio.run(ask([local_memory])).system_prompts[0]
+    )
+    remote_model = asyncio.run(
+        ask(
+            [remote_memory, remote],
+            tools=asyncio.run(remote.list_tools()),
+            script=[tool_call(RECORD_TOOL, path="profile.md")],
+        )
+    )
+    remote_only = asyncio.run(ask([remote_memory])).system_prompts[0]
+
+    assert MARKER in local_block.splitlines()
+    assert appended(remote_model.system_prompts[0], remote_only) == local_block
+    assert remote_model.system_prompts[1] == remote_only
+    assert backend.files == before  # nothing written into the sandbox
+    assert (tmp_path / "remote-state.json").is_file()
+
+
+def test_a_remote_failure_keeps_the_prompt_and_the_stamps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = remote_workdir()
+    remote = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state.json")
+    asyncio.run(adopt(remote, monkeypatch))
+    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+
+    backend.failing = True
+    during = asyncio.run(remote.on_system_prompt(None, "prompt"))
+    backend.failing = False
+    after = asyncio.run(remote.on_system_prompt(None, "prompt"))
+
+    assert during == "prompt"
+    assert MARKER in after.splitlines()
+
+
+def test_remote_state_defaults_to_the_cache_folder_keyed_by_the_memory_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    backend = remote_workdir()
+    backend.put("/sandbox/other/Memory/MEMORY.md", "", OLD)
+    first = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend)
+    second = ProvenanceMiddleware(workdir="/sandbox/other", backend=backend)
+
+    asyncio.run(first.refresh())
+
+    assert first.state_path == default_state_path(backend, "/sandbox/work/Memory")
+    assert first.state_path.is_relative_to(tmp_path / "cache")
+    assert first.state_path.is_file()
+    assert second.state_path != first.state_path
+
+
+def test_the_local_backend_is_read_in_place(workdir: Path) -> None:
+    memory = memory_middleware(workdir)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory, max_lines=5)
+
+    assert isinstance(memory._backend, LocalBackend)
+    assert provenance.files is None
+    assert provenance.memory_path == str(workdir / "Memory")
+    assert provenance.max_lines == 5
+
+
+def test_importing_provgraph_does_not_import_agentscope() -> None:
+    code = (
+        "import sys, provgraph, provgraph.api, provgraph.cli, provgraph.render, provgraph.integrations.claude_code\n"
+        "assert not [name for name in sys.modules if name.split('.')[0] == 'agentscope'], 'agentscope imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
