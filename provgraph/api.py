@@ -7,22 +7,23 @@ stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import queries
-from .files import FileSource, LocalFiles, NotRegular, OutsideRoot
+from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
-from .model import Edge, FileMeta, NodeStatus, Problem, Report, StaleEntry
+from .model import Edge, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from .queries import Relative
-from .scan import RACY_WINDOW_NS, scan
-from .stamps import reconcile
-from .state import State, StateStore
+from .state import State, StateStore, listing_key
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -81,7 +82,10 @@ class Memory:
         state: str | os.PathLike[str] | None = None,
         files: FileSource | None = None,
         warn: Callable[[str], None] | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
+        """``progress(done, total)`` hears how far a scan that reads files has got
+        (the no-change path reads none and never calls it)."""
         self.root = Path(os.path.abspath(Path(root).expanduser()))
         if files is None:
             if not self.root.is_dir():
@@ -90,6 +94,7 @@ class Memory:
         self.files = files
         self.state_path = Path(state) if state is not None else self.root / STATE_DIR / "state.json"
         self._store = StateStore(self.state_path, warn)
+        self._progress = progress
 
     def refresh(self, *, now: datetime | None = None) -> Report:
         """Scan the folder, update the stamps, and report what is stale."""
@@ -137,17 +142,19 @@ class Memory:
         return to_networkx(report.edges, report.stale, report.cycles)
 
     def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:
-        with self._store.locked():
-            state = self._store.load()
+        with self._store.locked(), _collector_paused():
             started_ns = time.time_ns()
             listing, walk_problems = self.files.walk()
             walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
-            if not restamp and self._unchanged(state, listing, tuple(walk_problems)):
-                assert state.report is not None
-                return replace(state.report, root=str(self.root), scanned_at=now)
-            snapshot = scan(
-                self.files, state.seen, state.scan_started_ns - RACY_WINDOW_NS, walked=(listing, walk_problems)
-            )
+            unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
+            if unchanged is not None:
+                return replace(unchanged, root=str(self.root), scanned_at=now)
+            from .scan import scan  # the no-change path above needs neither
+            from .stamps import reconcile
+
+            state = self._store.load()
+            racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
+            snapshot = scan(self.files, state.seen, racy_from_ns, (listing, walk_problems), self._progress)
             not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
             if not_derived:
                 raise NotDerived(not_derived)
@@ -161,36 +168,63 @@ class Memory:
                 cycles=find_cycles(edges),
                 problems=snapshot.problems,
             )
-            self._store.save(State(derivations, dict(snapshot.seen), started_ns, report, tuple(walk_problems)))
+            seen, refused = dict(snapshot.seen), dict(snapshot.refused)
+            self._store.save(State(derivations, seen, started_ns, report, tuple(walk_problems), refused))
             return report
 
-    def _unchanged(self, state: State, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]) -> bool:
-        """True when no file that the last result depends on can have changed.
+    def _unchanged(self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]) -> Report | None:
+        """The last result when no file it depends on can have changed, else None.
 
-        Every memory file and every source outside the listing must show the
-        very metadata recorded when it was last read, and none may have been
-        modified so close to that scan that equal metadata proves nothing.
+        Every memory file must show the very metadata recorded when it was last
+        read (compared as one digest of the whole listing), every source outside
+        the listing must stat as it did, and none may have been modified so
+        close to that scan that equal metadata proves nothing.
         """
-        report = state.report
-        if report is None or not self.files.trusts_stat:
+        if not self.files.trusts_stat:
+            return None
+        recall = self._store.recall()
+        if recall is None or walk_problems != recall.walk_problems:
+            return None
+        limit = recall.scan_started_ns - RACY_WINDOW_NS
+        if _newest(listing.values()) >= limit or listing_key(listing) != recall.listing:
+            return None
+        if not all(self._stats_as_before(path, recorded, limit) for path, recorded in recall.watched):
+            return None
+        return recall.report
+
+    def _stats_as_before(self, path: str, recorded: tuple[int, ...] | str | None, limit: int) -> bool:
+        """A source outside the listing: still missing, refused for the same reason, or
+        with the same metadata, not modified within the racy window."""
+        try:
+            meta = self.files.stat(path)
+        except OutsideRoot:
+            return recorded == ProblemKind.OUTSIDE_ROOT.value
+        except NotRegular:
+            return recorded == ProblemKind.BAD_ENTRY.value
+        except OSError:
             return False
-        if report.files != len(listing) or walk_problems != state.walk_problems:
-            return False
-        limit = state.scan_started_ns - RACY_WINDOW_NS
-        seen = state.seen
-        for path, meta in listing.items():
-            old = seen.get(path)
-            if old is None or old.meta != meta or meta.mtime_ns >= limit or meta.ctime_ns >= limit:
-                return False
-        for source in {edge.source for edge in report.edges} - listing.keys():
-            try:
-                meta = self.files.stat(source)
-            except (OSError, OutsideRoot, NotRegular):
-                return False
-            old = seen.get(source)
-            if (old.meta if old else None) != meta or (meta is not None and max(meta.mtime_ns, meta.ctime_ns) >= limit):
-                return False
-        return True
+        if meta is None:
+            return recorded is None
+        return meta == recorded and max(meta.mtime_ns, meta.ctime_ns) < limit
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A scan builds hundreds of thousands of small objects and no reference cycle;
+    the cyclic garbage collector would walk them all again and again for nothing."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _newest(metas: Iterable[FileMeta]) -> int:
+    """The latest mtime or ctime, in nanoseconds (0 for no file)."""
+    metas = list(metas)
+    return max(max(map(itemgetter(1), metas), default=0), max(map(itemgetter(2), metas), default=0))
 
 
 def _clock(now: datetime | None) -> datetime:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 import orjson
 
@@ -122,6 +123,8 @@ def _prompt(options: argparse.Namespace) -> int:
 def _hook(options: argparse.Namespace) -> int:
     from .integrations.claude_code import session_start_output
 
+    if not Path(options.root).exists():
+        return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
     report = _open(options).refresh(now=_now())
     sys.stdout.write(session_start_output(report, max_lines=options.max_lines))
     return EXIT_OK
@@ -144,7 +147,43 @@ def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
     root = root if root is not None else Path(options.root)
     if not root.is_dir():
         raise UsageError(f"memory root {root} is not a folder")
-    return Memory(root, state=options.state)
+    progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
+    return Memory(root, state=options.state, progress=progress)
+
+
+PROGRESS_AFTER = 1.0
+"""Seconds a scan runs before its progress is shown."""
+
+
+class Progress:
+    """How far a long scan has got, on one terminal line rewritten in place.
+
+    Nothing is shown for a scan that ends within ``after`` seconds of the
+    command's start (most do), and the line is erased when the scan is done,
+    before any result is printed.
+    """
+
+    def __init__(self, stream: TextIO, after: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._stream = stream
+        self._after = PROGRESS_AFTER if after is None else after
+        self._clock = clock
+        self._started = clock()
+        self._shown = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if done >= total:
+            self._erase()
+        elif self._clock() - self._started >= self._after:
+            line = f"\rprovgraph: scanning {done:,} of {total:,} memory files"
+            self._stream.write(line)
+            self._stream.flush()
+            self._shown = len(line) - 1
+
+    def _erase(self) -> None:
+        if self._shown:
+            self._stream.write("\r" + " " * self._shown + "\r")
+            self._stream.flush()
+            self._shown = 0
 
 
 def _now() -> datetime | None:

@@ -18,7 +18,13 @@ from typing import Protocol
 
 from .model import FileMeta, Problem, ProblemKind
 
-__all__ = ["FileSource", "LocalFiles", "NotRegular", "OutsideRoot"]
+__all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot"]
+
+RACY_WINDOW_NS = 2_000_000_000
+"""A file whose mtime is this close to (or after) the previous scan's start may
+have been written again within the file system's timestamp granularity after
+it was read, with identical metadata; such a file is read again rather than
+trusted (the same rule git applies to its index)."""
 
 _CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -63,6 +69,7 @@ class LocalFiles:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
+        self._root_text = os.fspath(self.root)
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
 
@@ -121,30 +128,42 @@ class LocalFiles:
 
     def _open(self, path: str) -> int:
         """Open the very path that was checked, resolved: a name swapped for a symlink
-        in between is not followed (the open fails), so nothing outside the root is opened."""
+        in between is not followed (the open fails), so nothing outside the root is opened.
+        Only a regular file stays open; anything else raises ``NotRegular`` unread."""
         descriptor = self._open_listed(path)
         if descriptor is not None:
             return descriptor
         real = os.path.realpath(os.path.join(self.root, *path.split("/")))
         if not self._real_inside(real):
             raise OutsideRoot(path)
-        return os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0))
+        descriptor = os.open(real, _READ_FLAGS)
+        if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise NotRegular(path)
+        return descriptor
 
     def _open_listed(self, path: str) -> int | None:
         """A file of the last walk, opened without resolving its path (resolving costs a
         system call per folder level), and kept only when it is the very file the walk
-        found there: same device and inode.  The walk never follows a symlinked folder,
-        so that file is inside the root whatever was renamed since.  None: not listed,
-        or not that file any more; the caller then resolves and checks the path."""
+        found there, untouched since: a regular file with the same device, inode and
+        ctime (a freed inode number is soon given to a new file, whose ctime is new).
+        The walk never follows a symlinked folder, so that file is inside the root
+        whatever was renamed since.  None: not listed, or not that file any more; the
+        caller then resolves and checks the path."""
         listed = self._listed.get(path)
         if listed is None:
             return None
         try:
-            descriptor = os.open(os.path.join(self.root, *path.split("/")), _READ_FLAGS)
+            descriptor = os.open(os.path.join(self._root_text, *path.split("/")), _READ_FLAGS)
         except OSError:
             return None
         info = os.fstat(descriptor)
-        if info.st_ino == listed.inode and info.st_dev == self._device:
+        if (
+            info.st_ino == listed.inode
+            and info.st_ctime_ns == listed.ctime_ns
+            and info.st_dev == self._device
+            and stat_module.S_ISREG(info.st_mode)
+        ):
             return descriptor
         os.close(descriptor)
         return None
@@ -170,8 +189,6 @@ class LocalFiles:
     def read(self, path: str, limit: int | None = None) -> bytes:
         descriptor = self._open(path)
         try:
-            if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
-                raise NotRegular(path)
             if limit is not None:
                 return os.read(descriptor, limit)
             chunks = []
@@ -186,8 +203,6 @@ class LocalFiles:
         digest = hashlib.sha256()
         descriptor = self._open(path)
         try:
-            if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
-                raise NotRegular(path)
             while chunk := os.read(descriptor, _CHUNK):
                 digest.update(chunk)
         finally:

@@ -38,11 +38,13 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     order of date gives each file the earliest originating change that
     reaches it.
     """
-    children = children_of(edges)
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
     for edge in edges:
         if edge.status is not EdgeStatus.CLEAN:
             groups[(edge.source, edge.status)].append(edge)
+    if not groups:
+        return ()
+    children = children_of(edges)
     causes: dict[str, list[Cause]] = defaultdict(list)
     for (origin, kind), broken in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
         parents = _shortest_parents(children, sorted(edge.derived for edge in broken))

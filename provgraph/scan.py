@@ -11,29 +11,29 @@ files are read only as far as their frontmatter.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .declarations import FRONTMATTER_LIMIT, NOTHING, Declaration, read_declaration, resolve_entries
-from .files import FileSource, NotRegular, OutsideRoot
+from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot
 from .model import FileMeta, Problem, ProblemKind
 
 __all__ = ["RACY_WINDOW_NS", "Seen", "Snapshot", "SourceState", "scan"]
 
-RACY_WINDOW_NS = 2_000_000_000
-"""A file whose mtime is this close to (or after) the previous scan's start may
-have been written again within the file system's timestamp granularity after
-it was read, with identical metadata; such a file is read again rather than
-trusted (the same rule git applies to its index)."""
+_PROGRESS_EVERY = 256
+"""Files between two progress reports."""
 
 _KEEP_BYTES = 64 * 1024 * 1024
 """Small files read for their frontmatter are kept in memory up to this total,
 so that the ones that turn out to be sources are not read twice."""
 
 
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """What a scan learned about one file, valid while its metadata is unchanged."""
+class Seen(NamedTuple):
+    """What a scan learned about one file, valid while its metadata is unchanged.
+
+    A tuple, like ``FileMeta``: the state holds one per file and every scan
+    after a change decodes them all."""
 
     meta: FileMeta
     sha256: str | None = None
@@ -61,6 +61,8 @@ class Snapshot:
     sources: Mapping[str, SourceState]
     problems: tuple[Problem, ...]
     seen: Mapping[str, Seen] = field(repr=False)
+    refused: Mapping[str, ProblemKind] = field(default_factory=dict)
+    """Declared sources that must not be opened, with the kind of problem each is."""
 
 
 def scan(
@@ -68,18 +70,25 @@ def scan(
     previous: Mapping[str, Seen],
     racy_from_ns: int,
     walked: tuple[dict[str, FileMeta], list[Problem]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Snapshot:
     """Scan ``files``, trusting ``previous`` for files unchanged before ``racy_from_ns``.
 
-    ``walked`` is the result of ``files.walk()`` when the caller already has it.
+    ``walked`` is the result of ``files.walk()`` when the caller already has it;
+    ``progress(done, total)`` is told every so often how many memory files were
+    looked at, and once more at the end.
     """
     listing, problems = walked if walked is not None else files.walk()
     problems = list(problems)
     reader = _Reader(files, previous, racy_from_ns, problems)
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
-    for path in sorted(listing):
+    for done, path in enumerate(sorted(listing)):
+        if progress is not None and done % _PROGRESS_EVERY == 0:
+            progress(done, len(listing))
         declaration = reader.declaration(path, listing[path])
+        if declaration is NOTHING:
+            continue
         sources, refused = resolve_entries(path, declaration.entries)
         problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
         problems.extend(refused)
@@ -88,6 +97,8 @@ def scan(
             derived_at[path] = declaration.derived_at
     needed = sorted({source for sources in declarations.values() for source in sources})
     states = {source: reader.source(source, listing.get(source)) for source in needed}
+    if progress is not None:
+        progress(len(listing), len(listing))
     declarations = _drop_refused(declarations, reader.refused, problems)
     return Snapshot(
         files=tuple(sorted(listing)),
@@ -96,6 +107,7 @@ def scan(
         sources={source: state for source, state in states.items() if source not in reader.refused},
         problems=tuple(sorted(set(problems), key=_problem_order)),
         seen=reader.seen,
+        refused={source: kind for source, (kind, _) in reader.refused.items()},
     )
 
 

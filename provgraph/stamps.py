@@ -10,7 +10,7 @@ fixed at the first scan that sees a mismatch.
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .model import Edge, EdgeStatus, Stamp
 from .scan import Snapshot, SourceState

@@ -11,16 +11,18 @@ program's) is moved aside, never deleted, and provgraph starts afresh.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import hashlib
 import os
+import stat
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,7 +70,7 @@ class State:
     file), with the kind of problem each is: the no-change check looks again."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Recall:
     """What the no-change check needs, read without the per-file tables.
 
@@ -81,10 +83,19 @@ class Recall:
     scan_started_ns: int
     walk_problems: tuple[Problem, ...]
     listing: str
-    watched: tuple[tuple[str, list[int] | str | None], ...]
-    """(path, what stat said): [size, mtime_ns, ctime_ns, inode]; None for a missing
+    watched: tuple[tuple[str, tuple[int, ...] | str | None], ...]
+    """(path, what stat said): (size, mtime_ns, ctime_ns, inode); None for a missing
     file; the problem kind's value for a refused one."""
-    report: Report
+    stored_report: dict = field(repr=False, compare=False)
+
+    @cached_property
+    def report(self) -> Report | None:
+        """The last result, decoded when first asked for (a folder that changed never
+        needs it); None when it cannot be read back, which a full scan then sorts out."""
+        try:
+            return _decode_report(self.stored_report)
+        except (_Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
 
 
 def listing_key(listing: Mapping[str, FileMeta]) -> str:
@@ -130,7 +141,7 @@ class StateStore:
 
     def load(self) -> State:
         try:
-            data = self.path.read_bytes()
+            data = _read_regular(self.path)
         except FileNotFoundError:
             return State()
         except OSError as error:
@@ -150,10 +161,13 @@ class StateStore:
         unreadable file aside.
         """
         try:
-            data = self.path.read_bytes()
+            data = _read_regular(self.path)
         except OSError:
             return None
-        head = data[: data.find(_TABLES)]
+        end = data.find(_TABLES)
+        if end < 0:
+            return None
+        head = data[:end]
         if self._recalled is not None and self._recalled[0] == head:
             return self._recalled[1]
         try:
@@ -178,6 +192,8 @@ class StateStore:
         self._warn(f"state file {self.path} could not be read ({reason}); kept as {aside.name}, starting afresh")
 
     def save(self, state: State) -> None:
+        import tempfile  # only a write needs it
+
         payload = orjson.dumps(_encode(state))
         folder = self.path.parent
         temporary = None
@@ -197,6 +213,19 @@ class StateStore:
             if temporary is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
+
+
+def _read_regular(path: Path) -> bytes:
+    """The state file's bytes.  Anything but a regular file there (a FIFO would block
+    forever, ``/dev/zero`` never end) is an error, found without reading it."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(descriptor)
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -256,12 +285,16 @@ def _encode_recall(state: State) -> dict:
     the report's and the refused ones."""
     read = {path: seen.meta for path, seen in state.seen.items() if seen.declaration is not None}
     outside = {edge.source for edge in state.report.edges} if state.report is not None else set()
-    watched = []
-    for path in sorted((outside | state.refused.keys()) - read.keys()):
-        seen = state.seen.get(path)
-        kind = state.refused.get(path)
-        watched.append([path, kind.value if kind is not None else None if seen is None else list(seen.meta)])
+    watched = [[path, _outcome(state, path)] for path in sorted((outside | state.refused.keys()) - read.keys())]
     return {"listing": listing_key(read), "watched": watched}
+
+
+def _outcome(state: State, path: str) -> list[int] | str | None:
+    kind = state.refused.get(path)
+    if kind is not None:
+        return kind.value
+    seen = state.seen.get(path)
+    return None if seen is None else list(seen.meta)
 
 
 def _encode_declaration(declaration: Declaration | None) -> list | None:
@@ -298,21 +331,23 @@ def _decode_recall(data: dict) -> Recall | None:
     if data["report"] is None:
         return None
     watched = tuple((_text(path), _decode_outcome(outcome)) for path, outcome in data["watched"])
+    if not isinstance(data["report"], dict):
+        raise _Corrupt("the stored result must be an object")
     return Recall(
         int(data["scan_started_ns"]),
         tuple(_decode_problem(row) for row in data["walk_problems"]),
         _text(data["listing"]),
         watched,
-        _decode_report(data["report"]),
+        data["report"],
     )
 
 
-def _decode_outcome(outcome: object) -> list[int] | str | None:
+def _decode_outcome(outcome: object) -> tuple[int, ...] | str | None:
     if outcome is None or isinstance(outcome, str):
         return outcome
     if not isinstance(outcome, list) or len(outcome) != 4:
         raise _Corrupt("a watched source must hold a stat result, null or a problem kind")
-    return [int(number) for number in outcome]
+    return tuple(int(number) for number in outcome)
 
 
 def _decode(data: dict) -> State:
@@ -321,10 +356,7 @@ def _decode(data: dict) -> State:
     _check_format(data)
     return State(
         derivations={
-            _text(path): Derivation(
-                _optional_text(record["derived_at"]),
-                {_text(source): Stamp(_optional_text(sha), float(at), _optional_float(since)) for source, (sha, at, since) in record["stamps"].items()},
-            )
+            _text(path): Derivation(_optional_text(record["derived_at"]), _decode_stamps(record["stamps"]))
             for path, record in data["derivations"].items()
         },
         seen=_decode_seen(data["seen"]),
@@ -335,24 +367,33 @@ def _decode(data: dict) -> State:
     )
 
 
+def _decode_stamps(stamps: dict) -> dict[str, Stamp]:
+    decoded = {}
+    for source, (sha, at, since) in stamps.items():
+        decoded[_text(source)] = Stamp(_optional_text(sha), float(at), None if since is None else float(since))
+    return decoded
+
+
 def _decode_seen(table: dict) -> dict[str, Seen]:
-    from .declarations import Declaration
+    """One row per file, decoded in one tight loop: a scan after a change needs them all."""
+    from .declarations import NOTHING, Declaration
     from .scan import Seen
 
-    def decode(row: list) -> Seen:
-        size, mtime_ns, ctime_ns, inode, sha, declaration = row
+    seen = {}
+    for path, (size, mtime_ns, ctime_ns, inode, sha, declaration) in table.items():
         meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
-        if declaration is None:
-            return Seen(meta, _optional_text(sha), None)
-        entries, derived_at, problems = declaration
-        decoded = Declaration(
-            tuple(_text(entry) for entry in entries),
-            _optional_text(derived_at),
-            tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
-        )
-        return Seen(meta, _optional_text(sha), decoded)
-
-    return {_text(path): decode(row) for path, row in table.items()}
+        if declaration is not None:
+            entries, derived_at, problems = declaration
+            if entries or derived_at is not None or problems:
+                declaration = Declaration(
+                    tuple(_text(entry) for entry in entries),
+                    _optional_text(derived_at),
+                    tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
+                )
+            else:
+                declaration = NOTHING
+        seen[_text(path)] = Seen(meta, _optional_text(sha), declaration)
+    return seen
 
 
 def _decode_problem(row: list) -> Problem:
@@ -361,10 +402,7 @@ def _decode_problem(row: list) -> Problem:
 
 
 def _decode_report(data: dict) -> Report:
-    edges = tuple(
-        Edge(_text(s), _text(d), EdgeStatus(status), _optional_float(at), _optional_float(since))
-        for s, d, status, at, since in data["edges"]
-    )
+    edges = _decode_edges(data["edges"])
     return Report(
         root=_text(data["root"]),
         scanned_at=datetime.fromtimestamp(0, timezone.utc),
@@ -374,6 +412,22 @@ def _decode_report(data: dict) -> Report:
         cycles=tuple(tuple(_text(path) for path in cycle) for cycle in data["cycles"]),
         problems=tuple(_decode_problem(row) for row in data["problems"]),
     )
+
+
+def _decode_edges(rows: list) -> tuple[Edge, ...]:
+    """One row per declared source: checked and built in one tight loop, since the
+    no-change path decodes them all."""
+    status_of = _EDGE_STATUS
+    edges = []
+    for source, derived, status, at, since in rows:
+        if type(source) is not str or type(derived) is not str:
+            raise _Corrupt("an edge must join two paths")
+        at = None if at is None else float(at)
+        edges.append(Edge(source, derived, status_of[status], at, None if since is None else float(since)))
+    return tuple(edges)
+
+
+_EDGE_STATUS = {status.value: status for status in EdgeStatus}
 
 
 def _text(value: object) -> str:

@@ -2,11 +2,13 @@
 
 Every prompt assertion is on the system prompt the model actually received.
 The model is a ``ChatModelBase`` subclass that replays a script (no network).
-The memory middleware's retrieval hints are switched off: they never touch
-the system prompt, and AgentScope cancels an unfinished retrieval task at the
-end of a reply while it may hold a memory file open, which surfaces later as
-an unraisable ResourceWarning in whichever test happens to run.  The memory
-middleware's file selector is asked directly where it matters.
+The memory middleware's retrieval hints are switched off except in the tests
+about them: they never touch the system prompt.  Where retrieval is on, the
+scripted model answers the memory middleware's file selection, and waits for
+the retrieval to finish before answering the agent, as a real model's latency
+lets it: AgentScope cancels a retrieval still running at the end of a reply,
+possibly while it holds a memory file open, and that would surface later as an
+unraisable ResourceWarning in whichever test happens to run.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import copy
 import json
 import os
 import posixpath
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -29,12 +32,15 @@ pytest.importorskip("agentscope")
 from agentscope.agent import Agent, InjectionConfig  # noqa: E402
 from agentscope.credential import CredentialBase  # noqa: E402
 from agentscope.formatter import OpenAIChatFormatter  # noqa: E402
-from agentscope.message import TextBlock, ToolCallBlock, ToolResultBlock, UserMsg  # noqa: E402
+from agentscope.message import HintBlock, TextBlock, ToolCallBlock, ToolResultBlock, UserMsg  # noqa: E402
 from agentscope.middleware import AgenticMemoryMiddleware  # noqa: E402
 from agentscope.model import ChatModelBase, ChatResponse  # noqa: E402
 from agentscope.tool import BackendBase, ExecResult, LocalBackend, Toolkit  # noqa: E402
 
+from provgraph import Memory  # noqa: E402
 from provgraph.integrations.agentscope import (  # noqa: E402
+    LINEAGE_MAX_CHARS,
+    LINEAGE_TOOL,
     LIST_TOOL,
     RECORD_TOOL,
     ProvenanceMiddleware,
@@ -68,9 +74,16 @@ MOVED = "---\nname: User facts\ndescription: facts\ntype: user\n---\nThe user mo
 
 
 class ScriptedModel(ChatModelBase):
-    """Replays one response per agent model call and records the system prompt of each."""
+    """Replays one response per agent model call and records the system prompt of each.
 
-    def __init__(self, script: Sequence[ChatResponse] = ()) -> None:
+    It also answers the memory middleware's retrieval call (a structured
+    output naming the relevant files) with ``selected``.  Before answering
+    the agent it waits until every other task of the event loop is done: the
+    retrieval started with the reply then always finishes during the first
+    model call, as it does behind a real model's latency.
+    """
+
+    def __init__(self, script: Sequence[ChatResponse] = (), selected: Sequence[str] = ()) -> None:
         super().__init__(
             credential=CredentialBase(),
             model="scripted",
@@ -83,9 +96,17 @@ class ScriptedModel(ChatModelBase):
         self.system_prompts: list[str] = []
         self.inputs: list[list] = []
         self.tool_names: list[list[str]] = []
+        self.selected = list(selected)
+        self.retrievals = 0
 
     async def _call_api(self, model_name, messages, tools=None, tool_choice=None, **kwargs):
         names = [tool["function"]["name"] for tool in tools or []]
+        if names == ["generate_structured_output"]:
+            self.retrievals += 1
+            return tool_call("generate_structured_output", selected_files=self.selected)
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:
+            await asyncio.wait(others)
         self.system_prompts.append(messages[0].get_text_content())
         self.inputs.append(copy.deepcopy(messages))
         self.tool_names.append(names)
@@ -94,15 +115,17 @@ class ScriptedModel(ChatModelBase):
         return ChatResponse(content=[TextBlock(text="Done.")], is_last=True)
 
 
-def tool_call(name: str, **arguments: str) -> ChatResponse:
+def tool_call(name: str, **arguments: object) -> ChatResponse:
     return ChatResponse(
         content=[ToolCallBlock(id=f"call-{name}", name=name, input=json.dumps(arguments))], is_last=True
     )
 
 
-async def ask(middlewares: list, tools: Sequence = (), script: Sequence[ChatResponse] = ()) -> ScriptedModel:
+async def ask(
+    middlewares: list, tools: Sequence = (), script: Sequence[ChatResponse] = (), selected: Sequence[str] = ()
+) -> ScriptedModel:
     """One reply of a real Agent; returns the model with what it received."""
-    model = ScriptedModel(script)
+    model = ScriptedModel(script, selected)
     agent = Agent(
         name="assistant",
         system_prompt=BASE_PROMPT,
@@ -153,7 +176,7 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def memory_middleware(workdir: Path | str, backend: BackendBase | None = None, **parameters) -> AgenticMemoryMiddleware:
-    options = AgenticMemoryMiddleware.Parameters(retrieval_async=False, **parameters)
+    options = AgenticMemoryMiddleware.Parameters(**{"retrieval_async": False, **parameters})
     return AgenticMemoryMiddleware(workdir=str(workdir), backend=backend, parameters=options)
 
 
@@ -208,7 +231,7 @@ def test_stale_derived_file_is_marked_after_the_snapshot_and_its_truncation(
     assert lines[0] == HEADING
     assert MARKER in lines
     assert not any("profile-old" in line for line in lines)
-    assert any(RECORD_TOOL in line for line in lines)
+    assert any(RECORD_TOOL in line and LINEAGE_TOOL in line for line in lines)
     assert snapshot(folder) == before
 
 
@@ -310,6 +333,239 @@ def test_the_record_tool_reports_a_failure_instead_of_raising(workdir: Path, mon
 
     assert record(provenance, "profile.md").startswith("Could not record the re-derivation of profile.md")
     assert asyncio.run(provenance.on_system_prompt(None, "prompt")) == "prompt"
+
+
+# -- the lineage tool ------------------------------------------------------------------------
+
+
+def lineage(provenance: ProvenanceMiddleware, path: str) -> str:
+    """The lineage tool's answer, called as the agent's toolkit calls it."""
+    [tool] = [tool for tool in asyncio.run(provenance.list_tools()) if tool.name == LINEAGE_TOOL]
+    chunk = asyncio.run(tool.call(path=path))
+    [text] = [block.text for block in chunk.content]
+    return text
+
+
+def stale_line(path: str, chain: str) -> str:
+    return f"- {path}: stale, source(s) changed since derived (2026-11-18); chain: {chain}"
+
+
+@pytest.fixture
+def family(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> ProvenanceMiddleware:
+    """user-facts, preferences -> profile -> digest;  preferences -> drinks;  user-facts edited after adoption."""
+    folder = workdir / "Memory"
+    write(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
+    write(folder, "drinks.md", "---\nderived_from: preferences.md\n---\ntea, no sugar\n", OLD)
+    provenance = ProvenanceMiddleware(workdir=str(workdir))
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+    return provenance
+
+
+def test_lineage_of_a_source_lists_its_stale_descendants_with_chains(
+    family: ProvenanceMiddleware, workdir: Path
+) -> None:
+    before = snapshot(workdir / "Memory")
+
+    facts = lineage(family, "user-facts.md").splitlines()
+    preferences = lineage(family, "preferences.md").splitlines()
+
+    assert facts[0] == "user-facts.md: a source; it is not derived from other memory files"
+    assert [line for line in facts if line.startswith("- ")] == [
+        stale_line("profile.md", "user-facts.md -> profile.md"),
+        stale_line("digest.md", "user-facts.md -> profile.md -> digest.md"),
+    ]
+    assert any(RECORD_TOOL in line for line in facts[1:])
+    # Stale first, whatever made them stale; then the fresh ones.
+    assert [line for line in preferences if line.startswith("- ")] == [
+        stale_line("profile.md", "preferences.md -> profile.md"),
+        stale_line("digest.md", "preferences.md -> profile.md -> digest.md"),
+        "- drinks.md: fresh; chain: preferences.md -> drinks.md",
+    ]
+    assert snapshot(workdir / "Memory") == before
+
+
+def test_lineage_of_a_derived_file_gives_its_status_and_sources(family: ProvenanceMiddleware, workdir: Path) -> None:
+    profile = lineage(family, str(workdir / "Memory" / "profile.md")).splitlines()
+    drinks = lineage(family, "drinks.md").splitlines()
+
+    assert profile[0] == "profile.md: stale: source(s) changed since derived (2026-11-18): user-facts.md changed"
+    assert profile[1] == "Sources: preferences.md (unchanged), user-facts.md (changed since 2026-11-18)"
+    assert stale_line("digest.md", "profile.md -> digest.md") in profile
+    assert lineage(family, "digest.md").splitlines()[1] == "Sources: profile.md (unchanged, itself stale)"
+    assert drinks[0] == "drinks.md: fresh: every source holds what it was derived from"
+    assert "No memory file is derived from it." in drinks
+    assert not any(RECORD_TOOL in line for line in drinks)  # nothing to re-derive
+
+
+def test_lineage_names_the_cycle_a_file_is_in(workdir: Path) -> None:
+    folder = workdir / "Memory"
+    write(folder, "draft.md", "---\nderived_from: outline.md\n---\ndraft\n")
+    write(folder, "outline.md", "---\nderived_from: draft.md\n---\noutline\n")
+
+    answer = lineage(ProvenanceMiddleware(workdir=str(workdir)), "draft.md").splitlines()
+
+    assert "In a cycle (files derived from each other): draft.md -> outline.md -> draft.md" in answer
+
+
+def test_lineage_answers_in_one_line_for_a_path_it_does_not_know(family: ProvenanceMiddleware, workdir: Path) -> None:
+    blocker = workdir / "not-a-folder"
+    blocker.write_text("a file where the state folder should be")
+    broken = ProvenanceMiddleware(workdir=str(workdir), state=blocker / "state.json")
+    answers = {
+        path: lineage(family, path)
+        for path in ("no-such-file.md", "MEMORY.md", ".trash/profile-old.md", "../outside.md", "/etc/passwd")
+    }
+
+    assert all(len(answer.splitlines()) == 1 for answer in answers.values())
+    assert "does not exist" in answers["no-such-file.md"]
+    assert "takes no part in any derivation" in answers["MEMORY.md"]
+    assert "takes no part in any derivation" in answers[".trash/profile-old.md"]  # hidden: not a memory file
+    assert "not a path inside the memory folder" in answers["../outside.md"]
+    assert "not a path inside the memory folder" in answers["/etc/passwd"]
+    assert lineage(broken, "profile.md").startswith("Could not check the lineage of profile.md: ")
+
+
+def test_lineage_answer_is_bounded_in_lines_and_characters(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = workdir / "Memory"
+    derived = "---\nderived_from: ../user-facts.md\n---\nsummary\n"
+    for number in range(30):
+        write(folder, f"notes/note-{number:02}.md", derived, OLD)
+        write(folder, f"long/{'n' * 200}-{number:02}<b>.md", derived, OLD)
+    few = ProvenanceMiddleware(workdir=str(workdir), max_lines=5)
+    many = ProvenanceMiddleware(workdir=str(workdir))
+    asyncio.run(adopt(few, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+
+    short = lineage(few, "user-facts.md").splitlines()
+    long = lineage(many, "user-facts.md")
+    listed = [line for line in long.splitlines() if "source(s) changed since derived" in line]
+
+    # 30 notes, 30 long names and profile.md: 61 stale descendants.
+    assert sum(line.startswith("- ") and "stale" in line for line in short) == 5 + 1
+    assert f"- … and 56 more derived files (56 stale); call `{LIST_TOOL}` to list every stale file." in short
+    assert len(long) <= LINEAGE_MAX_CHARS
+    assert 0 < len(listed) < many.max_lines  # the characters ran out before the line cap
+    assert f"- … and {61 - len(listed)} more derived files ({61 - len(listed)} stale)" in long
+    assert "<b>" not in long and "\\u003cb\\u003e" in long
+
+
+def test_the_agent_asks_the_lineage_through_its_toolkit(family: ProvenanceMiddleware) -> None:
+    model = asyncio.run(
+        ask([family], tools=asyncio.run(family.list_tools()), script=[tool_call(LINEAGE_TOOL, path="profile.md")])
+    )
+
+    assert LINEAGE_TOOL in model.tool_names[0]
+    [answer] = tool_results(model, 1)
+    assert answer == lineage(family, "profile.md")
+    assert answer.startswith("profile.md: stale: source(s) changed since derived (2026-11-18)")
+
+
+def test_the_folder_is_checked_once_per_model_call(
+    family: ProvenanceMiddleware, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks = []
+    refresh = Memory.refresh
+
+    def counted(memory: Memory, **options: object) -> object:
+        checks.append(memory.root)
+        return refresh(memory, **options)
+
+    monkeypatch.setattr(Memory, "refresh", counted)
+    model = asyncio.run(
+        ask([family], tools=asyncio.run(family.list_tools()), script=[tool_call(LINEAGE_TOOL, path="profile.md")])
+    )
+
+    assert len(model.system_prompts) == 2
+    assert MARKER in model.system_prompts[0].splitlines()
+    assert len(checks) == 2 + 1  # once per model call, and once for the tool
+
+
+# -- retrieved memory files ------------------------------------------------------------------
+
+
+def hints(model: ScriptedModel, call: int) -> list[str]:
+    """The text hints the model received in one call."""
+    return [
+        block.hint
+        for message in model.inputs[call]
+        for block in message.content
+        if isinstance(block, HintBlock) and isinstance(block.hint, str)
+    ]
+
+
+def without_age(hint: str) -> str:
+    """A retrieval hint without the file ages, which follow the real clock."""
+    return re.sub(r"Memory \(saved [^)]*\)", "Memory", hint)
+
+
+def retrieved(middlewares: list, tools: Sequence, selected: Sequence[str]) -> ScriptedModel:
+    """A reply with retrieval on, and a tool call so that the model is called twice.
+
+    The retrieved files reach the model at the latest in the second call: the
+    memory middleware adds them once its retrieval has finished, at the start
+    of a model call, and the scripted model lets it finish during the first.
+    """
+    script = [tool_call(LINEAGE_TOOL, path="user-facts.md")]
+    return asyncio.run(ask(middlewares, tools=tools, script=script, selected=selected))
+
+
+def test_a_retrieved_stale_file_is_marked_in_its_hint(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = workdir / "Memory"
+    memory = memory_middleware(workdir, retrieval_async=True)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory)
+    tools = asyncio.run(provenance.list_tools())
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "user-facts.md", MOVED, EDITED)
+    before = snapshot(folder)
+
+    model = retrieved([memory, provenance], tools, selected=["preferences.md", "profile.md"])
+    alone = retrieved([memory], tools, selected=["preferences.md", "profile.md"])
+
+    assert model.retrievals == 1
+    [hint] = hints(model, 1)
+    [plain] = hints(alone, 1)
+    # Whether the retrieval finished before the first model call or during it, the
+    # model never read the hint without its note.
+    assert hints(model, 0) in ([], [hint])
+    assert f"{folder / 'profile.md'}:\n\n{FILES['profile.md']}" in plain  # the file is shown whole
+    note = "Note: profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed"
+    assert without_age(hint) == without_age(plain) + "\n\n" + note
+    assert MARKER in model.system_prompts[1].splitlines()
+    assert stale_line("profile.md", "user-facts.md -> profile.md") in tool_results(model, 1)[0].splitlines()
+    assert snapshot(folder) == before
+
+
+def test_a_retrieved_fresh_file_is_not_marked(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = memory_middleware(workdir, retrieval_async=True)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory)
+    tools = asyncio.run(provenance.list_tools())
+    asyncio.run(adopt(provenance, monkeypatch))
+
+    model = retrieved([memory, provenance], tools, selected=["profile.md"])
+    alone = retrieved([memory], tools, selected=["profile.md"])
+
+    [hint] = hints(model, 1)
+    [plain] = hints(alone, 1)
+    assert f"{workdir / 'Memory' / 'profile.md'}:" in hint
+    assert without_age(hint) == without_age(plain)
+
+
+def test_a_retrieved_stale_file_is_marked_through_a_remote_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = remote_workdir("relative")
+    memory = memory_middleware("/sandbox/work", backend, retrieval_async=True)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory, state=tmp_path / "state.json")
+    asyncio.run(adopt(provenance, monkeypatch))
+    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+
+    model = retrieved([memory, provenance], asyncio.run(provenance.list_tools()), selected=["profile.md"])
+
+    [hint] = hints(model, 1)
+    assert hint.startswith("Memory (saved ")
+    assert "/sandbox/work/Memory/profile.md:" in hint.splitlines()[0]
+    assert hint.endswith("\n\nNote: profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed")
 
 
 # -- a remote backend ----------------------------------------------------------------------

@@ -5,7 +5,9 @@ it read and write memory files through a backend (the local disk, a Docker
 or E2B sandbox, ...).  ``ProvenanceMiddleware`` looks at the same folder
 through the same backend, checks every memory file on each model call, and
 adds the block when a derived file's sources changed.  It offers the agent a
-tool to record a re-derivation.  It never withholds or edits a memory file.
+tool to record a re-derivation and one to see what derives from a file, and
+marks a retrieved memory file's hint when that file is stale.  It never
+withholds or edits a memory file.
 
 This is the only provgraph module that imports AgentScope.
 """
@@ -17,30 +19,47 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentscope.message import HintBlock
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase
 
-from ..api import Memory, NotDerived
-from ..files import NotRegular
-from ..model import FileMeta, Problem, ProblemKind, Report
-from ..render import causes_text, prompt_block, safe_name
+from ..api import Explanation, Memory, NotDerived
+from ..files import NotRegular, OutsideRoot
+from ..model import Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from ..queries import Relative
+from ..render import PROMPT_LINE_LIMIT, causes_text, day, prompt_block, safe_name
 
-__all__ = ["LIST_TOOL", "RECORD_TOOL", "BackendError", "BackendFiles", "ProvenanceMiddleware", "default_state_path"]
+__all__ = [
+    "LINEAGE_MAX_CHARS",
+    "LINEAGE_TOOL",
+    "LIST_TOOL",
+    "RECORD_TOOL",
+    "BackendError",
+    "BackendFiles",
+    "ProvenanceMiddleware",
+    "default_state_path",
+]
 
 RECORD_TOOL = "record_memory_rederivation"
 LIST_TOOL = "list_stale_derived_memories"
+LINEAGE_TOOL = "memory_lineage"
+LINEAGE_MAX_CHARS = 4000
+"""Characters of one ``memory_lineage`` answer at most, whatever the names and the line cap."""
 
 _ADVICE = (
     f"After you update one of them from its sources, or check that it still holds, "
-    f"call `{RECORD_TOOL}` with its path as listed here."
+    f"call `{RECORD_TOOL}` with its path as listed here. "
+    f"Before or after editing a memory file, `{LINEAGE_TOOL}` shows what derives from it."
 )
 _MORE_HINT = f"call `{LIST_TOOL}` to list them all"
 _NOTHING_STALE = "No derived memory file has changed sources."
@@ -56,13 +75,20 @@ class ProvenanceMiddleware(MiddlewareBase):
     """Marks derived memory files whose sources changed, in the agent's system prompt.
 
     Place it after ``AgenticMemoryMiddleware`` in ``middlewares`` so that the
-    block lands after the ``MEMORY.md`` snapshot, and give the agent its tools
-    (an ``Agent`` does not collect middleware tools by itself)::
+    block lands after the ``MEMORY.md`` snapshot and a retrieved stale file is
+    marked in the very hint that shows it, and give the agent its tools (an
+    ``Agent`` does not collect middleware tools by itself)::
 
         memory = AgenticMemoryMiddleware(workdir="/srv/agent")
         provenance = ProvenanceMiddleware.from_memory_middleware(memory)
         agent = Agent(..., middlewares=[memory, provenance],
                       toolkit=Toolkit(tools=[*file_tools, *await provenance.list_tools()]))
+
+    The tools: ``record_memory_rederivation`` (the marker goes away),
+    ``list_stale_derived_memories`` (the block without its line cap) and
+    ``memory_lineage`` (what derives from a file, and which of those are
+    stale).  The folder is checked once per model call; the tools check it
+    again when called.
 
     Where state lives.  With the local backend (``backend=None`` or
     AgentScope's ``LocalBackend``) the memory folder is a folder on this
@@ -99,6 +125,10 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._memory: Memory | None = None
         self._guard = threading.Lock()
         self._tools = _tools(self)
+        self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
+        """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
+        self._examined_hints: tuple[str, set[str]] = ("", set())
+        """The reply in progress and the ids of the hints already looked at in it."""
 
     @classmethod
     def from_memory_middleware(cls, middleware: AgenticMemoryMiddleware, **options: Any) -> ProvenanceMiddleware:
@@ -116,12 +146,26 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     # -- hooks -----------------------------------------------------------------
 
+    async def on_reasoning(
+        self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator]
+    ) -> AsyncGenerator:
+        """Mark the retrieved memory files that are stale, in the hint that shows them.
+
+        ``AgenticMemoryMiddleware.on_reasoning`` (earlier in the list, so
+        outside this one) has just put the files its selector retrieved into
+        the agent's context as a hint; the model reads that hint in the call
+        that follows, so the note goes into the hint itself.
+        """
+        report = await self._round_check(agent)
+        if report is not None:
+            self._annotate_hints(agent, report)
+        async for item in next_handler(**input_kwargs):
+            yield item
+
     async def on_system_prompt(self, agent: Any, current_prompt: str) -> str:
         """Append the block when a derived file is stale; otherwise return the prompt untouched."""
-        try:
-            report = await self.refresh()
-        except Exception as error:  # the agent must keep working when a check fails
-            _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
+        report = await self._round_check(agent)
+        if report is None:
             return current_prompt
         block = prompt_block(report, max_lines=self.max_lines, advice=_ADVICE, more_hint=_MORE_HINT)
         return f"{current_prompt}\n\n{block}" if block else current_prompt
@@ -161,6 +205,28 @@ class ProvenanceMiddleware(MiddlewareBase):
             return f"Could not record the re-derivation of {safe_name(relative)}: {_one_line(error)}"
         return _recorded(relative, report)
 
+    async def memory_lineage(self, path: str) -> str:
+        """Show what derives from a memory file and which of those are stale; call it before or after editing one.
+
+        Answers with the file's own status (and its sources when it is
+        derived from other memory files), then every file derived from it,
+        directly or through others, with the chain and, for a stale one, the
+        date its sources changed.  Nothing is changed.
+
+        Args:
+            path (`str`):
+                The file's path inside the memory folder (e.g. `user-facts.md`), or its full path.
+        """
+        relative = _relative_to(self.memory_path, path)
+        if relative is None:
+            folder = safe_name(self.memory_path)
+            return f"No lineage: {safe_name(path)} is not a path inside the memory folder {folder}."
+        try:
+            found = await self._in_worker(lambda memory: _look_up(memory, relative))
+        except Exception as error:  # a tool answers in words; it never raises into the agent loop
+            return f"Could not check the lineage of {safe_name(relative)}: {_one_line(error)}"
+        return _lineage_text(found, max_lines=self.max_lines)
+
     async def list_stale_derived_memories(self) -> str:
         """List every derived memory file whose sources changed after it was derived, with the cause."""
         try:
@@ -168,6 +234,71 @@ class ProvenanceMiddleware(MiddlewareBase):
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
             return f"Could not check the memory folder: {_one_line(error)}"
         return prompt_block(report, max_lines=len(report.stale), advice=_ADVICE) or _NOTHING_STALE
+
+    async def _round_check(self, agent: Any) -> Report | None:
+        """The report of the agent's reasoning round in progress: the folder is checked once per model call.
+
+        An agent asks for its system prompt twice in a round (to count tokens
+        before compressing its context, then for the model call) and the
+        hint is marked in between; all three read one check.  The next round
+        (after the tools ran) checks again.
+        """
+        round_key = _round_of(agent)
+        if round_key is not None and self._round_report is not None and self._round_report[0] == round_key:
+            return self._round_report[1]
+        report = await self._checked()
+        if round_key is not None:
+            self._round_report = (round_key, report)
+        return report
+
+    async def _checked(self) -> Report | None:
+        """``refresh``, or None (logged) when the folder could not be checked: the agent keeps working."""
+        try:
+            return await self.refresh()
+        except Exception as error:
+            _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
+            return None
+
+    def _annotate_hints(self, agent: Any, report: Report) -> None:
+        """Append a note to each retrieval hint of this reply that shows a stale file.
+
+        Each hint is looked at once, when it first appears, so the note says
+        what held when the model first read it.  Never raises: a hint shaped
+        otherwise is left as it is.
+        """
+        try:
+            for hint in self._new_hints(agent):
+                notes = _hint_notes(hint.hint, report, self._hint_path)
+                if notes:
+                    hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)
+        except Exception as error:
+            _log.warning("provgraph could not mark the retrieved memory files: %s", error)
+
+    def _new_hints(self, agent: Any) -> list[HintBlock]:
+        """Text hints in the agent's own message of the reply in progress, not looked at before.
+
+        That message is where ``agent.state.append_context`` puts the memory
+        middleware's hint.
+        """
+        state = agent.state
+        reply_id = state.reply_id
+        if self._examined_hints[0] != reply_id:
+            self._examined_hints = (reply_id, set())
+        examined = self._examined_hints[1]
+        found = []
+        for message in state.context:
+            if message.id != reply_id or message.role != "assistant" or message.name != agent.name:
+                continue
+            for block in message.content:
+                if isinstance(block, HintBlock) and isinstance(block.hint, str) and block.id not in examined:
+                    examined.add(block.id)
+                    found.append(block)
+        return found
+
+    def _hint_path(self, shown: str) -> str | None:
+        """The memory-folder-relative path of a file as a retrieval hint shows it."""
+        shown = os.path.abspath(shown) if self.files is None else self.backend.normpath(shown)
+        return _relative_to(self.memory_path, shown)
 
     async def _in_worker(self, action: Callable[[Memory], _T]) -> _T:
         """Run a synchronous provgraph call in a thread, so the event loop stays free.
@@ -194,6 +325,16 @@ class ProvenanceMiddleware(MiddlewareBase):
         return self._memory
 
 
+def _round_of(agent: Any) -> tuple[int, str, int] | None:
+    """Which reasoning round an agent is in: its reply and its iteration in that reply."""
+    state = getattr(agent, "state", None)
+    reply_id = getattr(state, "reply_id", None)
+    iteration = getattr(state, "cur_iter", None)
+    if not isinstance(reply_id, str) or not isinstance(iteration, int):
+        return None
+    return (id(agent), reply_id, iteration)
+
+
 def _is_local(backend: BackendBase) -> bool:
     """Only AgentScope's own ``LocalBackend`` is read directly; a subclass may map paths elsewhere."""
     return type(backend) is LocalBackend
@@ -207,7 +348,151 @@ def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
     return (
         FunctionTool(middleware.record_memory_rederivation, name=RECORD_TOOL, permission=allow),
         FunctionTool(middleware.list_stale_derived_memories, name=LIST_TOOL, is_read_only=True, permission=allow),
+        FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),
     )
+
+
+_HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>[^\n]+):\n\n")
+"""The line that opens each file in ``AgenticMemoryMiddleware``'s retrieval hint:
+``Memory (saved 3 days ago): /abs/Memory/profile.md:``; files are separated by ``---``."""
+
+
+def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]) -> list[str]:
+    """One note per stale file shown in a retrieval hint, in the order shown."""
+    notes: list[str] = []
+    for match in _HINT_HEADER.finditer(hint):
+        path = relative(match["path"])
+        entry = None if path is None else report.entry(path)
+        if entry is not None:
+            note = f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}"
+            notes.append(_clip(note))
+    return list(dict.fromkeys(notes))
+
+
+def _stale_phrase(entry: StaleEntry) -> str:
+    return f"source(s) changed since derived ({day(entry.since)})"
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= PROMPT_LINE_LIMIT else line[: PROMPT_LINE_LIMIT - 1] + "…"
+
+
+# -- the lineage tool's answer -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Lineage:
+    """What ``memory_lineage`` knows about one file: read in the worker, rendered after."""
+
+    explanation: Explanation
+    descendants: tuple[Relative, ...]
+    stale: dict[str, StaleEntry]
+    exists: bool
+
+
+def _look_up(memory: Memory, path: str) -> _Lineage:
+    report = memory.refresh(now=_now())
+    explanation = memory.explain(path, report)
+    descendants = memory.derived_from(path, transitive=True, report=report)
+    exists = explanation.status is not None or _exists(memory, path)
+    return _Lineage(explanation, descendants, {entry.path: entry for entry in report.stale}, exists)
+
+
+def _exists(memory: Memory, path: str) -> bool:
+    try:
+        return memory.files.stat(path) is not None
+    except (NotRegular, OutsideRoot):
+        return True
+
+
+_CHAIN_SHOWN = 6
+_MORE_RESERVE = 200
+"""Characters kept free for the closing lines of a lineage answer."""
+
+
+def _lineage_text(found: _Lineage, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
+    """The answer of ``memory_lineage``: a few lines the agent can act on, bounded in lines and characters."""
+    explanation = found.explanation
+    name = safe_name(explanation.path)
+    if explanation.status is None:
+        if not found.exists:
+            return f"{name} does not exist in the memory folder, and no memory file names it as a source."
+        return f"{name} takes no part in any derivation: it declares no sources and no memory file is derived from it."
+    head = [_clip(f"{name}: {_own_status(explanation)}")]
+    if explanation.sources:
+        head.append(_clip("Sources: " + ", ".join(_source_text(explanation, edge) for edge in explanation.sources)))
+    if explanation.in_cycles:
+        cycle = explanation.in_cycles[0]
+        head.append(_clip("In a cycle (files derived from each other): " + _chain_text((*cycle, cycle[0]))))
+    ordered = sorted(found.descendants, key=lambda relative: relative.status is not NodeStatus.STALE)
+    stale_count = sum(relative.status is NodeStatus.STALE for relative in ordered)
+    if ordered:
+        files = "1 memory file is" if len(ordered) == 1 else f"{len(ordered)} memory files are"
+        head.append(f"{files} derived from it, directly or through others; {stale_count} stale:")
+    else:
+        head.append("No memory file is derived from it.")
+    tail = [_RECORD_ADVICE] if stale_count or explanation.stale else []
+    budget = max_chars - sum(len(line) + 1 for line in head + tail) - _MORE_RESERVE
+    shown = _fit([_descendant_text(relative, found.stale) for relative in ordered], max_lines, budget)
+    more = _more_text(ordered[len(shown) :])
+    return "\n".join(head + shown + more + tail)
+
+
+_RECORD_ADVICE = (
+    f"After you update a stale file from its sources, or check that it still holds, call `{RECORD_TOOL}` with its path."
+)
+
+
+def _own_status(explanation: Explanation) -> str:
+    if explanation.stale is not None:
+        return f"stale: {_stale_phrase(explanation.stale)}: {causes_text(explanation.stale)}"
+    return {
+        NodeStatus.FRESH: "fresh: every source holds what it was derived from",
+        NodeStatus.SOURCE: "a source; it is not derived from other memory files",
+        NodeStatus.MISSING: "missing: named as a source, but it does not exist",
+        NodeStatus.STALE: "stale",
+    }[explanation.status or NodeStatus.SOURCE]
+
+
+def _source_text(explanation: Explanation, edge: Edge) -> str:
+    if edge.status is EdgeStatus.CLEAN:
+        state = "unchanged, itself stale" if edge.source in explanation.stale_sources else "unchanged"
+    else:
+        state = f"{edge.status.value} since {day(edge.since or 0.0)}"
+    return f"{safe_name(edge.source)} ({state})"
+
+
+def _descendant_text(relative: Relative, stale: dict[str, StaleEntry]) -> str:
+    entry = stale.get(relative.path)
+    status = f"stale, {_stale_phrase(entry)}" if entry is not None else relative.status.value
+    return _clip(f"- {safe_name(relative.path)}: {status}; chain: {_chain_text(relative.chain)}")
+
+
+def _chain_text(chain: tuple[str, ...]) -> str:
+    names = [safe_name(name) for name in chain]
+    if len(names) > _CHAIN_SHOWN:
+        names = names[: _CHAIN_SHOWN - 2] + ["…"] + names[-1:]
+    return " -> ".join(names)
+
+
+def _fit(lines: list[str], max_lines: int, budget: int) -> list[str]:
+    """The first lines that fit both caps."""
+    shown: list[str] = []
+    for line in lines[: max(0, max_lines)]:
+        budget -= len(line) + 1
+        if budget < 0:
+            break
+        shown.append(line)
+    return shown
+
+
+def _more_text(hidden: list[Relative]) -> list[str]:
+    if not hidden:
+        return []
+    stale = sum(relative.status is NodeStatus.STALE for relative in hidden)
+    if not stale:
+        return [f"- … and {len(hidden)} more derived files, all fresh."]
+    return [f"- … and {len(hidden)} more derived files ({stale} stale); call `{LIST_TOOL}` to list every stale file."]
 
 
 def _recorded(path: str, report: Report) -> str:

@@ -30,12 +30,16 @@ DERIVED_SHARE = 0.30
 BODY_BYTES = 2000
 FILES_PER_FOLDER = 40
 _TOPS = ("notes", "people", "projects", "topics", "journal", "reference")
-_WORDS = (
-    "memory agent user prefers concise answers project deadline meeting review draft summary source "
-    "note decision context budget team release schedule customer feedback issue design test plan "
-    "weekly monthly digest profile preference language tooling deploy server database latency "
-    "migration backlog priority risk owner status blocked done open question answer follow up"
-).split()
+_WORDS = tuple(
+    " ".join(
+        (
+            "memory agent user prefers concise answers project deadline meeting review draft summary source",
+            "note decision context budget team release schedule customer feedback issue design test plan",
+            "weekly monthly digest profile preference language tooling deploy server database latency",
+            "migration backlog priority risk owner status blocked done open question answer follow up",
+        )
+    ).split()
+)
 
 
 @dataclass(frozen=True)
@@ -117,8 +121,13 @@ def _sources(rng: random.Random, paths: list[str], derived: list[str]) -> list[s
 def _pick_leaf(rng: random.Random, workload: Workload) -> str:
     """A plain file with a chain of at least two derivations below it."""
     used = {source for sources in workload.sources.values() for source in sources}
+    children: dict[str, list[str]] = {}
+    for derived, sources in workload.sources.items():
+        for source in sources:
+            children.setdefault(source, []).append(derived)
     plain = [path for path in workload.files if path in used and path not in workload.sources]
-    deep = [path for path in plain if any(child in used for child in workload.descendants(path))]
+    # a child that is itself a source has children: a chain of two derivations or more
+    deep = [path for path in plain if any(child in used for child in children[path])]
     candidates = deep or plain or list(workload.files)
     return rng.choice(candidates) if candidates else ""
 
@@ -153,7 +162,12 @@ def _content(rng: random.Random, path: str, chosen: list[str], index: int) -> st
     description = " ".join(rng.choices(_WORDS, k=8))
     if rng.random() < 0.2:
         description = "Note: " + description  # an unquoted colon: not valid YAML
-    head = ["---", f"name: {name}", f"description: {description}", f"type: {rng.choice(('user', 'project', 'feedback'))}"]
+    head = [
+        "---",
+        f"name: {name}",
+        f"description: {description}",
+        f"type: {rng.choice(('user', 'project', 'feedback'))}",
+    ]
     if chosen:
         head += _declaration(rng, path, chosen)
     head.append("---")

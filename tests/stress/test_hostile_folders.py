@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from provgraph import Memory, Problem, ProblemKind, Report
+from provgraph import Memory, ProblemKind, Report
 from provgraph.cli import cli
 
 from .helpers import (
@@ -203,19 +204,24 @@ def test_a_file_swapped_for_a_link_outside_just_before_its_open_is_not_followed(
     replaced by a symlink to a file outside right before it is opened."""
     _folder(root)
     victim = os.path.join(root, "d.md")
+    secret = (tmp_path / "outside" / "secret.md").stat()
     open_ = os.open
-    swapped = []
+    swapped, opened_secret = [], []
 
     def racing_open(path: str | os.PathLike[str], *args: object, **options: object) -> int:
         if os.fspath(path) == victim and not swapped:
             swapped.append(path)
             _replace_by_link_outside(Path(victim))
-        return open_(path, *args, **options)  # type: ignore[arg-type]
+        descriptor = open_(path, *args, **options)  # type: ignore[arg-type]
+        if (os.fstat(descriptor).st_ino, os.fstat(descriptor).st_dev) == (secret.st_ino, secret.st_dev):
+            opened_secret.append(path)
+        return descriptor
 
     monkeypatch.setattr(os, "open", racing_open)
     report = Memory(root, state=tmp_path / "state.json").refresh(now=NOW)
 
     assert swapped
+    assert opened_secret == []
     assert "leaked.md" not in {edge.source for edge in report.edges}
     assert [kind for kind, _ in _problems_of(report, "d.md")] == [ProblemKind.UNREADABLE]
 
@@ -414,3 +420,55 @@ def test_a_fifo_outside_the_root_cannot_make_a_scan_hang(root: Path, tmp_path: P
     for args in (("status", root), ("why", root / "d.md"), ("stamp", root / "d.md")):
         done = provgraph(*args, cwd=tmp_path)
         assert_clean(done, 0)
+
+
+def _snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under ``root`` but provgraph's own folder: type, mode, times, content."""
+    found = {}
+    for folder, folders, files in os.walk(root):
+        folders[:] = [name for name in folders if name != ".provgraph"]
+        for name in folders + files:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            content = (
+                Path(path).read_bytes() if stat.S_ISREG(info.st_mode) else os.path.islink(path) and os.readlink(path)
+            )
+            found[os.path.relpath(path, root)] = (
+                info.st_mode,
+                info.st_mtime_ns,
+                info.st_ctime_ns,
+                info.st_ino,
+                content,
+            )
+    return found
+
+
+def test_no_command_changes_anything_in_the_memory_folder(root: Path, tmp_path: Path) -> None:
+    """Informational only: every command, a stamp and a rebuilt state included, leaves every
+    memory file, folder and link exactly as it was (provgraph writes only in .provgraph)."""
+    _special_folder(root, tmp_path / "outside")
+    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "e.md", derived("a.md"))
+    before = _snapshot(root)
+    outside = _snapshot(tmp_path / "outside")
+
+    write(root, ".provgraph/state.json", "not a state file")
+    commands = [
+        ("status", root),
+        ("status", "--json", root),
+        ("check", root),
+        ("why", root / "e.md"),
+        ("stamp", root / "e.md"),
+        ("graph", "--format", "mermaid", root),
+        ("prompt", root),
+        ("hook", "claude-code", root),
+    ]
+    for args in commands:
+        assert_clean(provgraph(*args, cwd=tmp_path), 0, 1)
+
+    assert _snapshot(root) == before
+    assert _snapshot(tmp_path / "outside") == outside
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.rmtree(root / ".provgraph")
+    assert_clean(provgraph("status", "--state", elsewhere, root), 0)
+    assert _snapshot(root) == before and not (root / ".provgraph").exists()

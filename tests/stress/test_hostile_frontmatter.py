@@ -75,9 +75,11 @@ derived_from: *i
 ---
 """
 
-MERGES = b"---\na0: &a0 {x0: 1}\n" + b"".join(
-    b"a%d: &a%d {<<: [*a%d, *a%d], y%d: 1}\n" % (i, i, i - 1, i - 1, i) for i in range(1, 40)
-) + b"derived_from: [*a39]\n---\n"
+MERGES = (
+    b"---\na0: &a0 {x0: 1}\n"
+    + b"".join(b"a%d: &a%d {<<: [*a%d, *a%d], y%d: 1}\n" % (i, i, i - 1, i - 1, i) for i in range(1, 40))
+    + b"derived_from: [*a39]\n---\n"
+)
 
 STRING_ALIASES = b'---\nx: &x "a.md"\nderived_from: [' + b", ".join([b"*x"] * 15_000) + b"]\n---\n"
 

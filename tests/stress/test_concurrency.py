@@ -1,0 +1,134 @@
+"""Many processes and threads refreshing and stamping one root at once: no stamp is ever
+lost, and no reader ever sees a partial state file."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import orjson
+
+from provgraph import Memory
+from provgraph.state import FORMAT, StateStore
+
+from .helpers import NOW, TIMEOUT, assert_clean, derived, environment, provgraph, write
+
+PAIRS = 16
+"""Sources ``s{i}.md`` and derived files ``d{i}.md``: the even ones are stamped by
+processes, the odd ones by threads."""
+
+ROUNDS = 3
+
+READER = """
+import sys, time, orjson
+path, seconds = sys.argv[1], float(sys.argv[2])
+reads, end = 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    try:
+        data = open(path, "rb").read()
+    except FileNotFoundError:
+        continue
+    document = orjson.loads(data)
+    assert document["format"] == "provgraph-state", document.get("format")
+    reads += 1
+print(reads)
+"""
+
+
+def _moment(round_: int, index: int) -> datetime:
+    """When the stamp of ``d{index}.md`` in ``round_`` happens: unique to that stamp."""
+    return NOW + timedelta(days=round_, seconds=index)
+
+
+def _in_thread(work: Callable[[], None], failures: list[BaseException]) -> threading.Thread:
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # reported by the test, not lost in the thread
+            failures.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def _read_while(state: Path, running: threading.Event, failures: list[BaseException]) -> Callable[[], None]:
+    def read() -> None:
+        while running.is_set():
+            try:
+                data = state.read_bytes()
+            except FileNotFoundError:
+                continue
+            document = orjson.loads(data)  # a partial file fails here
+            assert document["format"] == FORMAT
+
+    return read
+
+
+def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_files(root: Path) -> None:
+    write(root, "MEMORY.md", "index\n")
+    for index in range(PAIRS):
+        write(root, f"s{index}.md", "v0\n")
+        write(root, f"d{index}.md", derived(f"s{index}.md"))
+    state = root / ".provgraph" / "state.json"
+    assert_clean(provgraph("status", root), 0)
+
+    for round_ in range(1, ROUNDS + 1):
+        for index in range(PAIRS):
+            write(root, f"s{index}.md", f"v{round_}\n")
+        failures: list[BaseException] = []
+        running = threading.Event()
+        running.set()
+        readers = [
+            subprocess.Popen(
+                [sys.executable, "-c", READER, os.fspath(state), "2"], env=environment(), stdout=subprocess.PIPE
+            )
+            for _ in range(2)
+        ]
+        processes = [
+            subprocess.Popen(
+                [sys.executable, "-m", "provgraph", "stamp", os.fspath(root / f"d{index}.md")],
+                env=environment(PROVGRAPH_NOW=_moment(round_, index).isoformat()),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            for index in range(0, PAIRS, 2)
+        ]
+        threads = [_in_thread(_read_while(state, running, failures), failures)]
+        for index in range(1, PAIRS, 2):
+            moment = _moment(round_, index)
+            threads.append(
+                _in_thread(
+                    lambda index=index, moment=moment: Memory(root).stamp([f"d{index}.md"], now=moment), failures
+                )
+            )
+        for _ in range(3):
+            threads.append(_in_thread(lambda: [Memory(root).refresh(now=NOW) for _ in range(3)], failures))
+
+        for process in processes:
+            _, stderr = process.communicate(timeout=TIMEOUT)
+            assert process.returncode == 0 and b"Traceback" not in stderr, stderr.decode()
+        for thread in threads[1:]:
+            thread.join(TIMEOUT)
+        running.clear()
+        threads[0].join(TIMEOUT)
+        for reader in readers:
+            output, _ = reader.communicate(timeout=TIMEOUT)
+            assert reader.returncode == 0 and int(output) > 0
+        assert failures == []
+
+        warnings: list[str] = []
+        saved = StateStore(state, warn=warnings.append).load()
+        assert warnings == []
+        for index in range(PAIRS):
+            (stamp,) = saved.derivations[f"d{index}.md"].stamps.values()
+            assert stamp.stamped_at == _moment(round_, index).timestamp(), (round_, index)
+            assert stamp.sha256 == hashlib.sha256(f"v{round_}\n".encode()).hexdigest()
+        assert Memory(root).refresh(now=NOW + timedelta(days=10)).stale == ()
+        assert sorted(path.name for path in state.parent.iterdir()) == ["state.json", "state.json.lock"]
