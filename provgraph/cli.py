@@ -269,9 +269,13 @@ def _parser() -> argparse.ArgumentParser:
     prompt = command("prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)")
     rooted(prompt)
     prompt.add_argument("--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)")
-    hook = command("hook", _hook, "print hook output for an agent framework")
-    hook.add_argument("framework", choices=("claude-code",))
-    rooted(hook)
-    hook.add_argument("--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)")
+    hook = commands.add_parser("hook", help="print hook output for an agent framework")
+    frameworks = hook.add_subparsers(metavar="FRAMEWORK", required=True)
+    claude = frameworks.add_parser(
+        "claude-code", parents=[common], help="SessionStart hook JSON for Claude Code (nothing when nothing is stale)"
+    )
+    claude.set_defaults(run=_hook)
+    rooted(claude)
+    claude.add_argument("--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)")
     command("demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
     return parser

@@ -89,19 +89,21 @@ def read_declaration(head: bytes, truncated: bool = False) -> Declaration:
 
 
 def _block(head: bytes) -> bytes | None:
-    """The bytes between the opening ``---`` line and the closing one, or None."""
+    """The bytes between the opening ``---`` line and the closing one, or None.
+
+    Only a line that starts with ``---`` can close the block: the search goes
+    from one such line to the next."""
     first_end = head.find(b"\n")
     if first_end < 0 or head[:first_end].rstrip() != b"---":
         return None
-    position = first_end + 1
-    while position <= len(head):
+    newline = first_end
+    while (newline := head.find(b"\n---", newline)) >= 0:
+        position = newline + 1
         end = head.find(b"\n", position)
         line = head[position:] if end < 0 else head[position:end]
         if line.rstrip() == b"---":
             return head[first_end + 1 : position]
-        if end < 0:
-            return None
-        position = end + 1
+        newline = position
     return None
 
 

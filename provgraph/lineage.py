@@ -49,8 +49,9 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     for (origin, kind), broken in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
         parents = _shortest_parents(children, sorted(edge.derived for edge in broken))
         earliest = _earliest(children, broken)
+        moved_to = next((edge.moved_to for edge in broken if edge.moved_to is not None), None)
         for path, via in _chains(origin, parents).items():
-            causes[path].append(Cause(origin, kind, earliest[path], via))
+            causes[path].append(Cause(origin, kind, earliest[path], via, moved_to))
     direct = {edge.derived for edge in edges if edge.status is not EdgeStatus.CLEAN}
     return tuple(
         StaleEntry(path, min(cause.since for cause in found), path in direct, tuple(found))

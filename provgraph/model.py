@@ -116,6 +116,9 @@ class Edge:
     stamped_at: float | None
     since: float | None
     """Originating change date (epoch seconds) while the edge is not clean."""
+    moved_to: str | None = None
+    """For a missing source: a memory file that now holds exactly the stamped
+    content (the source was probably renamed there).  A hint, never applied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,8 @@ class Cause:
     since: float
     via: tuple[str, ...]
     """A shortest derivation chain ``(origin, ..., stale file)``."""
+    moved_to: str | None = None
+    """For a missing origin: where its stamped content is now (see ``Edge.moved_to``)."""
 
 
 @dataclass(frozen=True, slots=True)

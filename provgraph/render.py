@@ -64,14 +64,29 @@ def safe_name(name: str) -> str:
     return "".join(out)
 
 
+def moved_text(moved_to: str | None) -> str:
+    """The rename hint of a missing source, or "" when there is none."""
+    return "" if moved_to is None else f"its stamped content is now at {safe_name(moved_to)}"
+
+
 def _cause_text(cause: Cause) -> str:
+    moved = moved_text(cause.moved_to)
     if len(cause.via) <= 2:
-        return f"{safe_name(cause.source)} {cause.kind.value}"
+        return f"{safe_name(cause.source)} {cause.kind.value}" + (f" ({moved})" if moved else "")
     chain = list(reversed(cause.via[:-1]))
     if len(chain) > _CHAIN_LIMIT:
         chain = chain[: _CHAIN_LIMIT - 2] + ["…"] + chain[-1:]
     text = "via " + " <- ".join(name if name == "…" else safe_name(name) for name in chain)
-    return text + (" (missing)" if cause.kind is EdgeStatus.MISSING else "")
+    if cause.kind is EdgeStatus.MISSING:
+        text += f" (missing; {moved})" if moved else " (missing)"
+    return text
+
+
+def _cause_document(cause: Cause) -> dict:
+    document = {"source": cause.source, "kind": cause.kind.value, "changed_on": day(cause.since), "via": list(cause.via)}
+    if cause.moved_to is not None:
+        document["moved_to"] = cause.moved_to
+    return document
 
 
 def causes_text(entry: StaleEntry) -> str:
@@ -139,8 +154,7 @@ def status_document(report: Report) -> dict:
                 "since": day(entry.since),
                 "direct": entry.direct,
                 "causes": [
-                    {"source": c.source, "kind": c.kind.value, "changed_on": day(c.since), "via": list(c.via)}
-                    for c in entry.causes
+                    _cause_document(cause) for cause in entry.causes
                 ],
             }
             for entry in report.stale
@@ -205,7 +219,9 @@ def explanation_text(explanation: Explanation) -> str:
     if explanation.stale:
         lines += ["", "Root causes:"]
         for cause in explanation.stale.causes:
-            lines.append(f"  {safe_name(cause.source)} {cause.kind.value} on {day(cause.since)}")
+            moved = moved_text(cause.moved_to)
+            hint = f"; {moved} (renamed? then update derived_from)" if moved else ""
+            lines.append(f"  {safe_name(cause.source)} {cause.kind.value} on {day(cause.since)}{hint}")
             lines.append("    " + " -> ".join(safe_name(path) for path in cause.via))
     if explanation.derived_from_it:
         lines += ["", "Derived from it:"]
@@ -219,7 +235,8 @@ def _edge_text(edge: Edge, source_is_stale: bool) -> str:
     stamped = "" if edge.stamped_at is None else f" (stamped {day(edge.stamped_at)})"
     if edge.status is EdgeStatus.CLEAN:
         return f"unchanged{stamped}" + ("; itself stale" if source_is_stale else "")
-    return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}"
+    moved = moved_text(edge.moved_to)
+    return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}" + (f"; {moved}" if moved else "")
 
 
 def _headline(explanation: Explanation) -> str:
@@ -250,12 +267,13 @@ def explanation_document(explanation: Explanation) -> dict:
                 "since": None if edge.since is None else day(edge.since),
                 "stamped_on": None if edge.stamped_at is None else day(edge.stamped_at),
                 "source_stale": edge.source in explanation.stale_sources,
+                **({"moved_to": edge.moved_to} if edge.moved_to is not None else {}),
             }
             for edge in explanation.sources
         ],
         "causes": []
         if stale is None
-        else [{"source": c.source, "kind": c.kind.value, "changed_on": day(c.since), "via": list(c.via)} for c in stale.causes],
+        else [_cause_document(cause) for cause in stale.causes],
         "derived_from_it": list(explanation.derived_from_it),
         "cycles": [list(cycle) for cycle in explanation.in_cycles],
     }

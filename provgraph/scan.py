@@ -63,6 +63,9 @@ class Snapshot:
     seen: Mapping[str, Seen] = field(repr=False)
     refused: Mapping[str, ProblemKind] = field(default_factory=dict)
     """Declared sources that must not be opened, with the kind of problem each is."""
+    contents: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """sha256 -> the memory files holding that content; filled only when some
+    source is missing, to tell where a renamed source went."""
 
 
 def scan(
@@ -100,6 +103,7 @@ def scan(
     if progress is not None:
         progress(len(listing), len(listing))
     declarations = _drop_refused(declarations, reader.refused, problems)
+    missing = any(state.sha256 is None for source, state in states.items() if source not in reader.refused)
     return Snapshot(
         files=tuple(sorted(listing)),
         declarations=declarations,
@@ -108,6 +112,7 @@ def scan(
         problems=tuple(sorted(set(problems), key=_problem_order)),
         seen=reader.seen,
         refused={source: kind for source, (kind, _) in reader.refused.items()},
+        contents=reader.contents(listing) if missing else {},
     )
 
 
@@ -194,6 +199,23 @@ class _Reader:
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, _describe(error)))
             return SourceState(None)
         return SourceState(sha, meta.mtime)
+
+    def contents(self, listing: Mapping[str, FileMeta]) -> dict[str, tuple[str, ...]]:
+        """Memory files by content hash.  Hashes are cached like any other, so a
+        source that stays missing costs one hash per memory file once."""
+        holders: dict[str, list[str]] = {}
+        for path in sorted(listing):
+            if path in self._unreadable:
+                continue
+            current = self.seen.get(path)
+            try:
+                known = current is not None and current.sha256 is not None and current.meta == listing[path]
+                sha = current.sha256 if known and current is not None else self._sha256(path, listing[path])
+            except (OSError, NotRegular, OutsideRoot):
+                continue
+            if sha is not None:
+                holders.setdefault(sha, []).append(path)
+        return {sha: tuple(paths) for sha, paths in holders.items()}
 
     def _sha256(self, path: str, meta: FileMeta) -> str:
         current = self.seen.get(path)

@@ -44,7 +44,8 @@ def reconcile(
         derivation = _stamped(records.get(path), path, sources, snapshot, now, path in restamp)
         compared = {}
         for source in sources:
-            stamp, edge = _compare(source, path, derivation.stamps[source], snapshot.sources[source], now)
+            state = snapshot.sources[source]
+            stamp, edge = _compare(source, path, derivation.stamps[source], state, now, snapshot.contents)
             compared[source] = stamp
             edges.append(edge)
         updated[path] = Derivation(derivation.derived_at, compared)
@@ -62,7 +63,9 @@ def _stamped(
     return Derivation(derived_at, stamps)
 
 
-def _compare(source: str, derived: str, stamp: Stamp, state: SourceState, now: float) -> tuple[Stamp, Edge]:
+def _compare(
+    source: str, derived: str, stamp: Stamp, state: SourceState, now: float, contents: Mapping[str, tuple[str, ...]]
+) -> tuple[Stamp, Edge]:
     if state.sha256 is None:
         status = EdgeStatus.MISSING
     elif state.sha256 == stamp.sha256:
@@ -77,7 +80,14 @@ def _compare(source: str, derived: str, stamp: Stamp, state: SourceState, now: f
         since = _first_observed(status, stamp, state, now)
     if stamp.mismatch_since != since:
         stamp = Stamp(stamp.sha256, stamp.stamped_at, since)
-    return stamp, Edge(source, derived, status, stamp.stamped_at, since)
+    moved_to = _moved_to(stamp, contents) if status is EdgeStatus.MISSING else None
+    return stamp, Edge(source, derived, status, stamp.stamped_at, since, moved_to)
+
+
+def _moved_to(stamp: Stamp, contents: Mapping[str, tuple[str, ...]]) -> str | None:
+    """The first memory file (by path) that holds exactly what was stamped."""
+    holders = contents.get(stamp.sha256, ()) if stamp.sha256 is not None else ()
+    return holders[0] if holders else None
 
 
 def _first_observed(status: EdgeStatus, stamp: Stamp, state: SourceState, now: float) -> float:

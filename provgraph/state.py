@@ -297,9 +297,15 @@ def _outcome(state: State, path: str) -> list[int] | str | None:
     return None if seen is None else list(seen.meta)
 
 
-def _encode_declaration(declaration: Declaration | None) -> list | None:
+_NO_DECLARATION = ([], None, [])
+"""How most files encode: no ``derived_from``, no ``derived_at``, no problem."""
+
+
+def _encode_declaration(declaration: Declaration | None) -> list | tuple | None:
     if declaration is None:
         return None
+    if not declaration.entries and declaration.derived_at is None and not declaration.problems:
+        return _NO_DECLARATION
     return [list(declaration.entries), declaration.derived_at, [[kind.value, detail] for kind, detail in declaration.problems]]
 
 
@@ -313,7 +319,7 @@ def _encode_report(report: Report) -> dict:
     return {
         "root": report.root,
         "files": report.files,
-        "edges": [[e.source, e.derived, e.status.value, e.stamped_at, e.since] for e in report.edges],
+        "edges": [[e.source, e.derived, e.status.value, e.stamped_at, e.since, e.moved_to] for e in report.edges],
         "cycles": [list(cycle) for cycle in report.cycles],
         "problems": [_encode_problem(problem) for problem in report.problems],
     }
@@ -419,11 +425,12 @@ def _decode_edges(rows: list) -> tuple[Edge, ...]:
     no-change path decodes them all."""
     status_of = _EDGE_STATUS
     edges = []
-    for source, derived, status, at, since in rows:
+    for source, derived, status, at, since, moved_to in rows:
         if type(source) is not str or type(derived) is not str:
             raise _Corrupt("an edge must join two paths")
         at = None if at is None else float(at)
-        edges.append(Edge(source, derived, status_of[status], at, None if since is None else float(since)))
+        since = None if since is None else float(since)
+        edges.append(Edge(source, derived, status_of[status], at, since, _optional_text(moved_to)))
     return tuple(edges)
 
 
