@@ -36,6 +36,7 @@ _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(//|[^/\\])")
 _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 _NESTING = re.compile(r"[\"'\[\]()<>]")
 _ITEM = re.compile(r"( *)- (.*)")
+_SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,23 +231,27 @@ def _split(value: str) -> tuple[str, ...]:
         return ()
     if not _NESTING.search(value):  # the common case: nothing to keep together
         return tuple(_unquote(part.strip()) for part in value.split(","))
-    parts, current, depth, quote, started = [], [], 0, "", False
-    for char in value:
+    parts, start, depth, quote, started, looked = [], 0, 0, "", False, 0
+    for match in _SPLIT_MARKS.finditer(value):  # only these characters change anything
+        index, char = match.start(), match.group()
         if quote:
             quote = "" if char == quote else quote
-        elif char in "\"'" and not started:
+            continue
+        # each stretch between marks is looked at once: linear on hostile input
+        started = started or bool(value[looked:index].strip())
+        looked = index + 1
+        if char in "\"'" and not started:
             quote = char
         elif char in "[(<":
             depth += 1
         elif char in "])>":
             depth = max(0, depth - 1)
         elif char == "," and depth == 0:
-            parts.append("".join(current))
-            current, started = [], False
+            parts.append(value[start:index])
+            start, started = index + 1, False
             continue
-        current.append(char)
-        started = started or not char.isspace()  # a flag, not a re-scan: linear on hostile input
-    parts.append("".join(current))
+        started = True
+    parts.append(value[start:])
     return tuple(_unquote(part.strip()) for part in parts)
 
 

@@ -69,7 +69,7 @@ class LocalFiles:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
-        self._root_text = os.fspath(self.root)
+        self._root_prefix = os.path.join(self.root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
 
@@ -154,7 +154,7 @@ class LocalFiles:
         if listed is None:
             return None
         try:
-            descriptor = os.open(os.path.join(self._root_text, *path.split("/")), _READ_FLAGS)
+            descriptor = os.open(self._root_prefix + path, _READ_FLAGS)  # "/" separates on every system
         except OSError:
             return None
         info = os.fstat(descriptor)

@@ -86,15 +86,16 @@ class Recall:
     watched: tuple[tuple[str, tuple[int, ...] | str | None], ...]
     """(path, what stat said): (size, mtime_ns, ctime_ns, inode); None for a missing
     file; the problem kind's value for a refused one."""
-    stored_report: dict = field(repr=False, compare=False)
+    stored_report: bytes = field(repr=False, compare=False)
+    """The last result as the file holds it (JSON)."""
 
     @cached_property
     def report(self) -> Report | None:
-        """The last result, decoded when first asked for (a folder that changed never
+        """The last result, parsed when first asked for (a folder that changed never
         needs it); None when it cannot be read back, which a full scan then sorts out."""
         try:
-            return _decode_report(self.stored_report)
-        except (_Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return _decode_report(orjson.loads(self.stored_report))
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
 
 
@@ -140,6 +141,7 @@ class StateStore:
                 leftover.unlink()
 
     def load(self) -> State:
+        self._recalled = None  # a full load follows a change: the kept head is stale
         try:
             data = _read_regular(self.path)
         except FileNotFoundError:
@@ -147,7 +149,9 @@ class StateStore:
         except OSError as error:
             raise StateError(self.path, _cannot("read the state file", self.path, error)) from error
         try:
-            return _decode(orjson.loads(data))
+            document = orjson.loads(data)
+            del data  # a large folder's state: the bytes and the objects need not coexist
+            return _decode(document)
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
             self._set_aside(error)
             return State()
@@ -161,20 +165,21 @@ class StateStore:
         unreadable file aside.
         """
         try:
-            data = _read_regular(self.path)
+            head = _read_head(self.path)
         except OSError:
             return None
-        end = data.find(_TABLES)
-        if end < 0:
+        if head is None:
             return None
-        head = data[:end]
         if self._recalled is not None and self._recalled[0] == head:
             return self._recalled[1]
+        split = head.find(_REPORT)
+        if split < 0:
+            return None
         try:
-            recall = _decode_recall(orjson.loads(head + b"}"))
+            recall = _decode_recall(orjson.loads(head[:split] + b"}"), bytes(head[split + len(_REPORT) :]))
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
-        self._recalled = (head, recall) if recall is not None else None
+        self._recalled = (bytes(head), recall) if recall is not None else None
         return recall
 
     def _set_aside(self, error: Exception) -> None:
@@ -194,14 +199,14 @@ class StateStore:
     def save(self, state: State) -> None:
         import tempfile  # only a write needs it
 
-        payload = orjson.dumps(_encode(state))
+        self._recalled = None
         folder = self.path.parent
         temporary = None
         try:
             descriptor, temporary = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=folder)
             os.fchmod(descriptor, 0o644)
             with os.fdopen(descriptor, "wb") as handle:
-                handle.write(payload)
+                handle.writelines(_encoded(state))
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, self.path)
@@ -226,6 +231,29 @@ def _read_regular(path: Path) -> bytes:
             return handle.read()
     finally:
         os.close(descriptor)
+
+
+def _read_head(path: Path) -> bytearray | None:
+    """The state file's bytes up to its per-file tables (most of a large file), read a
+    chunk at a time; None when there is no such mark."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        head = bytearray()
+        while chunk := os.read(descriptor, _HEAD_CHUNK):
+            searched = max(0, len(head) - len(_TABLES) + 1)
+            head += chunk
+            end = head.find(_TABLES, searched)
+            if end >= 0:
+                del head[end:]
+                return head
+        return None
+    finally:
+        os.close(descriptor)
+
+
+_HEAD_CHUNK = 256 * 1024
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -254,29 +282,41 @@ def _warn_stderr(message: str) -> None:
 _TABLES = b',"derivations":'
 """Where the per-file tables start in a state file, after what ``recall`` reads
 (inside a JSON string a quote is always escaped, so these bytes mark the key)."""
+_REPORT = b',"report":'
+"""Where the last result starts: ``recall`` parses it only once the check passed."""
 
 
-def _encode(state: State) -> dict:
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "scan_started_ns": state.scan_started_ns,
-        "walk_problems": [_encode_problem(problem) for problem in state.walk_problems],
-        **_encode_recall(state),
-        "report": None if state.report is None else _encode_report(state.report),
-        "derivations": {
-            path: {
-                "derived_at": derivation.derived_at,
-                "stamps": {
-                    source: [stamp.sha256, stamp.stamped_at, stamp.mismatch_since]
-                    for source, stamp in derivation.stamps.items()
-                },
-            }
-            for path, derivation in state.derivations.items()
-        },
-        "seen": {path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()},
-        "refused": {path: kind.value for path, kind in sorted(state.refused.items())},
+def _encoded(state: State) -> Iterator[bytes]:
+    """The state file's bytes, one top-level entry at a time, as ``orjson.dumps`` would
+    write the whole object: a large folder's tables are never all held as lists at once."""
+    yield b"{"
+    for index, (key, value) in enumerate(_entries(state)):
+        yield (b',"' if index else b'"') + key.encode() + b'":' + orjson.dumps(value)
+    yield b"}"
+
+
+def _entries(state: State) -> Iterator[tuple[str, object]]:
+    """Each top-level entry, built only when it is written; the no-change check's part first."""
+    yield "format", FORMAT
+    yield "version", VERSION
+    yield "scan_started_ns", state.scan_started_ns
+    yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
+    yield from _encode_recall(state).items()
+    yield "report", None if state.report is None else _encode_report(state.report)
+    yield "derivations", {
+        path: {
+            "derived_at": derivation.derived_at,
+            "stamps": {
+                source: [stamp.sha256, stamp.stamped_at, stamp.mismatch_since]
+                for source, stamp in derivation.stamps.items()
+            },
+        }
+        for path, derivation in state.derivations.items()
     }
+    yield "seen", {
+        path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()
+    }
+    yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
 
 
 def _encode_recall(state: State) -> dict:
@@ -297,8 +337,8 @@ def _outcome(state: State, path: str) -> list[int] | str | None:
     return None if seen is None else list(seen.meta)
 
 
-_NO_DECLARATION = ([], None, [])
-"""How most files encode: no ``derived_from``, no ``derived_at``, no problem."""
+_NO_DECLARATION: tuple = ()
+"""How most files encode, as an empty list: no ``derived_from``, no ``derived_at``, no problem."""
 
 
 def _encode_declaration(declaration: Declaration | None) -> list | tuple | None:
@@ -332,19 +372,17 @@ def _check_format(data: dict) -> None:
         raise _Corrupt(f"unknown state version {data.get('version')!r}, this provgraph reads version {VERSION}")
 
 
-def _decode_recall(data: dict) -> Recall | None:
+def _decode_recall(data: dict, report: bytes) -> Recall | None:
     _check_format(data)
-    if data["report"] is None:
+    if report == b"null":
         return None
     watched = tuple((_text(path), _decode_outcome(outcome)) for path, outcome in data["watched"])
-    if not isinstance(data["report"], dict):
-        raise _Corrupt("the stored result must be an object")
     return Recall(
         int(data["scan_started_ns"]),
         tuple(_decode_problem(row) for row in data["walk_problems"]),
         _text(data["listing"]),
         watched,
-        data["report"],
+        report,
     )
 
 
@@ -360,15 +398,16 @@ def _decode(data: dict) -> State:
     from .stamps import Derivation
 
     _check_format(data)
+    # each table is taken out of the document as it is decoded, so its lists go at once
     return State(
         derivations={
             _text(path): Derivation(_optional_text(record["derived_at"]), _decode_stamps(record["stamps"]))
-            for path, record in data["derivations"].items()
+            for path, record in data.pop("derivations").items()
         },
-        seen=_decode_seen(data["seen"]),
+        seen=_decode_seen(data.pop("seen")),
         scan_started_ns=int(data["scan_started_ns"]),
         walk_problems=tuple(_decode_problem(row) for row in data["walk_problems"]),
-        report=None if data["report"] is None else _decode_report(data["report"]),
+        report=None if data["report"] is None else _decode_report(data.pop("report")),
         refused={_text(path): ProblemKind(kind) for path, kind in data["refused"].items()},
     )
 
@@ -389,7 +428,7 @@ def _decode_seen(table: dict) -> dict[str, Seen]:
     for path, (size, mtime_ns, ctime_ns, inode, sha, declaration) in table.items():
         meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
         if declaration is not None:
-            entries, derived_at, problems = declaration
+            entries, derived_at, problems = declaration or ((), None, ())
             if entries or derived_at is not None or problems:
                 declaration = Declaration(
                     tuple(_text(entry) for entry in entries),
