@@ -128,7 +128,9 @@ class Memory:
         """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""
         return queries.sources_of(report or self.refresh(), path, transitive=transitive)
 
-    def derived_from(self, path: str, *, transitive: bool = False, report: Report | None = None) -> tuple[Relative, ...]:
+    def derived_from(
+        self, path: str, *, transitive: bool = False, report: Report | None = None
+    ) -> tuple[Relative, ...]:
         """What is derived from ``path`` (every descendant when ``transitive``), with chains."""
         return queries.derived_from(report or self.refresh(), path, transitive=transitive)
 

@@ -217,7 +217,10 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
 
 def _relative(root: Path, file: str) -> str:
     absolute = Path(os.path.abspath(file))
-    for base, target in ((root, absolute), (Path(os.path.realpath(root)), Path(os.path.realpath(absolute.parent)) / absolute.name)):
+    for base, target in (
+        (root, absolute),
+        (Path(os.path.realpath(root)), Path(os.path.realpath(absolute.parent)) / absolute.name),
+    ):
         try:
             relative = target.relative_to(base)
         except ValueError:
@@ -266,9 +269,13 @@ def _parser() -> argparse.ArgumentParser:
     graph = command("graph", _graph, "export the lineage graph with each node's status")
     rooted(graph)
     graph.add_argument("--format", choices=("json", "dot", "mermaid"), default="json")
-    prompt = command("prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)")
+    prompt = command(
+        "prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)"
+    )
     rooted(prompt)
-    prompt.add_argument("--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)")
+    prompt.add_argument(
+        "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
+    )
     hook = commands.add_parser("hook", help="print hook output for an agent framework")
     frameworks = hook.add_subparsers(metavar="FRAMEWORK", required=True)
     claude = frameworks.add_parser(
@@ -276,6 +283,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     claude.set_defaults(run=_hook)
     rooted(claude)
-    claude.add_argument("--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)")
+    claude.add_argument(
+        "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
+    )
     command("demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
     return parser

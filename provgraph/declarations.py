@@ -311,10 +311,7 @@ def _resolve(folder: str, entry: str) -> str | tuple[ProblemKind, str]:
         return ProblemKind.OUTSIDE_ROOT, entry
     if _URL.match(target):
         return ProblemKind.BAD_ENTRY, f"URL ignored: {entry}"
-    if target.startswith("/"):
-        joined = target.lstrip("/")
-    else:
-        joined = posixpath.join(folder, target)
+    joined = target.lstrip("/") if target.startswith("/") else posixpath.join(folder, target)
     path = posixpath.normpath(joined) if joined else "."
     if path == ".." or path.startswith("../"):
         return ProblemKind.OUTSIDE_ROOT, entry

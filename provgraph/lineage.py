@@ -171,7 +171,9 @@ def node_statuses(edges: tuple[Edge, ...], stale: Iterable[StaleEntry]) -> dict[
     return dict(sorted(statuses.items()))
 
 
-def to_networkx(edges: tuple[Edge, ...], stale: tuple[StaleEntry, ...], cycles: tuple[tuple[str, ...], ...]) -> nx.DiGraph:
+def to_networkx(
+    edges: tuple[Edge, ...], stale: tuple[StaleEntry, ...], cycles: tuple[tuple[str, ...], ...]
+) -> nx.DiGraph:
     """The lineage as a networkx DiGraph, source -> derived, with attributes.
 
     Nodes carry ``status`` (a ``NodeStatus`` value), ``since`` (epoch seconds
@@ -189,5 +191,7 @@ def to_networkx(edges: tuple[Edge, ...], stale: tuple[StaleEntry, ...], cycles: 
             path, status=status.value, since=since.get(path), in_cycle=path in in_cycle, changed=path in changed
         )
     for edge in edges:
-        graph.add_edge(edge.source, edge.derived, status=edge.status.value, stamped_at=edge.stamped_at, since=edge.since)
+        graph.add_edge(
+            edge.source, edge.derived, status=edge.status.value, stamped_at=edge.stamped_at, since=edge.since
+        )
     return graph

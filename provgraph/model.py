@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-class ProblemKind(str, enum.Enum):
+class ProblemKind(enum.StrEnum):
     """Why a declaration or a file could not be honoured.  Never fatal."""
 
     BAD_FRONTMATTER = "bad-frontmatter"
@@ -40,7 +40,7 @@ class ProblemKind(str, enum.Enum):
     """A file or folder could not be read (permissions, invalid UTF-8, vanished, not a regular file)."""
 
 
-class EdgeStatus(str, enum.Enum):
+class EdgeStatus(enum.StrEnum):
     """How a source compares with what its derived file stamped."""
 
     CLEAN = "clean"
@@ -51,7 +51,7 @@ class EdgeStatus(str, enum.Enum):
     """The source does not exist (deleted, renamed, never existed)."""
 
 
-class NodeStatus(str, enum.Enum):
+class NodeStatus(enum.StrEnum):
     """What a file is in the lineage graph."""
 
     SOURCE = "source"

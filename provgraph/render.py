@@ -83,7 +83,12 @@ def _cause_text(cause: Cause) -> str:
 
 
 def _cause_document(cause: Cause) -> dict:
-    document = {"source": cause.source, "kind": cause.kind.value, "changed_on": day(cause.since), "via": list(cause.via)}
+    document = {
+        "source": cause.source,
+        "kind": cause.kind.value,
+        "changed_on": day(cause.since),
+        "via": list(cause.via),
+    }
     if cause.moved_to is not None:
         document["moved_to"] = cause.moved_to
     return document
@@ -100,7 +105,9 @@ def _clip(line: str, limit: int = PROMPT_LINE_LIMIT) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def prompt_block(report: Report, *, max_lines: int = 20, advice: str | None = None, more_hint: str | None = None) -> str:
+def prompt_block(
+    report: Report, *, max_lines: int = 20, advice: str | None = None, more_hint: str | None = None
+) -> str:
     """The block appended to an agent's system prompt; empty when nothing is stale.
 
     ``advice`` is one more instruction line (an integration names its tool
@@ -153,9 +160,7 @@ def status_document(report: Report) -> dict:
                 "path": entry.path,
                 "since": day(entry.since),
                 "direct": entry.direct,
-                "causes": [
-                    _cause_document(cause) for cause in entry.causes
-                ],
+                "causes": [_cause_document(cause) for cause in entry.causes],
             }
             for entry in report.stale
         ],
@@ -271,9 +276,7 @@ def explanation_document(explanation: Explanation) -> dict:
             }
             for edge in explanation.sources
         ],
-        "causes": []
-        if stale is None
-        else [_cause_document(cause) for cause in stale.causes],
+        "causes": [] if stale is None else [_cause_document(cause) for cause in stale.causes],
         "derived_from_it": list(explanation.derived_from_it),
         "cycles": [list(cycle) for cycle in explanation.in_cycles],
     }

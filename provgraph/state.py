@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -192,7 +192,9 @@ class StateStore:
         try:
             os.replace(self.path, aside)
         except OSError as move_error:
-            raise StateError(self.path, _cannot("move the unreadable state file aside", self.path, move_error)) from error
+            raise StateError(
+                self.path, _cannot("move the unreadable state file aside", self.path, move_error)
+            ) from error
         reason = str(error) if isinstance(error, _Corrupt) else "it is not valid provgraph state"
         self._warn(f"state file {self.path} could not be read ({reason}); kept as {aside.name}, starting afresh")
 
@@ -303,19 +305,23 @@ def _entries(state: State) -> Iterator[tuple[str, object]]:
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
     yield from _encode_recall(state).items()
     yield "report", None if state.report is None else _encode_report(state.report)
-    yield "derivations", {
-        path: {
-            "derived_at": derivation.derived_at,
-            "stamps": {
-                source: [stamp.sha256, stamp.stamped_at, stamp.mismatch_since]
-                for source, stamp in derivation.stamps.items()
-            },
-        }
-        for path, derivation in state.derivations.items()
-    }
-    yield "seen", {
-        path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()
-    }
+    yield (
+        "derivations",
+        {
+            path: {
+                "derived_at": derivation.derived_at,
+                "stamps": {
+                    source: [stamp.sha256, stamp.stamped_at, stamp.mismatch_since]
+                    for source, stamp in derivation.stamps.items()
+                },
+            }
+            for path, derivation in state.derivations.items()
+        },
+    )
+    yield (
+        "seen",
+        {path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()},
+    )
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
 
 
@@ -346,7 +352,11 @@ def _encode_declaration(declaration: Declaration | None) -> list | tuple | None:
         return None
     if not declaration.entries and declaration.derived_at is None and not declaration.problems:
         return _NO_DECLARATION
-    return [list(declaration.entries), declaration.derived_at, [[kind.value, detail] for kind, detail in declaration.problems]]
+    return [
+        list(declaration.entries),
+        declaration.derived_at,
+        [[kind.value, detail] for kind, detail in declaration.problems],
+    ]
 
 
 def _encode_problem(problem: Problem) -> list:
@@ -450,7 +460,7 @@ def _decode_report(data: dict) -> Report:
     edges = _decode_edges(data["edges"])
     return Report(
         root=_text(data["root"]),
-        scanned_at=datetime.fromtimestamp(0, timezone.utc),
+        scanned_at=datetime.fromtimestamp(0, UTC),
         files=int(data["files"]),
         edges=edges,
         stale=propagate(edges),

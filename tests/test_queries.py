@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import networkx as nx
@@ -10,7 +10,7 @@ import pytest
 
 from provgraph import Memory, NodeStatus
 
-DAY = datetime(2026, 11, 10, 9, 0, tzinfo=timezone.utc)
+DAY = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
 
 
 def _write(root: Path, name: str, body: str, sources: tuple[str, ...] = ()) -> None:
