@@ -244,17 +244,25 @@ def _edge_text(edge: Edge, source_is_stale: bool) -> str:
     return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}" + (f"; {moved}" if moved else "")
 
 
+_STATUS_PHRASES = {
+    NodeStatus.FRESH: "fresh: every source holds what it was derived from",
+    NodeStatus.SOURCE: "a source; it is not derived from other memory files",
+    NodeStatus.MISSING: "missing: declared as a source but does not exist",
+    NodeStatus.STALE: "stale",
+}
+
+
+def status_phrase(status: NodeStatus | None) -> str:
+    """A file's status in words, for a file that is not stale (or whose causes are told apart)."""
+    return _STATUS_PHRASES[status or NodeStatus.SOURCE]
+
+
 def _headline(explanation: Explanation) -> str:
     stale = explanation.stale
     if stale is not None:
         how = "a source of its own changed" if stale.direct else "a file it is derived from is stale"
         return f"stale: source(s) changed since derived ({day(stale.since)}); {how}"
-    return {
-        NodeStatus.FRESH: "fresh: every source holds what it was derived from",
-        NodeStatus.SOURCE: "a source; it is not derived from anything",
-        NodeStatus.MISSING: "missing: declared as a source but does not exist",
-        NodeStatus.STALE: "stale",
-    }[explanation.status or NodeStatus.SOURCE]
+    return status_phrase(explanation.status)
 
 
 def explanation_document(explanation: Explanation) -> dict:

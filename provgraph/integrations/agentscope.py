@@ -37,7 +37,7 @@ from ..api import Explanation, Memory, NotDerived
 from ..files import NotRegular, OutsideRoot
 from ..model import Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from ..queries import Relative
-from ..render import PROMPT_LINE_LIMIT, causes_text, day, prompt_block, safe_name
+from ..render import PROMPT_LINE_LIMIT, causes_text, day, prompt_block, safe_name, status_phrase
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
@@ -446,12 +446,7 @@ _RECORD_ADVICE = (
 def _own_status(explanation: Explanation) -> str:
     if explanation.stale is not None:
         return f"stale: {_stale_phrase(explanation.stale)}: {causes_text(explanation.stale)}"
-    return {
-        NodeStatus.FRESH: "fresh: every source holds what it was derived from",
-        NodeStatus.SOURCE: "a source; it is not derived from other memory files",
-        NodeStatus.MISSING: "missing: named as a source, but it does not exist",
-        NodeStatus.STALE: "stale",
-    }[explanation.status or NodeStatus.SOURCE]
+    return status_phrase(explanation.status)
 
 
 def _source_text(explanation: Explanation, edge: Edge) -> str:
