@@ -79,13 +79,15 @@ def _check(options: argparse.Namespace) -> int:
 
 
 def _why(options: argparse.Namespace) -> int:
-    from .render import explanation_document, explanation_text
+    from .render import explanation_document, explanation_text, safe_name
 
     root, (path,) = _locate(options, [options.file])
     memory = _open(options, root)
     explanation = memory.explain(path, memory.refresh(now=_now()))
     if options.json:
         sys.stdout.write(orjson.dumps(explanation_document(explanation), option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif explanation.status is None and not (root / path).exists():
+        print(f"{safe_name(path)} does not exist under {root} and no file names it as a source.")
     else:
         sys.stdout.write(explanation_text(explanation))
     return EXIT_OK
