@@ -45,6 +45,10 @@ def cli(*args: str) -> int:
     except (UsageError, RootError, NotDerived, StateError, ValueError) as error:
         print(f"provgraph: error: {error}", file=sys.stderr)
         return EXIT_ERROR
+    except BrokenPipeError:
+        # the reader went away (`provgraph status | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except OSError as error:
         where = f" {error.filename}" if error.filename else ""
         print(f"provgraph: error:{where} {error.strerror or error}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from datetime import UTC, datetime, timedelta
 
 import networkx as nx
@@ -412,3 +413,16 @@ def test_concurrent_stamps_on_one_root_are_all_kept(memory, run) -> None:
             process.stderr.close()
         assert results == [(0, ""), (0, "")]
         assert {"left.md", "right.md"}.isdisjoint(stale_paths(run, memory.root, at(round_)))
+
+
+def test_a_reader_that_stops_early_is_not_an_error() -> None:
+    """`provgraph demo | head`: a closed pipe ends the output quietly, no traceback."""
+    from conftest import PROVGRAPH
+
+    process = subprocess.Popen([PROVGRAPH, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the first line is written
+    with process.stderr:
+        error = process.stderr.read()
+    assert process.wait(timeout=60) == 0
+    assert error == b""
