@@ -133,10 +133,7 @@ class LocalFiles:
         descriptor = self._open_listed(path)
         if descriptor is not None:
             return descriptor
-        real = os.path.realpath(os.path.join(self.root, *path.split("/")))
-        if not self._real_inside(real):
-            raise OutsideRoot(path)
-        descriptor = os.open(real, _READ_FLAGS)
+        descriptor = os.open(self._resolved(path), _READ_FLAGS)
         if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
             os.close(descriptor)
             raise NotRegular(path)
@@ -168,16 +165,16 @@ class LocalFiles:
         os.close(descriptor)
         return None
 
-    def _full(self, path: str) -> str:
-        full = os.path.join(self.root, *path.split("/"))
-        if not self._inside(full):
+    def _resolved(self, path: str) -> str:
+        """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root."""
+        real = os.path.realpath(os.path.join(self.root, *path.split("/")))
+        if not self._real_inside(real):
             raise OutsideRoot(path)
-        return full
+        return real
 
     def stat(self, path: str) -> FileMeta | None:
-        full = self._full(path)
         try:
-            info = os.stat(full)
+            info = os.stat(self._resolved(path))
         except FileNotFoundError:
             return None
         except NotADirectoryError:

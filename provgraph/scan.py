@@ -207,18 +207,17 @@ class _Reader:
         for path in sorted(listing):
             if path in self._unreadable:
                 continue
-            current = self.seen.get(path)
             try:
-                known = current is not None and current.sha256 is not None and current.meta == listing[path]
-                sha = current.sha256 if known and current is not None else self._sha256(path, listing[path])
+                sha = self._sha256(path, listing[path])
             except (OSError, NotRegular, OutsideRoot):
                 continue
-            if sha is not None:
-                holders.setdefault(sha, []).append(path)
+            holders.setdefault(sha, []).append(path)
         return {sha: tuple(paths) for sha, paths in holders.items()}
 
     def _sha256(self, path: str, meta: FileMeta) -> str:
         current = self.seen.get(path)
+        if current is not None and current.sha256 is not None and current.meta == meta:
+            return current.sha256  # hashed already in this scan
         old = self.previous.get(path)
         if self._trusted(old, meta) and old is not None and old.sha256 is not None:
             sha = old.sha256
