@@ -20,6 +20,8 @@ from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, Report, StaleEn
 __all__ = [
     "PROMPT_HEADING",
     "STATUS_COLOURS",
+    "causes_text",
+    "clip",
     "day",
     "dot",
     "explanation_text",
@@ -28,6 +30,7 @@ __all__ = [
     "prompt_block",
     "safe_name",
     "status_json",
+    "status_phrase",
     "status_text",
 ]
 
@@ -101,7 +104,8 @@ def causes_text(entry: StaleEntry) -> str:
     return "; ".join(shown) + (f"; and {hidden} more" if hidden else "")
 
 
-def _clip(line: str, limit: int = PROMPT_LINE_LIMIT) -> str:
+def clip(line: str, limit: int = PROMPT_LINE_LIMIT) -> str:
+    """``line`` cut to ``limit`` characters, ending in an ellipsis when cut: what keeps a block bounded."""
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
@@ -122,15 +126,15 @@ def prompt_block(
         "Before relying on one, check it against its sources; update or delete it if it is wrong.",
     ]
     if advice:
-        lines.append(_clip(safe_name(advice)))
+        lines.append(clip(safe_name(advice)))
     shown = report.stale[: max(0, max_lines)]
     for entry in shown:
         line = f"- {safe_name(entry.path)}: source(s) changed since derived ({day(entry.since)}): {causes_text(entry)}"
-        lines.append(_clip(line))
+        lines.append(clip(line))
     hidden = len(report.stale) - len(shown)
     if hidden:
         hint = more_hint or "run `provgraph status` in the memory folder to list them all"
-        lines.append(_clip(f"- … and {hidden} more stale derived files; {safe_name(hint)}."))
+        lines.append(clip(f"- … and {hidden} more stale derived files; {safe_name(hint)}."))
     lines.append("</system-reminder>")
     return "\n".join(lines) + "\n"
 

@@ -37,7 +37,7 @@ from ..api import Explanation, Memory, NotDerived
 from ..files import NotRegular, OutsideRoot
 from ..model import Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from ..queries import Relative
-from ..render import PROMPT_LINE_LIMIT, causes_text, day, prompt_block, safe_name, status_phrase
+from ..render import causes_text, clip, day, prompt_block, safe_name, status_phrase
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
@@ -365,16 +365,12 @@ def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]
         entry = None if path is None else report.entry(path)
         if entry is not None:
             note = f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}"
-            notes.append(_clip(note))
+            notes.append(clip(note))
     return list(dict.fromkeys(notes))
 
 
 def _stale_phrase(entry: StaleEntry) -> str:
     return f"source(s) changed since derived ({day(entry.since)})"
-
-
-def _clip(line: str) -> str:
-    return line if len(line) <= PROMPT_LINE_LIMIT else line[: PROMPT_LINE_LIMIT - 1] + "…"
 
 
 # -- the lineage tool's answer -------------------------------------------------------
@@ -418,12 +414,12 @@ def _lineage_text(found: _Lineage, *, max_lines: int, max_chars: int = LINEAGE_M
         if not found.exists:
             return f"{name} does not exist in the memory folder, and no memory file names it as a source."
         return f"{name} takes no part in any derivation: it declares no sources and no memory file is derived from it."
-    head = [_clip(f"{name}: {_own_status(explanation)}")]
+    head = [clip(f"{name}: {_own_status(explanation)}")]
     if explanation.sources:
-        head.append(_clip("Sources: " + ", ".join(_source_text(explanation, edge) for edge in explanation.sources)))
+        head.append(clip("Sources: " + ", ".join(_source_text(explanation, edge) for edge in explanation.sources)))
     if explanation.in_cycles:
         cycle = explanation.in_cycles[0]
-        head.append(_clip("In a cycle (files derived from each other): " + _chain_text((*cycle, cycle[0]))))
+        head.append(clip("In a cycle (files derived from each other): " + _chain_text((*cycle, cycle[0]))))
     ordered = sorted(found.descendants, key=lambda relative: relative.status is not NodeStatus.STALE)
     stale_count = sum(relative.status is NodeStatus.STALE for relative in ordered)
     if ordered:
@@ -460,7 +456,7 @@ def _source_text(explanation: Explanation, edge: Edge) -> str:
 def _descendant_text(relative: Relative, stale: dict[str, StaleEntry]) -> str:
     entry = stale.get(relative.path)
     status = f"stale, {_stale_phrase(entry)}" if entry is not None else relative.status.value
-    return _clip(f"- {safe_name(relative.path)}: {status}; chain: {_chain_text(relative.chain)}")
+    return clip(f"- {safe_name(relative.path)}: {status}; chain: {_chain_text(relative.chain)}")
 
 
 def _chain_text(chain: tuple[str, ...]) -> str:
