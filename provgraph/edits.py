@@ -102,7 +102,8 @@ def _impact(report: Report, path: str, advice: Advice, max_lines: int, budget: i
     if not chains:
         return []
     count = "1 memory file" if len(chains) == 1 else f"{len(chains)} memory files"
-    head = f"- {count} derived from {safe_name(path)} now rest on its old content:"
+    verb = "rests" if len(chains) == 1 else "rest"
+    head = f"- {count} derived from {safe_name(path)} now {verb} on its old content:"
     tail = f"  Update each from its sources; if one still holds as it is, {advice.record_any}."
     budget -= len(head) + len(tail) + 2 + _MORE_RESERVE
     shown: list[str] = []

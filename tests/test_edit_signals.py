@@ -83,7 +83,7 @@ def test_a_declaration_written_before_its_source_changes_is_reported(memory) -> 
     memory.write("profile.md", "Profile.\n", derived_from="facts.md")
     assert notes(memory, "profile.md", reads={"facts.md"}, when=0.1) == ""
     memory.write("facts.md", "v2\n")
-    assert "- 1 memory file derived from facts.md now rest on its old content:" in notes(memory, "facts.md")
+    assert "- 1 memory file derived from facts.md now rests on its old content:" in notes(memory, "facts.md")
 
 
 def test_the_impact_is_bounded_in_lines_and_characters(memory) -> None:

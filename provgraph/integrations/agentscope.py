@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import logging
 import os
 import posixpath
@@ -28,12 +29,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentscope.message import HintBlock
+from agentscope.message import HintBlock, TextBlock, ToolResultState
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
-from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase
+from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, ToolResponse
 
 from ..api import Explanation, Memory, NotDerived
+from ..edits import Advice, EditContext, edit_notes
 from ..files import NotRegular, OutsideRoot
 from ..model import Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from ..queries import Relative
@@ -129,6 +131,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
         self._examined_hints: tuple[str, set[str]] = ("", set())
         """The reply in progress and the ids of the hints already looked at in it."""
+        self._reads: tuple[tuple[int, str], set[str]] = ((0, ""), set())
+        """The reply in progress, as (agent, reply), and the memory files the model saw in it."""
 
     @classmethod
     def from_memory_middleware(cls, middleware: AgenticMemoryMiddleware, **options: Any) -> ProvenanceMiddleware:
@@ -169,6 +173,24 @@ class ProvenanceMiddleware(MiddlewareBase):
             return current_prompt
         block = prompt_block(report, max_lines=self.max_lines, advice=_ADVICE, more_hint=_MORE_HINT)
         return f"{current_prompt}\n\n{block}" if block else current_prompt
+
+    async def on_acting(
+        self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator]
+    ) -> AsyncGenerator:
+        """Remember the memory files the model reads; end a memory write's result with its lineage notes.
+
+        The notes (see ``provgraph.edits``) reach the model with the result
+        of the very write that called for them.  The folder is checked right
+        after each write of a memory file, before the next tool runs (the
+        file tools run one at a time), so a new ``derived_from`` is adopted
+        with its sources as they are at that moment.  A result is passed on
+        untouched when nothing applies, and always when the check fails.
+        """
+        touched = self._touched(input_kwargs.get("tool_call"))
+        async for item in next_handler(**input_kwargs):
+            if touched is not None and isinstance(item, ToolResponse) and item.state == ToolResultState.SUCCESS:
+                await self._after_file_tool(agent, *touched, item)
+            yield item
 
     async def list_tools(self) -> list[ToolBase]:
         return list(self._tools)
@@ -268,6 +290,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         """
         try:
             for hint in self._new_hints(agent):
+                self._reads_of(agent).update(_hint_paths(hint.hint, self._hint_path))
                 notes = _hint_notes(hint.hint, report, self._hint_path)
                 if notes:
                     hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)
@@ -294,6 +317,41 @@ class ProvenanceMiddleware(MiddlewareBase):
                     examined.add(block.id)
                     found.append(block)
         return found
+
+    def _touched(self, call: Any) -> tuple[bool, str] | None:
+        """(is a write, memory path) for a file tool call on a memory file, else None."""
+        name = getattr(call, "name", None)
+        if name not in _FILE_TOOLS:
+            return None
+        arguments = getattr(call, "input", None)
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            return None
+        file_path = arguments.get("file_path") if isinstance(arguments, dict) else None
+        path = self._hint_path(file_path) if isinstance(file_path, str) else None
+        if path is None or any(part.startswith(".") for part in path.split("/")):
+            return None
+        return (name != "Read", path)
+
+    async def _after_file_tool(self, agent: Any, is_write: bool, path: str, response: ToolResponse) -> None:
+        reads = self._reads_of(agent)
+        if not is_write:
+            reads.add(path)
+            return
+        report = await self._checked()
+        if report is None:
+            return
+        notes = edit_notes(report, EditContext(path, frozenset(reads)), _EDIT_ADVICE, max_lines=self.max_lines)
+        if notes:
+            response.content.append(TextBlock(text=notes))
+
+    def _reads_of(self, agent: Any) -> set[str]:
+        """The memory files read in the agent's reply in progress (a new reply starts with none)."""
+        key = (id(agent), str(getattr(getattr(agent, "state", None), "reply_id", "")))
+        if self._reads[0] != key:
+            self._reads = (key, set())
+        return self._reads[1]
 
     def _hint_path(self, shown: str) -> str | None:
         """The memory-folder-relative path of a file as a retrieval hint shows it."""
@@ -352,6 +410,14 @@ def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
     )
 
 
+_FILE_TOOLS = frozenset({"Read", "Write", "Edit"})
+"""AgentScope's file tools, by the names the model calls them."""
+_EDIT_ADVICE = Advice(
+    record_file=lambda path: f"call `{RECORD_TOOL}` with `{safe_name(path)}`",
+    record_any=f"call `{RECORD_TOOL}` with its path",
+    list_all=lambda path: f"call `{LINEAGE_TOOL}` with `{safe_name(path)}`",
+)
+
 _HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>[^\n]+):\n\n")
 """The line that opens each file in ``AgenticMemoryMiddleware``'s retrieval hint:
 ``Memory (saved 3 days ago): /abs/Memory/profile.md:``; files are separated by ``---``."""
@@ -367,6 +433,12 @@ def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]
             note = f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}"
             notes.append(clip(note))
     return list(dict.fromkeys(notes))
+
+
+def _hint_paths(hint: str, relative: Callable[[str], str | None]) -> set[str]:
+    """The memory files a retrieval hint shows: the model has read them."""
+    found = (relative(match["path"]) for match in _HINT_HEADER.finditer(hint))
+    return {path for path in found if path is not None}
 
 
 def _stale_phrase(entry: StaleEntry) -> str:

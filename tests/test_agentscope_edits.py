@@ -1,0 +1,200 @@
+"""The AgentScope middleware at the moment of a memory write (``on_acting``).
+
+A real ``Agent`` with AgentScope's own ``Read``, ``Write`` and ``Edit`` tools
+and a scripted model (the one of ``test_agentscope``): every assertion is on
+the tool results the model received in its next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agentscope")
+
+from agentscope.agent import Agent, InjectionConfig  # noqa: E402
+from agentscope.message import UserMsg  # noqa: E402
+from agentscope.permission import PermissionContext, PermissionMode  # noqa: E402
+from agentscope.state import AgentState  # noqa: E402
+from agentscope.tool import Edit, Read, Toolkit, Write  # noqa: E402
+from test_agentscope import (  # noqa: E402
+    BASE_PROMPT,
+    EDITED,
+    FILES,
+    LINEAGE_TOOL,
+    MOVED,
+    OLD,
+    RECORD_TOOL,
+    ScriptedModel,
+    adopt,
+    memory_middleware,
+    snapshot,
+    tool_call,
+    tool_results,
+    write,
+)
+
+from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+
+HEADING = "Memory lineage after this write (provgraph):"
+SUMMARY = "---\nname: Summary\ntype: user\n---\nA tea drinker in Lyon.\n"
+
+
+async def reply(middlewares: list, calls: Sequence, extra_tools: Sequence = (), selected: Sequence[str] = ()):
+    """One reply in which the model makes ``calls`` one after the other; returns the model."""
+    script = [tool_call(name, **arguments) for name, arguments in calls]
+    for number, response in enumerate(script):
+        response.content[0].id = f"call-{number}"
+    model = ScriptedModel(script, selected)
+    agent = Agent(
+        name="assistant",
+        system_prompt=BASE_PROMPT,
+        model=model,
+        toolkit=Toolkit(tools=[Read(), Write(), Edit(), *extra_tools]),
+        middlewares=middlewares,
+        state=AgentState(permission_context=PermissionContext(mode=PermissionMode.BYPASS)),
+        injection_config=InjectionConfig(inject_runtime_state=False),
+    )
+    await agent.reply(UserMsg(name="user", content="Keep my memory up to date."))
+    return model
+
+
+def results(model: ScriptedModel) -> list[str]:
+    """Every tool result text of the reply, in order (as the last model call received them)."""
+    return tool_results(model, len(model.inputs) - 1)
+
+
+def read(folder: Path, name: str) -> tuple[str, dict[str, str]]:
+    return ("Read", {"file_path": str(folder / name)})
+
+
+def written(folder: Path, name: str, content: str) -> tuple[str, dict[str, str]]:
+    return ("Write", {"file_path": str(folder / name), "content": content})
+
+
+def edited(folder: Path, name: str, old: str, new: str) -> list[tuple[str, dict[str, str]]]:
+    """A Read, then the Edit (AgentScope's Edit refuses a file not read first)."""
+    return [read(folder, name), ("Edit", {"file_path": str(folder / name), "old_string": old, "new_string": new})]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    for relative, text in FILES.items():
+        write(tmp_path / "work" / "Memory", relative, text, OLD)
+    return tmp_path / "work"
+
+
+@pytest.fixture
+def provenance(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> ProvenanceMiddleware:
+    """The middleware on the workdir, after its first look (profile.md adopted)."""
+    middleware = ProvenanceMiddleware(workdir=str(workdir))
+    asyncio.run(adopt(middleware, monkeypatch))
+    return middleware
+
+
+def test_editing_a_source_ends_its_result_with_what_rests_on_the_old_content(
+    workdir: Path, provenance: ProvenanceMiddleware
+) -> None:
+    folder = workdir / "Memory"
+    write(folder, "digest.md", "---\nderived_from: profile.md\n---\nDigest.\n", OLD)
+    model = asyncio.run(reply([provenance], edited(folder, "user-facts.md", "Lyon", "Oslo")))
+    [_, result, notes] = results(model)
+    assert result.startswith("Successfully replaced 1 occurrence")
+    assert notes.splitlines() == [
+        HEADING,
+        "- 2 memory files derived from user-facts.md now rest on its old content:",
+        "  - profile.md",
+        "  - digest.md, via user-facts.md -> profile.md -> digest.md",
+        f"  Update each from its sources; if one still holds as it is, call `{RECORD_TOOL}` with its path.",
+    ]
+    assert (folder / "profile.md").read_text() == FILES["profile.md"]
+
+
+def test_a_derived_file_is_adopted_when_written_so_a_later_edit_of_its_source_is_reported(
+    workdir: Path, provenance: ProvenanceMiddleware
+) -> None:
+    folder = workdir / "Memory"
+    digest = "---\nderived_from: user-facts.md\n---\nThe user lives in Lyon.\n"
+    model = asyncio.run(
+        reply([provenance], [written(folder, "digest.md", digest), *edited(folder, "user-facts.md", "Lyon", "Oslo")])
+    )
+    notes = results(model)[-1]
+    assert notes.startswith(HEADING)
+    assert "  - digest.md" in notes.splitlines()
+    assert "digest.md" in {entry.path for entry in asyncio.run(provenance.refresh()).stale}
+
+
+def test_a_file_written_after_reading_memories_gets_the_line_to_declare_them(
+    workdir: Path, provenance: ProvenanceMiddleware
+) -> None:
+    folder = workdir / "Memory"
+    calls = [read(folder, "user-facts.md"), read(folder, "preferences.md"), written(folder, "summary.md", SUMMARY)]
+    model = asyncio.run(reply([provenance], calls))
+    notes = results(model)[-1]
+    assert notes.startswith(HEADING)
+    assert "  derived_from: preferences.md, user-facts.md" in notes.splitlines()
+    assert (folder / "summary.md").read_text() == SUMMARY  # suggested, never written
+
+
+def test_memory_files_shown_by_retrieval_count_as_read(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = workdir / "Memory"
+    memory = memory_middleware(workdir, retrieval_async=True)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory)
+    asyncio.run(adopt(provenance, monkeypatch))
+    tools = asyncio.run(provenance.list_tools())
+    calls = [(LINEAGE_TOOL, {"path": "user-facts.md"}), written(folder, "summary.md", SUMMARY)]
+    model = asyncio.run(reply([memory, provenance], calls, tools, selected=["user-facts.md"]))
+    assert "  derived_from: user-facts.md" in results(model)[-1].splitlines()
+
+
+def test_rewriting_a_stale_file_after_reading_its_changed_source_names_the_record_call(
+    workdir: Path, provenance: ProvenanceMiddleware
+) -> None:
+    folder = workdir / "Memory"
+    write(folder, "user-facts.md", MOVED, EDITED)
+    rewritten = FILES["profile.md"].replace("living in Lyon", "living in Oslo")
+    model = asyncio.run(
+        reply(
+            [provenance],
+            [read(folder, "user-facts.md"), read(folder, "profile.md"), written(folder, "profile.md", rewritten)],
+        )
+    )
+    notes = results(model)[-1]
+    assert (
+        "- You rewrote profile.md after reading what changed in its sources (user-facts.md). "
+        f"If it now reflects them, call `{RECORD_TOOL}` with `profile.md` to record the re-derivation; "
+        "until then it stays marked."
+    ) in notes.splitlines()
+    assert [entry.path for entry in asyncio.run(provenance.refresh()).stale] == ["profile.md"]  # not recorded
+
+
+def test_a_reply_that_touches_no_memory_lineage_sees_byte_identical_tool_results(
+    workdir: Path, provenance: ProvenanceMiddleware
+) -> None:
+    folder = workdir / "Memory"
+    pristine = workdir.parent / "pristine"
+    shutil.copytree(folder, pristine)
+    calls = [
+        written(folder, "todo.md", "---\nname: Todo\ntype: project\n---\nBuy tea.\n"),
+        *edited(folder, "todo.md", "Buy tea.", "Buy green tea."),
+        *edited(folder, "MEMORY.md", "who the user is", "who the user is, in short"),
+        read(folder, "user-facts.md"),
+        written(workdir, "draft.md", "not a memory file\n"),
+        written(folder, ".trash/old.md", "hidden\n"),
+    ]
+    without = asyncio.run(reply([], calls))
+    shutil.rmtree(folder)
+    (workdir / "draft.md").unlink()
+    shutil.copytree(pristine, folder)
+    with_provenance = asyncio.run(reply([provenance], calls))
+    assert len(results(without)) == len(calls)
+    assert results(with_provenance) == results(without)
+    assert snapshot(folder) == snapshot(pristine) | {
+        "todo.md": b"---\nname: Todo\ntype: project\n---\nBuy green tea.\n",
+        "MEMORY.md": FILES["MEMORY.md"].replace("who the user is", "who the user is, in short").encode(),
+        ".trash/old.md": b"hidden\n",
+    }
