@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import orjson
 
@@ -23,6 +23,9 @@ from . import __version__
 from .api import Memory, NotDerived, RootError, find_root
 from .model import Report
 from .state import StateError
+
+if TYPE_CHECKING:
+    from .integrations.claude_code import HookEvent
 
 __all__ = ["cli", "main"]
 
@@ -127,13 +130,60 @@ def _prompt(options: argparse.Namespace) -> int:
 
 
 def _hook(options: argparse.Namespace) -> int:
-    from .integrations.claude_code import session_start_output
+    """Claude Code's hook: the event on stdin decides the answer (see ``integrations.claude_code``)."""
+    from .integrations import claude_code
 
+    if options.settings:
+        sys.stdout.write(claude_code.settings_json(os.path.abspath(os.path.expanduser(options.root))))
+        return EXIT_OK
+    data = _stdin_event()
+    try:
+        event = claude_code.parse_event(data) if data.strip() else None
+    except claude_code.BadEvent as error:
+        print(f"provgraph: hook: {error}", file=sys.stderr)
+        return EXIT_OK  # a hook must not break the session it serves
     if not Path(options.root).exists():
         return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
-    report = _open(options).refresh(now=_now())
-    sys.stdout.write(session_start_output(report, max_lines=options.max_lines))
+    if event is None or event.name == "SessionStart":
+        report = _open(options).refresh(now=_now())
+        sys.stdout.write(claude_code.session_start_output(report, max_lines=options.max_lines))
+    elif event.name == "PostToolUse":
+        _hook_tool_use(options, event)
     return EXIT_OK
+
+
+def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
+    from .integrations import claude_code
+
+    root = Path(os.path.abspath(options.root))
+    path = claude_code.memory_path(root, event.file_path) if event.file_path else None
+    if path is None or event.tool not in claude_code.WRITE_TOOLS | {claude_code.READ_TOOL}:
+        return
+    memory = _open(options)
+    reads = claude_code.SessionReads.beside(memory.state_path)
+    if event.tool == claude_code.READ_TOOL:
+        if path.endswith(".md"):
+            reads.record(event.session, path)
+        return
+    report = memory.refresh(now=_now())
+    sys.stdout.write(claude_code.post_tool_use_output(report, path, reads.reads(event.session)))
+
+
+STDIN_WAIT = 3.0
+"""Seconds the hook waits for its event on a standard input that is neither a terminal nor closed."""
+
+
+def _stdin_event() -> bytes:
+    """The hook event Claude Code writes on stdin, or b"" when none is given (a terminal, nothing sent)."""
+    import select
+
+    stream = sys.stdin
+    try:
+        if stream is None or stream.isatty() or not select.select([stream], [], [], STDIN_WAIT)[0]:
+            return b""
+        return stream.buffer.read()
+    except (OSError, ValueError, AttributeError):
+        return b""
 
 
 def _demo(options: argparse.Namespace) -> int:
@@ -209,6 +259,7 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
     roots = set()
     if options.root is not None:
         roots.add(Path(options.root).absolute())
+        files = [os.path.join(options.root, os.path.expanduser(file)) for file in files]
     else:
         for file in files:
             found = find_root(Path(file).absolute().parent if not Path(file).is_dir() else file)
@@ -271,7 +322,11 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument("--json", action="store_true", help="one JSON object")
     stamp = command("stamp", _stamp, "record that derived files were just re-derived from their sources")
     stamp.add_argument("files", nargs="+", metavar="FILE")
-    stamp.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")
+    stamp.add_argument(
+        "--root",
+        help="memory root, to which FILEs are then relative (default: nearest folder above FILE with .provgraph/ "
+        "or MEMORY.md)",
+    )
     graph = command("graph", _graph, "export the lineage graph with each node's status")
     rooted(graph)
     graph.add_argument("--format", choices=("json", "dot", "mermaid"), default="json")
@@ -285,10 +340,13 @@ def _parser() -> argparse.ArgumentParser:
     hook = commands.add_parser("hook", help="print hook output for an agent framework")
     frameworks = hook.add_subparsers(metavar="FRAMEWORK", required=True)
     claude = frameworks.add_parser(
-        "claude-code", parents=[common], help="SessionStart hook JSON for Claude Code (nothing when nothing is stale)"
+        "claude-code",
+        parents=[common],
+        help="Claude Code hook: answers the event on stdin (SessionStart, PostToolUse), or prints nothing",
     )
     claude.set_defaults(run=_hook)
     rooted(claude)
+    claude.add_argument("--settings", action="store_true", help="print the settings JSON that installs the hooks")
     claude.add_argument(
         "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
     )

@@ -8,6 +8,7 @@ the tool results the model received in its next call.
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ from test_agentscope import (  # noqa: E402
 from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
 
 HEADING = "Memory lineage after this write (provgraph):"
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 SUMMARY = "---\nname: Summary\ntype: user\n---\nA tea drinker in Lyon.\n"
 
 
@@ -104,6 +106,10 @@ def test_editing_a_source_ends_its_result_with_what_rests_on_the_old_content(
     model = asyncio.run(reply([provenance], edited(folder, "user-facts.md", "Lyon", "Oslo")))
     [_, result, notes] = results(model)
     assert result.startswith("Successfully replaced 1 occurrence")
+    shown = re.search(r"\*\*what the edit left behind\*\*.*?```\n(.*?)```", README, re.S)
+    assert shown is not None and [line.strip() for line in shown.group(1).splitlines() if line.strip()] == [
+        line.strip() for line in notes.splitlines()
+    ]
     assert notes.splitlines() == [
         HEADING,
         "- 2 memory files derived from user-facts.md now rest on its old content:",

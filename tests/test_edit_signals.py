@@ -7,16 +7,20 @@ from random lineages directly.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from provgraph import Memory
 from provgraph.edits import EDIT_NOTES_MAX_CHARS, Advice, EditContext, edit_notes, suggested_line
 from provgraph.lineage import find_cycles, propagate
 from provgraph.model import Edge, EdgeStatus, Report
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 ADVICE = Advice(
     record_file=lambda path: f"call `record` with `{path}`",
     record_any="call `record` with its path",
@@ -182,3 +186,27 @@ def test_nothing_is_said_about_a_write_that_nothing_rests_on_and_that_follows_no
     resting = any(cause.source == path for entry in report.stale for cause in entry.causes)
     text = edit_notes(report, EditContext(path, frozenset()), ADVICE)
     assert (text == "") == (not resting)
+
+
+# -- the README's paragraph for agents ----------------------------------------------------------
+
+
+def _readme_block(marker: str) -> str:
+    found = re.search(rf"<!-- {marker} -->\n```markdown\n(.*?)```", README, re.S)
+    assert found is not None
+    return found.group(1)
+
+
+def test_the_paragraph_for_agents_shows_a_declaration_that_reads_back(tmp_path) -> None:
+    paragraph = _readme_block("declare-sources")
+    [line] = re.findall(r"`(derived_from: [^`]*)`", paragraph)
+    root = tmp_path / "memory"
+    root.mkdir()
+    for name in ("user-facts.md", "preferences.md"):
+        (root / name).write_text("a fact\n")
+    (root / "profile.md").write_text(_readme_block("declared-example"))
+    report = Memory(root).refresh(now=T0)
+    sources = sorted(edge.source for edge in report.edges if edge.derived == "profile.md")
+    assert sources == ["preferences.md", "user-facts.md"]
+    assert line == suggested_line("profile.md", ["user-facts.md", "preferences.md"])
+    assert report.problems == ()

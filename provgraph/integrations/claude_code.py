@@ -1,26 +1,258 @@
-"""Claude Code: a SessionStart hook that adds the block to the session's context.
+"""Claude Code: hooks that bring the lineage into a session, at its start and at each memory write.
 
 Claude Code keeps its auto memory as ``MEMORY.md`` plus topic files with the
-same frontmatter; ``provgraph hook claude-code ROOT`` prints the hook's JSON
-when something there is stale, and nothing at all otherwise.
+same frontmatter.  ``provgraph hook claude-code ROOT`` reads the hook event
+that Claude Code sends on standard input (https://code.claude.com/docs/en/hooks)
+and answers per event:
+
+- ``SessionStart`` (or no input at all): the block, when something is stale;
+- ``PostToolUse`` of ``Write``, ``Edit`` or ``MultiEdit`` on a file under the
+  root: the notes of ``provgraph.edits`` (the scan that computes them also
+  adopts a declaration the write added, with its sources as they are now);
+- ``PostToolUse`` of ``Read`` on a memory file: the read is remembered for
+  the session, in provgraph's state folder, so that a later write can be
+  told which sources to declare.
+
+Anything else gets no output.  A hook must never break the user's session:
+input that is not a hook event is reported in one line on stderr, with exit 0.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
 import orjson
 
+from ..edits import Advice, EditContext, edit_notes
 from ..model import Report
 from ..render import prompt_block
 
-__all__ = ["session_start_output"]
+__all__ = [
+    "CONTEXT_LIMIT",
+    "BadEvent",
+    "HookEvent",
+    "SessionReads",
+    "edit_advice",
+    "parse_event",
+    "post_tool_use_output",
+    "session_start_output",
+    "settings_json",
+    "stamp_command",
+]
+
+CONTEXT_LIMIT = 9_500
+"""Characters of ``additionalContext`` at most: Claude Code moves a text longer
+than 10,000 characters to a file and shows the model only a preview."""
+WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit"})
+READ_TOOL = "Read"
+SESSION_MATCHER = "startup|resume|clear|compact"
+TOOL_MATCHER = "Read|Write|Edit|MultiEdit"
+
+
+# -- the event ------------------------------------------------------------------------------------
+
+
+class BadEvent(ValueError):
+    """The hook's standard input is not a Claude Code hook event."""
+
+
+@dataclass(frozen=True, slots=True)
+class HookEvent:
+    """The fields of a hook event that provgraph reads."""
+
+    name: str
+    """``hook_event_name``: ``SessionStart``, ``PostToolUse``, ..."""
+    session: str
+    """``session_id``: reads are remembered per session."""
+    tool: str | None = None
+    """``tool_name`` for tool events."""
+    file_path: str | None = None
+    """``tool_input.file_path``, made absolute against the event's ``cwd``."""
+
+
+def parse_event(data: bytes) -> HookEvent:
+    """The event Claude Code sent, or ``BadEvent`` saying in one line what is wrong."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise BadEvent(f"the hook input is not JSON ({error})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("hook_event_name"), str):
+        raise BadEvent("the hook input is not a Claude Code hook event (no hook_event_name)")
+    tool_input = document.get("tool_input")
+    file_path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
+    if isinstance(file_path, str) and file_path:
+        cwd = document.get("cwd")
+        file_path = os.path.join(cwd if isinstance(cwd, str) else os.getcwd(), os.path.expanduser(file_path))
+    else:
+        file_path = None
+    tool = document.get("tool_name")
+    session = document.get("session_id")
+    return HookEvent(
+        name=document["hook_event_name"],
+        session=session if isinstance(session, str) else "",
+        tool=tool if isinstance(tool, str) else None,
+        file_path=file_path,
+    )
+
+
+def memory_path(root: Path, file_path: str) -> str | None:
+    """The root-relative POSIX path of a file under the root, or None (outside, or in a hidden folder)."""
+    absolute = Path(os.path.abspath(file_path))
+    for base, target in ((root, absolute), (Path(os.path.realpath(root)), Path(os.path.realpath(absolute)))):
+        with contextlib.suppress(ValueError):
+            parts = target.relative_to(base).parts
+            if parts and not any(part.startswith(".") for part in parts):
+                return "/".join(parts)
+    return None
+
+
+# -- what the hook prints ------------------------------------------------------------------------
+
+
+def stamp_command(root: str, path: str = "FILE") -> str:
+    """The ``provgraph stamp`` command for ``path``, to paste in a shell from any folder."""
+    file = path if path == "FILE" else shlex.quote(path)
+    return f"provgraph stamp --root {shlex.quote(root)} {file}"
+
+
+def edit_advice(root: str) -> Advice:
+    """The notes' instructions as shell commands on this root."""
+    return Advice(
+        record_file=lambda path: f"run `{stamp_command(root, path)}`",
+        record_any=f"record it with `{stamp_command(root)}`",
+        list_all=lambda path: f"run `provgraph status {shlex.quote(root)}`",
+    )
 
 
 def session_start_output(report: Report, *, max_lines: int = 20) -> str:
     """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale."""
-    hint = f"run `provgraph status {report.root}` to list them all"
-    advice = f"After re-deriving one, record it with `provgraph stamp --root {report.root} FILE`."
+    hint = f"run `provgraph status {shlex.quote(report.root)}` to list them all"
+    advice = f"After re-deriving one, record it with `{stamp_command(report.root)}`."
     block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint)
-    if not block:
+    while len(block) > CONTEXT_LIMIT and max_lines > 0:
+        max_lines = max_lines // 2
+        block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint)
+    return _output("SessionStart", block)
+
+
+def post_tool_use_output(report: Report, path: str, reads: frozenset[str]) -> str:
+    """The hook's stdout after a write of ``path``: the notes, or "" when nothing applies."""
+    notes = edit_notes(report, EditContext(path, reads), edit_advice(report.root))
+    return _output("PostToolUse", notes)
+
+
+def _output(event: str, context: str) -> str:
+    if not context:
         return ""
-    payload = {"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": block}}
+    payload = {"hookSpecificOutput": {"hookEventName": event, "additionalContext": context[:CONTEXT_LIMIT]}}
     return orjson.dumps(payload).decode() + "\n"
+
+
+def settings_json(root: str) -> str:
+    """The ``hooks`` settings that install every provgraph hook for the memory folder ``root``."""
+    command = {"type": "command", "command": f"provgraph hook claude-code {shlex.quote(root)}"}
+    settings = {
+        "hooks": {
+            "SessionStart": [{"matcher": SESSION_MATCHER, "hooks": [command]}],
+            "PostToolUse": [{"matcher": TOOL_MATCHER, "hooks": [command]}],
+        }
+    }
+    return orjson.dumps(settings, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+# -- the reads of a session ----------------------------------------------------------------------
+
+
+class SessionReads:
+    """The memory files each recent session read, in one small file beside provgraph's state.
+
+    Each hook is a process of its own, so the reads must be kept on disk
+    between a ``Read`` and the ``Write`` that follows.  The file stays small:
+    sessions untouched for ``max_age`` seconds are dropped, only the
+    ``max_sessions`` most recent are kept, each with its ``max_reads`` latest
+    reads.  It is rewritten whole (temporary file, then rename) under a lock,
+    so parallel hooks never lose a read or leave a torn file.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        max_sessions: int = 20,
+        max_reads: int = 200,
+        max_age: float = 7 * 86_400,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self.max_sessions = max_sessions
+        self.max_reads = max_reads
+        self.max_age = max_age
+        self._clock = clock
+
+    @classmethod
+    def beside(cls, state_path: Path, **options) -> SessionReads:
+        """The reads file that goes with a state file (``state.json`` -> ``state.claude-code-reads.json``)."""
+        return cls(state_path.with_name(state_path.stem + ".claude-code-reads.json"), **options)
+
+    def reads(self, session: str) -> frozenset[str]:
+        entry = self._load().get(session)
+        return frozenset(entry["reads"]) if entry else frozenset()
+
+    def record(self, session: str, path: str) -> None:
+        with self._locked():
+            sessions = self._load()
+            now = self._clock()
+            reads = [read for read in sessions.get(session, {}).get("reads", []) if read != path] + [path]
+            sessions[session] = {"touched": now, "reads": reads[-self.max_reads :]}
+            recent = sorted(sessions.items(), key=lambda item: item[1]["touched"], reverse=True)
+            kept = {key: value for key, value in recent[: self.max_sessions] if now - value["touched"] <= self.max_age}
+            self._save(kept)
+
+    def _load(self) -> dict[str, dict]:
+        """Sessions by id; a missing or unreadable file holds none (the reads only feed suggestions)."""
+        try:
+            document = orjson.loads(self.path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return {}
+        sessions = document.get("sessions") if isinstance(document, dict) else None
+        if not isinstance(sessions, dict):
+            return {}
+        return {key: value for key, value in sessions.items() if _is_session(value)}
+
+    def _save(self, sessions: dict[str, dict]) -> None:
+        descriptor, temporary = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(orjson.dumps({"version": 1, "sessions": sessions}))
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(descriptor)
+
+
+def _is_session(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("touched"), (int, float))
+        and isinstance(value.get("reads"), list)
+        and all(isinstance(read, str) for read in value["reads"])
+    )

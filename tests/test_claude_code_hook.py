@@ -1,0 +1,273 @@
+"""``provgraph hook claude-code`` end to end: the installed command, fed the JSON Claude Code sends.
+
+Each event is written as Claude Code's hooks reference documents it
+(https://code.claude.com/docs/en/hooks): ``session_id``, ``transcript_path``,
+``cwd``, ``hook_event_name``, and for tool events ``tool_name``,
+``tool_input`` (``file_path`` for Read, Write, Edit and MultiEdit) and
+``tool_response``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import PROVGRAPH
+
+from provgraph.integrations.claude_code import SessionReads
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def at(days: float) -> str:
+    return (T0 + timedelta(days=days)).isoformat()
+
+
+def hook(root: Path | str, event: dict | str | None, *args: str, now: str = at(1), cwd: Path | str = "/"):
+    """Run the hook as Claude Code does: the event as JSON on stdin. Returns (code, stdout, stderr)."""
+    data = event if isinstance(event, str) or event is None else json.dumps(event)
+    environment = {key: value for key, value in os.environ.items() if key != "PROVGRAPH_NOW"}
+    done = subprocess.run(
+        [os.fspath(PROVGRAPH), "hook", "claude-code", os.fspath(root), *args],
+        input=data if data is not None else "",
+        cwd=cwd,
+        env={**environment, "PROVGRAPH_NOW": now},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def event(name: str, session: str = "s-1", **fields) -> dict:
+    return {
+        "session_id": session,
+        "transcript_path": f"/home/me/.claude/projects/app/{session}.jsonl",
+        "cwd": "/home/me/src/app",
+        "permission_mode": "default",
+        "hook_event_name": name,
+        **fields,
+    }
+
+
+def tool_use(tool: str, file: Path, session: str = "s-1", **tool_input) -> dict:
+    return event(
+        "PostToolUse",
+        session,
+        tool_name=tool,
+        tool_input={"file_path": str(file), **tool_input},
+        tool_response={"filePath": str(file), "success": True},
+        tool_use_id="toolu_01ABC",
+    )
+
+
+def context(out: str, name: str = "PostToolUse") -> str:
+    output = json.loads(out)["hookSpecificOutput"]
+    assert output["hookEventName"] == name
+    return output["additionalContext"]
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {
+        path.relative_to(folder).as_posix(): path.read_bytes()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and ".provgraph" not in path.parts
+    }
+
+
+@pytest.fixture
+def simple(memory, run):
+    """facts.md -> profile.md -> digest.md under a MEMORY.md root, adopted at T0."""
+    memory.write("MEMORY.md", "index\n")
+    memory.write("facts.md", "v1\n")
+    memory.write("prefs.md", "tea\n")
+    memory.write("profile.md", "Profile.\n", derived_from="facts.md")
+    memory.write("digest.md", "Digest.\n", derived_from="profile.md")
+    assert run("status", memory.root, cwd="/", now=at(0))[0] == 0
+    return memory
+
+
+# -- SessionStart --------------------------------------------------------------------------------
+
+
+def test_session_start_gives_the_block_with_or_without_its_event(simple) -> None:
+    simple.write("facts.md", "v2\n")
+    start = event("SessionStart", source="startup")
+    code, out, err = hook(simple.root, start)
+    assert (code, err) == (0, "")
+    assert "profile.md: source(s) changed since derived" in context(out, "SessionStart")
+    assert hook(simple.root, None) == (0, out, "")
+
+
+# -- PostToolUse: writes -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "tool_input"),
+    [
+        ("Write", {"content": "v2\n"}),
+        ("Edit", {"old_string": "v1", "new_string": "v2", "replace_all": False}),
+        ("MultiEdit", {"edits": [{"old_string": "v1", "new_string": "v2"}]}),
+    ],
+)
+def test_a_write_of_a_source_tells_what_rests_on_its_old_content(simple, tool, tool_input) -> None:
+    simple.write("facts.md", "v2\n")
+    code, out, err = hook(simple.root, tool_use(tool, simple.path("facts.md"), **tool_input))
+    assert (code, err) == (0, "")
+    lines = context(out).splitlines()
+    assert lines[1:4] == [
+        "- 2 memory files derived from facts.md now rest on its old content:",
+        "  - profile.md",
+        "  - digest.md, via facts.md -> profile.md -> digest.md",
+    ]
+    assert f"record it with `provgraph stamp --root {simple.root} FILE`" in lines[4]
+
+
+def test_a_declaration_is_adopted_by_the_write_that_adds_it(simple) -> None:
+    simple.write("summary.md", "Summary.\n", derived_from="prefs.md")
+    assert hook(simple.root, tool_use("Write", simple.path("summary.md")), now=at(1)) == (0, "", "")
+    simple.write("prefs.md", "coffee\n")
+    code, out, _ = hook(simple.root, tool_use("Edit", simple.path("prefs.md")), now=at(1.1))
+    assert "- 1 memory file derived from prefs.md now rests on its old content:" in context(out)
+
+
+def test_reads_of_a_session_turn_into_a_suggested_declaration_never_written(simple, tmp_path) -> None:
+    for name in ("facts.md", "prefs.md", "MEMORY.md"):
+        assert hook(simple.root, tool_use("Read", simple.path(name))) == (0, "", "")
+    simple.write("summary.md", "The user, in short.\n")
+    before = files_of(simple.root)
+
+    code, out, err = hook(simple.root, tool_use("Write", simple.path("summary.md")))
+    other = hook(simple.root, tool_use("Write", simple.path("summary.md"), session="s-2"))
+
+    assert (code, err) == (0, "")
+    assert "  derived_from: facts.md, prefs.md" in context(out).splitlines()
+    assert other == (0, "", "")  # another session read nothing
+    assert files_of(simple.root) == before
+    assert (simple.root / ".provgraph" / "state.claude-code-reads.json").is_file()
+
+
+def test_with_state_elsewhere_the_reads_live_beside_it_and_the_root_is_untouched(memory, tmp_path) -> None:
+    memory.write("facts.md", "v1\n")
+    state = tmp_path / "elsewhere" / "state.json"
+    hook(memory.root, tool_use("Read", memory.path("facts.md")), "--state", str(state))
+    memory.write("summary.md", "Summary.\n")
+    code, out, _ = hook(memory.root, tool_use("Write", memory.path("summary.md")), "--state", str(state))
+    assert "  derived_from: facts.md" in context(out).splitlines()
+    assert (tmp_path / "elsewhere" / "state.claude-code-reads.json").is_file()
+    assert not (memory.root / ".provgraph").exists()
+
+
+def test_the_printed_stamp_command_works_pasted_in_a_shell_from_anywhere(memory, run, tmp_path) -> None:
+    root = tmp_path / "my memory" / "it's"
+    shutil.move(memory.root, root)
+    (root / "facts.md").write_text("v1\n")
+    (root / "profile.md").write_text("---\nderived_from: facts.md\n---\nProfile.\n")
+    assert run("status", root, cwd="/", now=at(0))[0] == 0
+    (root / "facts.md").write_text("v2\n")
+    hook(root, tool_use("Read", root / "facts.md"))
+    (root / "profile.md").write_text("---\nderived_from: facts.md\n---\nProfile, updated.\n")
+
+    _, out, _ = hook(root, tool_use("Write", root / "profile.md"), now=at(2))
+    [command] = re.findall(r"run `(provgraph stamp [^`]*)`", context(out))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shell = {**os.environ, "PATH": f"{PROVGRAPH.parent}:{os.environ['PATH']}", "PROVGRAPH_NOW": at(3)}
+    done = subprocess.run(["sh", "-c", command], cwd=elsewhere, env=shell, capture_output=True, text=True)
+
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.startswith("stamped profile.md: re-derived from 1 source as they are now")
+    assert json.loads(run("status", "--json", root, cwd="/", now=at(4))[1])["stale"] == []
+
+
+def test_the_stamp_root_takes_files_relative_to_it_and_absolute_ones(simple, run, tmp_path) -> None:
+    simple.write("facts.md", "v2\n")
+    code, _, err = run("stamp", "--root", simple.root, "profile.md", cwd=tmp_path, now=at(1))
+    assert (code, err) == (0, "")
+    code, _, err = run("stamp", "--root", simple.root, simple.path("digest.md"), cwd=tmp_path, now=at(1))
+    assert (code, err) == (0, "")
+    assert json.loads(run("status", "--json", simple.root, cwd="/", now=at(2))[1])["stale"] == []
+
+
+# -- silence and bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        tool_use("Bash", Path("/tmp/x"), command="ls"),
+        event("UserPromptSubmit", prompt="hello"),
+        event("Stop", stop_hook_active=False),
+        tool_use("Write", Path("/etc/hosts")),
+        tool_use("Write", Path("notes/plan.md")),  # relative to the event's cwd, outside the root
+    ],
+)
+def test_anything_else_gets_no_output(simple, sent) -> None:
+    simple.write("facts.md", "v2\n")
+    assert hook(simple.root, sent) == (0, "", "")
+
+
+def test_a_write_of_a_file_nothing_rests_on_gets_no_output(simple) -> None:
+    simple.write("prefs.md", "coffee\n")
+    assert hook(simple.root, tool_use("Write", simple.path("prefs.md"))) == (0, "", "")
+
+
+@pytest.mark.parametrize("sent", ["{not json", "[1, 2]", '"SessionStart"', '{"tool_name": "Write"}', "\xff{"])
+def test_bad_input_is_one_line_on_stderr_and_never_breaks_the_session(simple, sent) -> None:
+    code, out, err = hook(simple.root, sent)
+    assert (code, out) == (0, "")
+    assert len(err.splitlines()) == 1 and err.startswith("provgraph: hook: ") and "Traceback" not in err
+
+
+# -- bounds and settings ---------------------------------------------------------------------------
+
+
+def test_additional_context_stays_under_claude_codes_limit(memory, run) -> None:
+    memory.write("facts.md", "v1\n")
+    for index in range(400):
+        memory.write(f"derived/{'a-rather-long-summary-name-' * 6}{index:03}.md", derived_from="/facts.md")
+    assert run("status", memory.root, cwd="/", now=at(0))[0] == 0
+    memory.write("facts.md", "v2\n")
+    _, start, _ = hook(memory.root, event("SessionStart"), "--max-lines", "1000")
+    _, write, _ = hook(memory.root, tool_use("Edit", memory.path("facts.md")))
+    assert 5_000 < len(context(start, "SessionStart")) < 10_000
+    assert "… and" in context(write) and len(context(write)) < 10_000
+
+
+def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
+    root = "/home/me/.claude/projects/-home-me-src-app/memory"
+    done = subprocess.run(
+        [os.fspath(PROVGRAPH), "hook", "claude-code", "--settings", root], capture_output=True, text=True, cwd="/"
+    )
+    settings = json.loads(done.stdout)
+    assert settings["hooks"]["PostToolUse"][0]["matcher"] == "Read|Write|Edit|MultiEdit"
+    assert settings["hooks"]["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
+    command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
+    assert command == f"provgraph hook claude-code {root}"
+    shown = re.search(r"<!-- claude-code-settings -->\n```json\n(.*?)```", README.read_text(), re.S)
+    assert shown is not None and json.loads(shown.group(1)) == settings
+
+
+def test_the_session_reads_stay_bounded() -> None:
+    now = [1_000_000.0]
+    reads = SessionReads.beside(Path(os.environ.get("TMPDIR", "/tmp")) / f"reads-{os.getpid()}" / "state.json")
+    reads = SessionReads(reads.path, max_sessions=3, max_reads=2, max_age=100, clock=lambda: now[0])
+    try:
+        for session in range(5):
+            for path in ("a.md", "b.md", "c.md", "a.md"):
+                reads.record(f"s{session}", path)
+            now[0] += 10
+        assert reads.reads("s0") == frozenset()
+        assert reads.reads("s4") == {"c.md", "a.md"}
+        now[0] += 200
+        reads.record("s9", "z.md")
+        assert reads.reads("s4") == frozenset() and reads.reads("s9") == {"z.md"}
+    finally:
+        shutil.rmtree(reads.path.parent)
