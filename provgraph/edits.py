@@ -37,6 +37,8 @@ INDEX = "MEMORY.md"
 """The memory index: it links every file and is derived from none of them."""
 HEADING = "Memory lineage after this write (provgraph):"
 _MORE_RESERVE = 120
+_SUGGESTION_LIMIT = 300
+"""Characters of a suggested ``derived_from`` line at most (lines are clipped at 400)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,8 @@ def _suggestion(report: Report, edit: EditContext) -> list[str]:
     if not read or set(read) & set(declared):
         return []
     line = suggested_line(edit.path, [*declared, *read])
+    if len(safe_name(line)) > _SUGGESTION_LIMIT:
+        return []  # a line that cannot be shown whole is no exact suggestion; so many reads suggest no derivation
     names = ", ".join(safe_name(name) for name in read)
     if declared:
         situation = f"declares other sources, but not {names}, read earlier in this reply"

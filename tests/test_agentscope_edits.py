@@ -21,7 +21,7 @@ from agentscope.agent import Agent, InjectionConfig  # noqa: E402
 from agentscope.message import UserMsg  # noqa: E402
 from agentscope.permission import PermissionContext, PermissionMode  # noqa: E402
 from agentscope.state import AgentState  # noqa: E402
-from agentscope.tool import Edit, Read, Toolkit, Write  # noqa: E402
+from agentscope.tool import BackendBase, Edit, Read, Toolkit, Write  # noqa: E402
 from test_agentscope import (  # noqa: E402
     BASE_PROMPT,
     EDITED,
@@ -33,6 +33,7 @@ from test_agentscope import (  # noqa: E402
     ScriptedModel,
     adopt,
     memory_middleware,
+    remote_workdir,
     snapshot,
     tool_call,
     tool_results,
@@ -46,7 +47,13 @@ README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encodi
 SUMMARY = "---\nname: Summary\ntype: user\n---\nA tea drinker in Lyon.\n"
 
 
-async def reply(middlewares: list, calls: Sequence, extra_tools: Sequence = (), selected: Sequence[str] = ()):
+async def reply(
+    middlewares: list,
+    calls: Sequence,
+    extra_tools: Sequence = (),
+    selected: Sequence[str] = (),
+    backend: BackendBase | None = None,
+):
     """One reply in which the model makes ``calls`` one after the other; returns the model."""
     script = [tool_call(name, **arguments) for name, arguments in calls]
     for number, response in enumerate(script):
@@ -56,7 +63,7 @@ async def reply(middlewares: list, calls: Sequence, extra_tools: Sequence = (), 
         name="assistant",
         system_prompt=BASE_PROMPT,
         model=model,
-        toolkit=Toolkit(tools=[Read(), Write(), Edit(), *extra_tools]),
+        toolkit=Toolkit(tools=[Read(backend=backend), Write(backend=backend), Edit(backend=backend), *extra_tools]),
         middlewares=middlewares,
         state=AgentState(permission_context=PermissionContext(mode=PermissionMode.BYPASS)),
         injection_config=InjectionConfig(inject_runtime_state=False),
@@ -204,3 +211,19 @@ def test_a_reply_that_touches_no_memory_lineage_sees_byte_identical_tool_results
         "MEMORY.md": FILES["MEMORY.md"].replace("who the user is", "who the user is, in short").encode(),
         ".trash/old.md": b"hidden\n",
     }
+
+
+def test_a_write_through_a_remote_backend_gets_the_same_notes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = remote_workdir()
+    memory = memory_middleware("/sandbox/work", backend)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory, state=tmp_path / "state.json")
+    asyncio.run(adopt(provenance, monkeypatch))
+    folder = Path("/sandbox/work/Memory")
+    model = asyncio.run(reply([memory, provenance], edited(folder, "user-facts.md", "Lyon", "Oslo"), backend=backend))
+    notes = results(model)[-1]
+    assert notes.startswith(HEADING)
+    assert "  - profile.md" in notes.splitlines()
+    assert (
+        backend.files["/sandbox/work/Memory/user-facts.md"][0]
+        == MOVED.replace("moved to Oslo", "lives in Oslo").encode()
+    )

@@ -255,19 +255,27 @@ def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
     assert shown is not None and json.loads(shown.group(1)) == settings
 
 
-def test_the_session_reads_stay_bounded() -> None:
+def test_the_session_reads_stay_bounded(tmp_path) -> None:
     now = [1_000_000.0]
-    reads = SessionReads.beside(Path(os.environ.get("TMPDIR", "/tmp")) / f"reads-{os.getpid()}" / "state.json")
-    reads = SessionReads(reads.path, max_sessions=3, max_reads=2, max_age=100, clock=lambda: now[0])
-    try:
-        for session in range(5):
-            for path in ("a.md", "b.md", "c.md", "a.md"):
-                reads.record(f"s{session}", path)
-            now[0] += 10
-        assert reads.reads("s0") == frozenset()
-        assert reads.reads("s4") == {"c.md", "a.md"}
-        now[0] += 200
-        reads.record("s9", "z.md")
-        assert reads.reads("s4") == frozenset() and reads.reads("s9") == {"z.md"}
-    finally:
-        shutil.rmtree(reads.path.parent)
+    reads = SessionReads.beside(tmp_path / "state.json", max_sessions=3, max_reads=2, max_age=100, clock=lambda: now[0])
+    for session in range(5):
+        for path in ("a.md", "b.md", "c.md", "a.md"):
+            reads.record(f"s{session}", path)
+        now[0] += 10
+    assert reads.reads("s0") == frozenset()
+    assert reads.reads("s4") == {"c.md", "a.md"}
+    now[0] += 200
+    reads.record("s9", "z.md")
+    assert reads.reads("s4") == frozenset() and reads.reads("s9") == {"z.md"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "state.claude-code-reads.json",
+        "state.claude-code-reads.json.lock",
+    ]
+
+
+def test_an_unreadable_reads_file_only_costs_the_suggestions(tmp_path) -> None:
+    reads = SessionReads.beside(tmp_path / "state.json")
+    reads.path.write_bytes(b"\x00 not json")
+    assert reads.reads("s1") == frozenset()
+    reads.record("s1", "a.md")
+    assert reads.reads("s1") == {"a.md"}

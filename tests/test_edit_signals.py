@@ -127,6 +127,16 @@ def test_a_file_declaring_other_sources_gets_its_line_with_the_missing_entries(m
     assert "  derived_from: facts.md, prefs.md" in text.splitlines()
 
 
+def test_no_suggestion_when_the_line_could_not_be_shown_whole(memory) -> None:
+    chain_folder(memory)
+    many = {f"topic-{index:02}-{'x' * 20}.md" for index in range(12)}
+    for name in many:
+        memory.write(name, "a note\n")
+    memory.write("summary.md", "Summary.\n")
+    assert notes(memory, "summary.md", reads=many) == ""
+    assert "derived_from: " in notes(memory, "summary.md", reads=set(sorted(many)[:3]))
+
+
 def test_no_suggestion_when_a_read_file_is_declared_or_would_make_a_cycle(memory) -> None:
     chain_folder(memory)
     assert notes(memory, "profile.md", reads={"facts.md", "prefs.md"}) == ""

@@ -5,9 +5,10 @@ it read and write memory files through a backend (the local disk, a Docker
 or E2B sandbox, ...).  ``ProvenanceMiddleware`` looks at the same folder
 through the same backend, checks every memory file on each model call, and
 adds the block when a derived file's sources changed.  It offers the agent a
-tool to record a re-derivation and one to see what derives from a file, and
-marks a retrieved memory file's hint when that file is stale.  It never
-withholds or edits a memory file.
+tool to record a re-derivation and one to see what derives from a file,
+marks a retrieved memory file's hint when that file is stale, and ends the
+result of a memory write with what the write left resting on old content
+(``provgraph.edits``).  It never withholds or edits a memory file.
 
 This is the only provgraph module that imports AgentScope.
 """
