@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import PROVGRAPH
 
-from provgraph.integrations.claude_code import SessionReads
+from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -237,8 +237,8 @@ def test_additional_context_stays_under_claude_codes_limit(memory, run) -> None:
     memory.write("facts.md", "v2\n")
     _, start, _ = hook(memory.root, event("SessionStart"), "--max-lines", "1000")
     _, write, _ = hook(memory.root, tool_use("Edit", memory.path("facts.md")))
-    assert 5_000 < len(context(start, "SessionStart")) < 10_000
-    assert "… and" in context(write) and len(context(write)) < 10_000
+    assert 5_000 < len(context(start, "SessionStart")) <= CONTEXT_LIMIT < 10_000
+    assert "… and" in context(write) and len(context(write)) <= CONTEXT_LIMIT
 
 
 def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
@@ -256,6 +256,8 @@ def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
 
 
 def test_the_session_reads_stay_bounded(tmp_path) -> None:
+    default = SessionReads.beside(tmp_path / "state.json")
+    assert (default.max_sessions, default.max_reads, default.max_age) == (20, 200, 7 * 86_400)
     now = [1_000_000.0]
     reads = SessionReads.beside(tmp_path / "state.json", max_sessions=3, max_reads=2, max_age=100, clock=lambda: now[0])
     for session in range(5):

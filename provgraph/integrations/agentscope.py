@@ -16,6 +16,7 @@ This is the only provgraph module that imports AgentScope.
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import json
 import logging
@@ -319,8 +320,8 @@ class ProvenanceMiddleware(MiddlewareBase):
                     found.append(block)
         return found
 
-    def _touched(self, call: Any) -> tuple[bool, str] | None:
-        """(is a write, memory path) for a file tool call on a memory file, else None."""
+    def _touched(self, call: Any) -> tuple[_Access, str] | None:
+        """(read or write, memory path) for a file tool call on a file of the memory folder, else None."""
         name = getattr(call, "name", None)
         if name not in _FILE_TOOLS:
             return None
@@ -333,12 +334,13 @@ class ProvenanceMiddleware(MiddlewareBase):
         path = self._hint_path(file_path) if isinstance(file_path, str) else None
         if path is None or any(part.startswith(".") for part in path.split("/")):
             return None
-        return (name != "Read", path)
+        return (_Access.READ if name == "Read" else _Access.WRITE, path)
 
-    async def _after_file_tool(self, agent: Any, is_write: bool, path: str, response: ToolResponse) -> None:
+    async def _after_file_tool(self, agent: Any, access: _Access, path: str, response: ToolResponse) -> None:
         reads = self._reads_of(agent)
-        if not is_write:
-            reads.add(path)
+        if access is _Access.READ:
+            if path.endswith(".md"):
+                reads.add(path)
             return
         report = await self._checked()
         if report is None:
@@ -413,6 +415,17 @@ def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
 
 _FILE_TOOLS = frozenset({"Read", "Write", "Edit"})
 """AgentScope's file tools, by the names the model calls them."""
+
+
+class _Access(enum.Enum):
+    """What a file tool did to a file of the memory folder."""
+
+    READ = "read"
+    """The model saw the file: a candidate source of what it writes next."""
+    WRITE = "write"
+    """The file changed (``Write`` or ``Edit``): the lineage is checked again."""
+
+
 _EDIT_ADVICE = Advice(
     record_file=lambda path: f"call `{RECORD_TOOL}` with `{safe_name(path)}`",
     record_any=f"call `{RECORD_TOOL}` with its path",
