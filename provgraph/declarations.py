@@ -97,41 +97,41 @@ def read_declaration(head: bytes, truncated: bool = False, sources_heading: str 
     """
     if head.startswith(_BOM):
         head = head[len(_BOM) :]
-    declared, body = _from_frontmatter(head, truncated)
-    found = _from_body(body, sources_heading)
+    declared, body_start = _from_frontmatter(head, truncated)
+    found = _from_body(head, body_start, sources_heading)
     if not found:
         return declared
     return Declaration(declared.entries + found, declared.derived_at, declared.problems)
 
 
-def _from_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, bytes]:
-    """The frontmatter's declaration and the body after it."""
+def _from_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
+    """The frontmatter's declaration and where the body after it starts."""
     if not head.startswith(b"---"):
-        return NOTHING, head
+        return NOTHING, 0
     found = _block(head)
     if found is None:
         if b"derived_" not in head:
-            return NOTHING, b""
+            return NOTHING, len(head)
         why = (
             f"frontmatter is not closed within the first {FRONTMATTER_LIMIT // 1024} KiB"
             if truncated
             else "frontmatter block is never closed with a '---' line"
         )
-        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, why),)), b""
-    block, body = found
+        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, why),)), len(head)
+    block, body_start = found
     if b"derived_" not in block:
-        return NOTHING, body
+        return NOTHING, body_start
     try:
         text = block.decode("utf-8")
     except UnicodeDecodeError as error:
         detail = f"invalid UTF-8 in the frontmatter at byte {error.start}"
-        return Declaration(problems=((ProblemKind.UNREADABLE, detail),)), body
-    return _parse(text), body
+        return Declaration(problems=((ProblemKind.UNREADABLE, detail),)), body_start
+    return _parse(text), body_start
 
 
-def _block(head: bytes) -> tuple[bytes, bytes] | None:
-    """The bytes between the opening ``---`` line and the closing one, and the body
-    after it; None when the block never closes.
+def _block(head: bytes) -> tuple[bytes, int] | None:
+    """The bytes between the opening ``---`` line and the closing one, and where the
+    body after it starts; None when the block never closes.
 
     Only a line that starts with ``---`` can close the block: the search goes
     from one such line to the next."""
@@ -144,7 +144,7 @@ def _block(head: bytes) -> tuple[bytes, bytes] | None:
         end = head.find(b"\n", position)
         line = head[position:] if end < 0 else head[position:end]
         if line.rstrip() == b"---":
-            return head[first_end + 1 : position], (b"" if end < 0 else head[end + 1 :])
+            return head[first_end + 1 : position], (len(head) if end < 0 else end + 1)
         newline = position
     return None
 
@@ -153,7 +153,7 @@ def _parse(text: str) -> Declaration:
     """The top-level declaration, and the one under a top-level ``metadata:`` mapping."""
     lines = text.splitlines()
     top = _parse_lines(lines, text)
-    nested = _metadata_lines(lines)
+    nested = _metadata_lines(lines) if "metadata:" in text else None
     if nested is None:
         return top
     inner = _parse_lines(nested, "\n".join(nested))
@@ -194,16 +194,16 @@ def _parse_lines(lines: list[str], text: str) -> Declaration:
     return Declaration(entries=entries, derived_at=derived_at)
 
 
-def _from_body(body: bytes, sources_heading: str | None) -> tuple[str, ...]:
-    """Entries the body declares: ``derived_from::`` lines, and the links under
-    ``sources_heading`` when one is given.  Code blocks declare nothing."""
+def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[str, ...]:
+    """Entries the body (``head`` from ``start``) declares: ``derived_from::`` lines, and
+    the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
-    if b"derived_from::" not in body and (wanted is None or wanted not in body):
+    if head.find(b"derived_from::", start) < 0 and (wanted is None or head.find(wanted, start) < 0):
         return ()
     entries: list[str] = []
     section: int | None = None
     fenced = False
-    for line in body.decode("utf-8", "replace").splitlines():
+    for line in head[start:].decode("utf-8", "replace").splitlines():
         if _FENCE.match(line):
             fenced = not fenced
             continue
@@ -463,8 +463,8 @@ def resolve_entries(
 
 
 def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
-    wiki = _WIKI.fullmatch(entry.strip())
-    target = _wiki_target(wiki.group(1), lookup) if wiki else _link_target(entry.strip())
+    entry = entry.strip()
+    target = _target(entry, lookup)
     if isinstance(target, tuple):
         return target
     if not target:
@@ -475,7 +475,8 @@ def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind
         return ProblemKind.OUTSIDE_ROOT, entry
     if _URL.match(target):
         return ProblemKind.BAD_ENTRY, f"URL ignored: {entry}"
-    target = _under_root(target, lookup.roots)
+    if target.startswith("/"):
+        target = _under_root(target, lookup.roots)
     joined = target.lstrip("/") if target.startswith("/") else posixpath.join(folder, target)
     path = posixpath.normpath(joined) if joined else "."
     if path == ".." or path.startswith("../"):
@@ -485,6 +486,12 @@ def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind
     if path == ".provgraph" or path.startswith(".provgraph/"):
         return ProblemKind.BAD_ENTRY, f"provgraph's own state is not a source: {entry}"
     return path
+
+
+def _target(entry: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
+    """What an entry points at, before it is joined to the declaring folder."""
+    wiki = _WIKI.fullmatch(entry) if entry.startswith(("[[", "![[")) else None
+    return _link_target(entry) if wiki is None else _wiki_target(wiki.group(1), lookup)
 
 
 def _under_root(target: str, roots: tuple[str, ...]) -> str:
