@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import unquote
@@ -57,6 +57,7 @@ _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 _WIKI = re.compile(r"!?\[\[([^\[\]\n]+)\]\]")
 _WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
 _INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?derived_from::(.*)")
+_BRACKETED = re.compile(r"[\[(]derived_from::")
 _BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
 _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
@@ -195,34 +196,76 @@ def _parse_lines(lines: list[str], text: str) -> Declaration:
 
 
 def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[str, ...]:
-    """Entries the body (``head`` from ``start``) declares: ``derived_from::`` lines, and
+    """Entries the body (``head`` from ``start``) declares: ``derived_from::`` fields, and
     the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
     if head.find(b"derived_from::", start) < 0 and (wanted is None or head.find(wanted, start) < 0):
         return ()
     entries: list[str] = []
     section: int | None = None
-    fenced = False
-    for line in head[start:].decode("utf-8", "replace").splitlines():
-        if _FENCE.match(line):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
+    for line in _prose_lines(head[start:].decode("utf-8", "replace")):
         heading = _HEADING.match(line)
         if heading is not None:
-            level = len(heading.group(1))
-            if section is not None and level <= section:
-                section = None
-            if sources_heading and line.strip() == sources_heading.strip():
-                section = level
-            continue
-        inline = _INLINE.fullmatch(line)
-        if inline is not None:
-            entries += _split(inline.group(1).strip())
+            section = _section_after(len(heading.group(1)), line, section, sources_heading)
+        elif "derived_from::" in line:
+            entries += _inline_entries(line)
         elif section is not None:
             entries += [link for link in _BODY_LINK.findall(line) if not _URL.match(_link_target(link))]
     return tuple(entry for entry in entries if entry)
+
+
+def _prose_lines(body: str) -> Iterator[str]:
+    """The lines of ``body`` outside fenced code blocks."""
+    fenced = False
+    for line in body.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            yield line
+
+
+def _section_after(level: int, line: str, section: int | None, sources_heading: str | None) -> int | None:
+    """The level of the sources section we are in after a heading line, or None: the
+    section ends at the next heading of the same or a higher level."""
+    if sources_heading and line.strip() == sources_heading.strip():
+        return level
+    return None if section is None or level <= section else section
+
+
+def _inline_entries(line: str) -> list[str]:
+    """``derived_from:: a, b`` as a whole line (after an optional list or quote mark),
+    or Dataview's ``[derived_from:: a]`` and ``(derived_from:: a)`` anywhere in it."""
+    whole = _INLINE.fullmatch(line)
+    values = [whole.group(1)] if whole is not None else _bracketed_values(line)
+    return [entry for value in values for entry in _split(value.strip())]
+
+
+def _bracketed_values(line: str) -> list[str]:
+    """The values of ``[derived_from:: ...]`` fields, up to the bracket that closes each.
+    Each character is looked at once: a field inside a field is not searched again."""
+    values, scanned = [], 0
+    for match in _BRACKETED.finditer(line):
+        if match.start() < scanned:
+            continue
+        end = _closing(line, match.end())
+        if end < len(line) and line[end] == ("]" if match.group().startswith("[") else ")"):
+            values.append(line[match.end() : end])
+        scanned = end + 1
+    return values
+
+
+def _closing(line: str, start: int) -> int:
+    """Where the bracket opened just before ``start`` closes (``len(line)`` if it never does)."""
+    depth = 0
+    for index in range(start, len(line)):
+        char = line[index]
+        if char in "[(":
+            depth += 1
+        elif char in "])":
+            if not depth:
+                return index
+            depth -= 1
+    return len(line)
 
 
 def _key_lines(lines: list[str]) -> list[str] | None:

@@ -166,6 +166,12 @@ def test_inline_fields_in_code_blocks_and_other_fields_declare_nothing() -> None
     assert declared(text) == ((), [])
 
 
+def test_bracketed_inline_fields_count_anywhere_in_a_line() -> None:
+    text = "Rotation [derived_from:: [[a]]] relies on (derived_from:: [B](b.md)) daily.\n"
+    assert declared(text) == (BOTH, [])
+    assert declared("Left open [derived_from:: [[a]]\n") == ((), [])
+
+
 # -- the sources heading (opt-in) -----------------------------------------------------------------
 
 DIGEST = """---

@@ -1,5 +1,6 @@
-"""Wiki links resolve against the files that exist now, so a scan that reuses cached
-declarations, and the no-change path, must answer as a scan from scratch does."""
+"""The lineage forms under stress: wiki links resolve against the files that exist now,
+so a scan that reuses cached declarations, and the no-change path, must answer as a scan
+from scratch does; a hostile body is read in one pass."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provgraph import Memory
+from provgraph.declarations import FRONTMATTER_LIMIT, read_declaration
 
-from .helpers import NOW, OldFiles
+from .helpers import NOW, OldFiles, watchdog
 
 DIGEST = "# Digest\n\nSee [[b]] too.\n\n## Sources\n\n- [[a]]\n- [The plan](plan.md)\n\n## Notes\n\n- [[b]]\n"
 
@@ -74,3 +76,23 @@ def test_wiki_links_and_hints_follow_the_files_that_exist_like_a_scan_from_scrat
             first, second = cached.refresh(now=now), replay.refresh(now=now)
             assert first == second, (step, kind, path)
             assert cached.refresh(now=now) == first
+
+
+BODIES = {
+    "links": b"## Sources\n" + b"[a](" * 16_000,
+    "wiki": b"## Sources\n" + b"[[a" * 21_000,
+    "inline-brackets": b"derived_from:: " + b"([<" * 21_000,
+    "inline-wiki": b"derived_from:: " + b"[[a]" * 16_000,
+    "nested-fields": b"x " + b"[derived_from:: " * 4_000,
+    "open-fields": b"x " + b"[derived_from:: [[" * 3_600,
+    "headings": b"## Sources\n" + b"# x\n## Sources\n" * 4_000,
+    "fences": b"## Sources\n" + b"```\n" * 16_000,
+}
+
+
+def test_pathological_bodies_are_read_in_one_pass() -> None:
+    """As for the frontmatter: a body search that rescans would take minutes here."""
+    with watchdog(30):
+        for content in BODIES.values():
+            declaration = read_declaration(content[:FRONTMATTER_LIMIT], False, "## Sources")
+            assert all(isinstance(entry, str) for entry in declaration.entries)
