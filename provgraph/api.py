@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import orjson
 
 from . import queries
-from .declarations import Lookup, did_you_mean
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .model import Cause, Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
@@ -31,9 +30,12 @@ from .state import State, StateStore, listing_key
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Explanation", "Memory", "NotDerived", "RootError", "find_root"]
+__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
 STATE_DIR = ".provgraph"
+DEFAULT_SOURCES_HEADING = "## Sources"
+"""The heading whose links declare sources when the setting is asked for without one
+(the command line's ``--sources-heading`` alone)."""
 
 
 class RootError(Exception):
@@ -241,12 +243,12 @@ class Memory:
 
 def _known_roots(root: Path, also_known_as: Iterable[str]) -> tuple[str, ...]:
     """The absolute paths the folder is known by, longest first (so the most specific wins)."""
-    roots = {str(root), os.path.realpath(root)}
+    known = {str(root), os.path.realpath(root)}
     for path in also_known_as:
         if not str(path).startswith("/"):
             raise ValueError(f"also_known_as takes absolute paths, not {path!r}")
-        roots.add(os.path.normpath(str(path)))
-    return tuple(sorted((root for root in roots if root != "/"), key=lambda root: (-len(root), root)))
+        known.add(os.path.normpath(str(path)))
+    return tuple(sorted((path for path in known if path != "/"), key=lambda path: (-len(path), path)))
 
 
 def _without_declarations(seen: dict) -> dict:
@@ -261,6 +263,8 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     listing on every refresh, the no-change path included, never stored."""
     if not any(edge.status is EdgeStatus.MISSING for edge in report.edges):
         return report
+    from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
+
     lookup = Lookup(listing)
     hints = {
         edge.source: did_you_mean(edge.source, lookup) for edge in report.edges if edge.status is EdgeStatus.MISSING

@@ -20,8 +20,7 @@ from typing import NoReturn, TextIO
 import orjson
 
 from . import __version__
-from .api import Memory, NotDerived, RootError, find_root
-from .declarations import DEFAULT_SOURCES_HEADING
+from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, RootError, find_root
 from .model import Report
 from .state import StateError
 

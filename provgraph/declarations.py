@@ -32,7 +32,6 @@ from urllib.parse import unquote
 from .model import Problem, ProblemKind
 
 __all__ = [
-    "DEFAULT_SOURCES_HEADING",
     "Declaration",
     "FRONTMATTER_LIMIT",
     "Lookup",
@@ -62,9 +61,6 @@ _BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
 _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
-
-DEFAULT_SOURCES_HEADING = "## Sources"
-"""The heading whose links declare sources when the setting is on without a heading of its own."""
 
 
 @dataclass(frozen=True, slots=True)
