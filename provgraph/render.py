@@ -128,6 +128,8 @@ def prompt_block(
 ) -> str:
     """The block appended to an agent's system prompt; empty when nothing is stale.
 
+    Files are listed in repair order (``repair_order``), so that when the line
+    cap cuts the list, what is cut is what derives from the files shown.
     ``advice`` is one more instruction line (an integration names its tool
     there); ``more_hint`` says how to list what the line cap left out.
     """

@@ -9,6 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from provgraph import ProblemKind
 from provgraph.declarations import Lookup, did_you_mean, read_declaration, resolve_entries
@@ -285,3 +287,30 @@ def test_every_declaration_example_in_the_readme_declares_the_same_two_sources()
         ), example
         if heading:
             assert read_declaration(text.encode()).entries == ()
+
+
+FOLDERS = ["", "x/", "x/deep/", "y/"]
+NAMES = ["facts", "plan", "Facts"]
+
+
+@given(
+    present=st.sets(st.tuples(st.sampled_from(FOLDERS), st.sampled_from(NAMES)), max_size=8),
+    name=st.sampled_from(NAMES),
+    declaring=st.sampled_from(["profile.md", "x/profile.md", "y/deep/profile.md"]),
+)
+def test_a_bare_wiki_name_follows_the_rules_whatever_files_exist(
+    present: set[tuple[str, str]], name: str, declaring: str
+) -> None:
+    files = frozenset(f"{folder}{stem}.md" for folder, stem in present)
+    sources, problems = resolve_entries(declaring, (f"[[{name}]]",), Lookup(files))
+    named = sorted(path for path in files if path.rsplit("/", 1)[-1] == f"{name}.md")
+    if f"{name}.md" in files:
+        assert (sources, problems) == ((f"{name}.md",), ())
+    elif len(named) == 1:
+        assert (sources, problems) == ((named[0],), ())
+    elif named:
+        (problem,) = problems
+        assert sources == () and problem.kind is ProblemKind.BAD_ENTRY
+        assert all(path in problem.detail for path in named)
+    else:
+        assert (sources, problems) == ((f"{name}.md",), ())
