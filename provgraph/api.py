@@ -18,19 +18,24 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
+
 from . import queries
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
-from .model import Edge, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from .model import Cause, Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from .queries import Relative
 from .state import State, StateStore, listing_key
 
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["Explanation", "Memory", "NotDerived", "RootError", "find_root"]
+__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
 STATE_DIR = ".provgraph"
+DEFAULT_SOURCES_HEADING = "## Sources"
+"""The heading whose links declare sources when the setting is asked for without one
+(the command line's ``--sources-heading`` alone)."""
 
 
 class RootError(Exception):
@@ -65,6 +70,9 @@ class Explanation:
     derived_from_it: tuple[str, ...]
     """Files that declare this file as a source."""
     in_cycles: tuple[tuple[str, ...], ...]
+    problems: tuple[Problem, ...] = ()
+    """What could not be honoured in this file's declaration (a broken frontmatter,
+    a refused entry): why it may declare fewer sources than it says."""
 
 
 class Memory:
@@ -83,10 +91,21 @@ class Memory:
         files: FileSource | None = None,
         warn: Callable[[str], None] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        sources_heading: str | None = None,
+        also_known_as: Iterable[str] = (),
     ) -> None:
         """``progress(done, total)`` hears how far a scan that reads files has got
-        (the no-change path reads none and never calls it)."""
+        (the no-change path reads none and never calls it).
+
+        ``sources_heading`` (``"## Sources"``) makes the links under that heading
+        of a memory file declare its sources; off by default.  ``also_known_as``
+        are other absolute paths of this folder (where a sandboxed agent sees
+        it): an entry starting with one of them, or with the root's own absolute
+        path, means the file under the root."""
         self.root = Path(os.path.abspath(Path(root).expanduser()))
+        self.roots = _known_roots(self.root, also_known_as)
+        self.sources_heading = sources_heading
+        self._settings = orjson.dumps([sources_heading, self.roots]).decode()
         if files is None:
             if not self.root.is_dir():
                 raise RootError(self.root)
@@ -115,6 +134,7 @@ class Memory:
         statuses = node_statuses(report.edges, report.stale)
         sources = tuple(edge for edge in report.edges if edge.derived == path)
         return Explanation(
+            problems=tuple(problem for problem in report.problems if problem.path == path),
             path=path,
             status=statuses.get(path),
             sources=sources,
@@ -150,13 +170,22 @@ class Memory:
             walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
             unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
             if unchanged is not None:
-                return replace(unchanged, root=str(self.root), scanned_at=now)
+                return _with_hints(replace(unchanged, root=str(self.root), scanned_at=now), listing)
             from .scan import scan  # the no-change path above needs neither
             from .stamps import reconcile
 
             state = self._store.load()
             racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
-            snapshot = scan(self.files, state.seen, racy_from_ns, (listing, walk_problems), self._progress)
+            seen = state.seen if state.settings == self._settings else _without_declarations(state.seen)
+            snapshot = scan(
+                self.files,
+                seen,
+                racy_from_ns,
+                (listing, walk_problems),
+                self._progress,
+                roots=self.roots,
+                sources_heading=self.sources_heading,
+            )
             not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
             if not_derived:
                 raise NotDerived(not_derived)
@@ -171,8 +200,10 @@ class Memory:
                 problems=snapshot.problems,
             )
             seen, refused = dict(snapshot.seen), dict(snapshot.refused)
-            self._store.save(State(derivations, seen, started_ns, report, tuple(walk_problems), refused))
-            return report
+            self._store.save(
+                State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
+            )
+            return _with_hints(report, listing)
 
     def _unchanged(self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]) -> Report | None:
         """The last result when no file it depends on can have changed, else None.
@@ -185,7 +216,7 @@ class Memory:
         if not self.files.trusts_stat:
             return None
         recall = self._store.recall()
-        if recall is None or walk_problems != recall.walk_problems:
+        if recall is None or walk_problems != recall.walk_problems or recall.settings != self._settings:
             return None
         limit = recall.scan_started_ns - RACY_WINDOW_NS
         if _newest(listing.values()) >= limit or listing_key(listing) != recall.listing:
@@ -208,6 +239,50 @@ class Memory:
         if meta is None:
             return recorded is None
         return meta == recorded and max(meta.mtime_ns, meta.ctime_ns) < limit
+
+
+def _known_roots(root: Path, also_known_as: Iterable[str]) -> tuple[str, ...]:
+    """The absolute paths the folder is known by, longest first (so the most specific wins)."""
+    known = {str(root), os.path.realpath(root)}
+    for path in also_known_as:
+        if not str(path).startswith("/"):
+            raise ValueError(f"also_known_as takes absolute paths, not {path!r}")
+        known.add(os.path.normpath(str(path)))
+    return tuple(sorted((path for path in known if path != "/"), key=lambda path: (-len(path), path)))
+
+
+def _without_declarations(seen: dict) -> dict:
+    """The scan cache with every declaration dropped (read with other settings); hashes stay."""
+    return {path: entry._replace(declaration=None) for path, entry in seen.items()}
+
+
+def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
+    """``report`` with a "did you mean" on each missing source that is probably a typo.
+
+    Hints depend on which files exist, so they are worked out from the current
+    listing on every refresh, the no-change path included, never stored."""
+    if not any(edge.status is EdgeStatus.MISSING for edge in report.edges):
+        return report
+    from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
+
+    lookup = Lookup(listing)
+    hints = {
+        edge.source: did_you_mean(edge.source, lookup) for edge in report.edges if edge.status is EdgeStatus.MISSING
+    }
+    if not any(hints.values()):
+        return report
+    edges = tuple(replace(edge, did_you_mean=_new_hint(hints, edge)) for edge in report.edges)
+    stale = tuple(
+        replace(entry, causes=tuple(replace(cause, did_you_mean=_new_hint(hints, cause)) for cause in entry.causes))
+        for entry in report.stale
+    )
+    return replace(report, edges=edges, stale=stale)
+
+
+def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
+    """The typo hint of a missing source, unless the rename hint already names that file."""
+    hint = hints.get(found.source)
+    return None if hint == found.moved_to else hint
 
 
 @contextlib.contextmanager

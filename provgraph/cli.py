@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 import orjson
 
 from . import __version__
-from .api import Memory, NotDerived, RootError, find_root
+from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, RootError, find_root
 from .model import Report
 from .state import StateError
 
@@ -204,7 +204,18 @@ def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
     if not root.is_dir():
         raise UsageError(f"memory root {root} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
-    return Memory(root, state=options.state, progress=progress)
+    return Memory(root, state=options.state, progress=progress, sources_heading=_sources_heading(options))
+
+
+def _sources_heading(options: argparse.Namespace) -> str | None:
+    """``--sources-heading``: None when not given; a Markdown heading otherwise."""
+    heading = getattr(options, "sources_heading", None)
+    if heading is not None and not heading.lstrip().startswith("#"):
+        raise UsageError(
+            f"--sources-heading takes a Markdown heading such as '## Sources', not {heading!r} "
+            "(write --sources-heading='## Provenance', or put ROOT before the option)"
+        )
+    return heading
 
 
 PROGRESS_AFTER = 1.0
@@ -297,6 +308,13 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--state", metavar="PATH", help="state file (default: ROOT/.provgraph/state.json)")
+    common.add_argument(
+        "--sources-heading",
+        nargs="?",
+        const=DEFAULT_SOURCES_HEADING,
+        metavar="HEADING",
+        help=f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')",
+    )
     parser = _Parser(
         prog="provgraph",
         description="Tell which memory files were derived from files that changed afterwards.",

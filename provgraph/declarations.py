@@ -9,20 +9,36 @@ Pure functions: bytes in, a ``Declaration`` out.  The reader tries, in order:
    description, an unquoted Markdown link), the lines themselves, the way
    agent memory middlewares read frontmatter.
 
+The body adds what it declares: Dataview-style inline fields
+(``derived_from:: [[a]], [[b]]``) and, when asked for, the links under a
+chosen heading (``## Sources``).  ``derived_from`` may also sit under a
+top-level ``metadata:`` mapping.
+
 Then each entry is resolved to a path relative to the memory root, or
-refused with a problem.  Nothing here opens a file.
+refused with a problem.  Wiki links (``[[facts]]``) resolve the way Obsidian
+does, which depends on the files that exist: ``Lookup`` carries them.
+Nothing here opens a file.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from urllib.parse import unquote
 
 from .model import Problem, ProblemKind
 
-__all__ = ["Declaration", "FRONTMATTER_LIMIT", "read_declaration", "resolve_entries"]
+__all__ = [
+    "Declaration",
+    "FRONTMATTER_LIMIT",
+    "Lookup",
+    "did_you_mean",
+    "read_declaration",
+    "resolve_entries",
+]
 
 FRONTMATTER_LIMIT = 64 * 1024
 """Only this many leading bytes of a file are searched for frontmatter."""
@@ -37,6 +53,14 @@ _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
 _NESTING = re.compile(r"[\"'\[\]()<>]")
 _ITEM = re.compile(r"( *)- (.*)")
 _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
+_WIKI = re.compile(r"!?\[\[([^\[\]\n]+)\]\]")
+_WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
+_INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?derived_from::(.*)")
+_BRACKETED = re.compile(r"[\[(]derived_from::")
+_BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
+_FENCE = re.compile(r"[ \t]*(```|~~~)")
+_HEADING = re.compile(r"(#{1,6})[ \t]")
+_METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,38 +83,52 @@ class _NotStrings(Exception):
     """``derived_from`` holds something other than a string or a list of strings."""
 
 
-def read_declaration(head: bytes, truncated: bool = False) -> Declaration:
-    """Parse the frontmatter at the start of ``head``.
+def read_declaration(head: bytes, truncated: bool = False, sources_heading: str | None = None) -> Declaration:
+    """Parse the frontmatter at the start of ``head``, then what its body declares.
 
     ``truncated`` says that ``head`` is only the first ``FRONTMATTER_LIMIT``
     bytes of a longer file, so an unclosed block may just be too long.
+    ``sources_heading`` (``## Sources``), when given, makes the links of the
+    section under that heading sources too; off by default, since links in
+    prose are not lineage unless the user says so.
     """
     if head.startswith(_BOM):
         head = head[len(_BOM) :]
+    declared, body_start = _from_frontmatter(head, truncated)
+    found = _from_body(head, body_start, sources_heading)
+    if not found:
+        return declared
+    return Declaration(declared.entries + found, declared.derived_at, declared.problems)
+
+
+def _from_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
+    """The frontmatter's declaration and where the body after it starts."""
     if not head.startswith(b"---"):
-        return NOTHING
-    block = _block(head)
-    if block is None:
+        return NOTHING, 0
+    found = _block(head)
+    if found is None:
         if b"derived_" not in head:
-            return NOTHING
+            return NOTHING, len(head)
         why = (
             f"frontmatter is not closed within the first {FRONTMATTER_LIMIT // 1024} KiB"
             if truncated
             else "frontmatter block is never closed with a '---' line"
         )
-        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, why),))
+        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, why),)), len(head)
+    block, body_start = found
     if b"derived_" not in block:
-        return NOTHING
+        return NOTHING, body_start
     try:
         text = block.decode("utf-8")
     except UnicodeDecodeError as error:
         detail = f"invalid UTF-8 in the frontmatter at byte {error.start}"
-        return Declaration(problems=((ProblemKind.UNREADABLE, detail),))
-    return _parse(text)
+        return Declaration(problems=((ProblemKind.UNREADABLE, detail),)), body_start
+    return _parse(text), body_start
 
 
-def _block(head: bytes) -> bytes | None:
-    """The bytes between the opening ``---`` line and the closing one, or None.
+def _block(head: bytes) -> tuple[bytes, int] | None:
+    """The bytes between the opening ``---`` line and the closing one, and where the
+    body after it starts; None when the block never closes.
 
     Only a line that starts with ``---`` can close the block: the search goes
     from one such line to the next."""
@@ -103,13 +141,44 @@ def _block(head: bytes) -> bytes | None:
         end = head.find(b"\n", position)
         line = head[position:] if end < 0 else head[position:end]
         if line.rstrip() == b"---":
-            return head[first_end + 1 : position]
+            return head[first_end + 1 : position], (len(head) if end < 0 else end + 1)
         newline = position
     return None
 
 
 def _parse(text: str) -> Declaration:
+    """The top-level declaration, and the one under a top-level ``metadata:`` mapping."""
     lines = text.splitlines()
+    top = _parse_lines(lines, text)
+    nested = _metadata_lines(lines) if "metadata:" in text else None
+    if nested is None:
+        return top
+    inner = _parse_lines(nested, "\n".join(nested))
+    return Declaration(
+        top.entries + inner.entries,
+        top.derived_at if top.derived_at is not None else inner.derived_at,
+        top.problems + inner.problems,
+    )
+
+
+def _metadata_lines(lines: list[str]) -> list[str] | None:
+    """The lines of a top-level ``metadata:`` block, dedented; None without one."""
+    for index, line in enumerate(lines):
+        if _METADATA.fullmatch(line.rstrip()):
+            block = []
+            for inner in lines[index + 1 :]:
+                if inner.strip() and inner[:1] not in (" ", "\t"):
+                    break
+                block.append(inner)
+            indented = [inner for inner in block if inner.strip()]
+            if not indented or not any("derived_" in inner for inner in indented):
+                return None
+            width = len(indented[0]) - len(indented[0].lstrip())
+            return [inner[width:] if inner[:width].isspace() else inner.lstrip() for inner in block]
+    return None
+
+
+def _parse_lines(lines: list[str], text: str) -> Declaration:
     derived_at = _line_value(lines, _AT_KEY)
     key_lines = _key_lines(lines)
     if key_lines is None:
@@ -120,6 +189,79 @@ def _parse(text: str) -> Declaration:
         detail = f"derived_from must be a string or a list of strings, not {error}"
         return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
     return Declaration(entries=entries, derived_at=derived_at)
+
+
+def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[str, ...]:
+    """Entries the body (``head`` from ``start``) declares: ``derived_from::`` fields, and
+    the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
+    wanted = sources_heading.encode() if sources_heading else None
+    if head.find(b"derived_from::", start) < 0 and (wanted is None or head.find(wanted, start) < 0):
+        return ()
+    entries: list[str] = []
+    section: int | None = None
+    for line in _prose_lines(head[start:].decode("utf-8", "replace")):
+        heading = _HEADING.match(line)
+        if heading is not None:
+            section = _section_after(len(heading.group(1)), line, section, sources_heading)
+        elif "derived_from::" in line:
+            entries += _inline_entries(line)
+        elif section is not None:
+            entries += [link for link in _BODY_LINK.findall(line) if not _URL.match(_link_target(link))]
+    return tuple(entry for entry in entries if entry)
+
+
+def _prose_lines(body: str) -> Iterator[str]:
+    """The lines of ``body`` outside fenced code blocks."""
+    fenced = False
+    for line in body.splitlines():
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            yield line
+
+
+def _section_after(level: int, line: str, section: int | None, sources_heading: str | None) -> int | None:
+    """The level of the sources section we are in after a heading line, or None: the
+    section ends at the next heading of the same or a higher level."""
+    if sources_heading and line.strip() == sources_heading.strip():
+        return level
+    return None if section is None or level <= section else section
+
+
+def _inline_entries(line: str) -> list[str]:
+    """``derived_from:: a, b`` as a whole line (after an optional list or quote mark),
+    or Dataview's ``[derived_from:: a]`` and ``(derived_from:: a)`` anywhere in it."""
+    whole = _INLINE.fullmatch(line)
+    values = [whole.group(1)] if whole is not None else _bracketed_values(line)
+    return [entry for value in values for entry in _split(value.strip())]
+
+
+def _bracketed_values(line: str) -> list[str]:
+    """The values of ``[derived_from:: ...]`` fields, up to the bracket that closes each.
+    Each character is looked at once: a field inside a field is not searched again."""
+    values, scanned = [], 0
+    for match in _BRACKETED.finditer(line):
+        if match.start() < scanned:
+            continue
+        end = _closing(line, match.end())
+        if end < len(line) and line[end] == ("]" if match.group().startswith("[") else ")"):
+            values.append(line[match.end() : end])
+        scanned = end + 1
+    return values
+
+
+def _closing(line: str, start: int) -> int:
+    """Where the bracket opened just before ``start`` closes (``len(line)`` if it never does)."""
+    depth = 0
+    for index in range(start, len(line)):
+        char = line[index]
+        if char in "[(":
+            depth += 1
+        elif char in "])":
+            if not depth:
+                return index
+            depth -= 1
+    return len(line)
 
 
 def _key_lines(lines: list[str]) -> list[str] | None:
@@ -143,17 +285,18 @@ def _line_value(lines: list[str], key: str) -> str | None:
 
 def _entries(key_lines: list[str], text: str) -> tuple[str, ...]:
     value = key_lines[0][len(_KEY) :].strip()
-    if len(key_lines) == 1 and _is_plain_string(value):
+    if len(key_lines) == 1 and (_is_plain_string(value) or _WIKI_ONLY.fullmatch(value)):
         return _split(value)
     listed = _plain_list(value, key_lines[1:])
     if listed is not None:
         return listed
-    parsed = _yaml_mapping("\n".join(key_lines))
+    written = "\n".join(key_lines)
+    parsed = _yaml_mapping(written)
     if parsed is None:
         parsed = _yaml_mapping(text)
     if parsed is None:
         return _entries_from_lines(key_lines)
-    return _entries_from_value(parsed.get("derived_from"))
+    return _entries_from_value(parsed.get("derived_from"), written)
 
 
 def _plain_list(value: str, continued: list[str]) -> tuple[str, ...] | None:
@@ -192,17 +335,29 @@ def _yaml_mapping(text: str) -> dict | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def _entries_from_value(value: object) -> tuple[str, ...]:
+def _entries_from_value(value: object, written: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
         return _split(value)
     if isinstance(value, list):
-        for item in value:
-            if not isinstance(item, str):
-                raise _NotStrings(f"a list holding {_type_name(item)}")
-        return tuple(item.strip() for item in value)
+        return tuple(_entry_from_item(item, written) for item in value)
     raise _NotStrings(_type_name(value))
+
+
+def _entry_from_item(item: object, written: str) -> str:
+    """A string, or an unquoted ``[[name]]`` that YAML read as a list in a list:
+    a wiki link when the declaration holds exactly that text."""
+    if isinstance(item, str):
+        return item.strip()
+    inner = item
+    if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], list):
+        inner = inner[0]
+    if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], str):
+        link = f"[[{inner[0]}]]"
+        if link in written:
+            return link
+    raise _NotStrings(f"a list holding {_type_name(item)}")
 
 
 def _type_name(value: object) -> str:
@@ -213,6 +368,8 @@ def _type_name(value: object) -> str:
 def _entries_from_lines(key_lines: list[str]) -> tuple[str, ...]:
     """Read the value without YAML: scalar, inline list or block list."""
     value = _strip_comment(key_lines[0][len(_KEY) :]).strip()
+    if _WIKI_ONLY.fullmatch(value):
+        return _split(value)
     if value.startswith("[") and value.endswith("]"):
         return _split(value[1:-1])
     if value:
@@ -282,18 +439,61 @@ def _unquote(value: str) -> str:
     return value
 
 
-def resolve_entries(declaring: str, entries: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[Problem, ...]]:
+@dataclass(frozen=True)
+class Lookup:
+    """What resolving an entry needs to know beyond the entry itself.
+
+    ``files`` are the memory files that exist now (root-relative), which wiki
+    links by bare name and the typo hints search; ``roots`` are the absolute
+    paths under which the memory folder is known (its own, and the path an
+    agent in a sandbox sees), so that an entry written with one of them means
+    the file under the root.
+    """
+
+    files: Collection[str] = frozenset()
+    roots: tuple[str, ...] = ()
+
+    @cached_property
+    def by_name(self) -> Mapping[str, tuple[str, ...]]:
+        """File name -> the memory files of that name, anywhere under the root."""
+        return _grouped(self.files, posixpath.basename)
+
+    @cached_property
+    def by_folded(self) -> Mapping[str, tuple[str, ...]]:
+        """Path with case folded -> the memory files whose path folds to it."""
+        return _grouped(self.files, str.casefold)
+
+    @cached_property
+    def by_folded_name(self) -> Mapping[str, tuple[str, ...]]:
+        """File name with case folded -> the memory files of that name in any case."""
+        return _grouped(self.files, lambda path: posixpath.basename(path).casefold())
+
+
+def _grouped(paths: Iterable[str], key) -> dict[str, tuple[str, ...]]:
+    groups: dict[str, list[str]] = {}
+    for path in sorted(paths):
+        groups.setdefault(key(path), []).append(path)
+    return {name: tuple(found) for name, found in groups.items()}
+
+
+NO_LOOKUP = Lookup()
+
+
+def resolve_entries(
+    declaring: str, entries: tuple[str, ...], lookup: Lookup = NO_LOOKUP
+) -> tuple[tuple[str, ...], tuple[Problem, ...]]:
     """Resolve each entry to a root-relative POSIX path, or refuse it with a problem.
 
     Entries are relative to the declaring file's folder (Markdown link
-    semantics); a leading ``/`` makes one relative to the root.  Duplicates
-    collapse; the result is sorted so that entry order never matters.
+    semantics); a leading ``/`` makes one relative to the root, unless it
+    starts with one of ``lookup.roots``.  Wiki links are relative to the root.
+    Duplicates collapse; the result is sorted so that entry order never matters.
     """
     sources: set[str] = set()
     problems: list[Problem] = []
     folder = posixpath.dirname(declaring)
     for entry in entries:
-        resolved = _resolve(folder, entry)
+        resolved = _resolve(folder, entry, lookup)
         if isinstance(resolved, str):
             sources.add(resolved)
         else:
@@ -301,8 +501,11 @@ def resolve_entries(declaring: str, entries: tuple[str, ...]) -> tuple[tuple[str
     return tuple(sorted(sources)), tuple(problems)
 
 
-def _resolve(folder: str, entry: str) -> str | tuple[ProblemKind, str]:
-    target = _link_target(entry.strip())
+def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
+    entry = entry.strip()
+    target = _target(entry, lookup)
+    if isinstance(target, tuple):
+        return target
     if not target:
         return ProblemKind.BAD_ENTRY, f"empty entry {entry!r}" if entry.strip() else "empty entry"
     if "\x00" in target:
@@ -311,6 +514,8 @@ def _resolve(folder: str, entry: str) -> str | tuple[ProblemKind, str]:
         return ProblemKind.OUTSIDE_ROOT, entry
     if _URL.match(target):
         return ProblemKind.BAD_ENTRY, f"URL ignored: {entry}"
+    if target.startswith("/"):
+        target = _under_root(target, lookup.roots)
     joined = target.lstrip("/") if target.startswith("/") else posixpath.join(folder, target)
     path = posixpath.normpath(joined) if joined else "."
     if path == ".." or path.startswith("../"):
@@ -320,6 +525,64 @@ def _resolve(folder: str, entry: str) -> str | tuple[ProblemKind, str]:
     if path == ".provgraph" or path.startswith(".provgraph/"):
         return ProblemKind.BAD_ENTRY, f"provgraph's own state is not a source: {entry}"
     return path
+
+
+def _target(entry: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
+    """What an entry points at, before it is joined to the declaring folder."""
+    wiki = _WIKI.fullmatch(entry) if entry.startswith(("[[", "![[")) else None
+    return _link_target(entry) if wiki is None else _wiki_target(wiki.group(1), lookup)
+
+
+def _under_root(target: str, roots: tuple[str, ...]) -> str:
+    """``/srv/agent/Memory/facts.md`` -> ``/facts.md`` when the root is known by that path."""
+    for root in roots:
+        if target == root or target.startswith(root.rstrip("/") + "/"):
+            return "/" + target[len(root) :].lstrip("/")
+    return target
+
+
+def _wiki_target(inner: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
+    """Where ``[[inner]]`` points, as Obsidian resolves it, written from the root (``/a/b.md``).
+
+    The alias (``|text``) and the heading or block (``#...``) are dropped; the
+    path is relative to the root; ``.md`` is added when the name has no
+    extension; a bare name not found at the root is the one memory file of
+    that name anywhere below it, and several such files are a problem."""
+    name = inner.split("|", 1)[0].split("#", 1)[0].strip()
+    if not name:
+        return ""
+    target = _under_root(name, lookup.roots) if name.startswith("/") else name
+    path = posixpath.normpath(target.lstrip("/"))
+    with_md = path if path.endswith(".md") else path + ".md"
+    if path in lookup.files or with_md in lookup.files or "/" in target.strip("/"):
+        chosen = path if path in lookup.files else with_md if with_md in lookup.files else _default(path)
+        return "/" + chosen
+    found = lookup.by_name.get(posixpath.basename(with_md), ())
+    if len(found) > 1:
+        return ProblemKind.BAD_ENTRY, f"[[{inner}]] matches several files: {', '.join(found)}"
+    return "/" + (found[0] if found else _default(path))
+
+
+def _default(path: str) -> str:
+    """The path a wiki link names when no memory file answers to it: ``.md`` added
+    when the name has no extension."""
+    return path if posixpath.splitext(path)[1] else path + ".md"
+
+
+def did_you_mean(missing: str, lookup: Lookup) -> str | None:
+    """A memory file that a missing source's name probably meant, or None.
+
+    ``facts`` when ``facts.md`` exists; a name that differs only in case; the
+    one memory file of that name (in any case) elsewhere under the root."""
+    if not missing.endswith(".md") and missing + ".md" in lookup.files:
+        return missing + ".md"
+    for folded in (missing.casefold(), (missing + ".md").casefold()):
+        found = [path for path in lookup.by_folded.get(folded, ()) if path != missing]
+        if len(found) == 1:
+            return found[0]
+    name = posixpath.basename(missing)
+    elsewhere = lookup.by_folded_name.get((name if name.endswith(".md") else name + ".md").casefold(), ())
+    return elsewhere[0] if len(elsewhere) == 1 and elsewhere[0] != missing else None
 
 
 def _link_target(entry: str) -> str:

@@ -119,6 +119,9 @@ class Edge:
     moved_to: str | None = None
     """For a missing source: a memory file that now holds exactly the stamped
     content (the source was probably renamed there).  A hint, never applied."""
+    did_you_mean: str | None = None
+    """For a missing source: a memory file its name probably meant (``facts`` for
+    ``facts.md``, another case, the one file of that name elsewhere).  A hint, never applied."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,8 @@ class Cause:
     """A shortest derivation chain ``(origin, ..., stale file)``."""
     moved_to: str | None = None
     """For a missing origin: where its stamped content is now (see ``Edge.moved_to``)."""
+    did_you_mean: str | None = None
+    """For a missing origin: the file its name probably meant (see ``Edge.did_you_mean``)."""
 
 
 @dataclass(frozen=True, slots=True)

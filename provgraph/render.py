@@ -26,8 +26,10 @@ __all__ = [
     "dot",
     "explanation_text",
     "graph_json",
+    "hint_text",
     "mermaid",
     "prompt_block",
+    "repair_order",
     "safe_name",
     "status_json",
     "status_phrase",
@@ -72,16 +74,26 @@ def moved_text(moved_to: str | None) -> str:
     return "" if moved_to is None else f"its stamped content is now at {safe_name(moved_to)}"
 
 
+def hint_text(did_you_mean: str | None) -> str:
+    """The typo hint of a missing source, or "" when there is none."""
+    return "" if did_you_mean is None else f"did you mean {safe_name(did_you_mean)}?"
+
+
+def _missing_notes(cause: Cause) -> str:
+    """The rename and typo hints of a cause, joined: "" when there are none."""
+    return "; ".join(text for text in (moved_text(cause.moved_to), hint_text(cause.did_you_mean)) if text)
+
+
 def _cause_text(cause: Cause) -> str:
-    moved = moved_text(cause.moved_to)
+    notes = _missing_notes(cause)
     if len(cause.via) <= 2:
-        return f"{safe_name(cause.source)} {cause.kind.value}" + (f" ({moved})" if moved else "")
+        return f"{safe_name(cause.source)} {cause.kind.value}" + (f" ({notes})" if notes else "")
     chain = list(reversed(cause.via[:-1]))
     if len(chain) > _CHAIN_LIMIT:
         chain = chain[: _CHAIN_LIMIT - 2] + ["…"] + chain[-1:]
     text = "via " + " <- ".join(name if name == "…" else safe_name(name) for name in chain)
     if cause.kind is EdgeStatus.MISSING:
-        text += f" (missing; {moved})" if moved else " (missing)"
+        text += f" (missing; {notes})" if notes else " (missing)"
     return text
 
 
@@ -94,6 +106,8 @@ def _cause_document(cause: Cause) -> dict:
     }
     if cause.moved_to is not None:
         document["moved_to"] = cause.moved_to
+    if cause.did_you_mean is not None:
+        document["did_you_mean"] = cause.did_you_mean
     return document
 
 
@@ -114,6 +128,8 @@ def prompt_block(
 ) -> str:
     """The block appended to an agent's system prompt; empty when nothing is stale.
 
+    Files are listed in repair order (``repair_order``), so that when the line
+    cap cuts the list, what is cut is what derives from the files shown.
     ``advice`` is one more instruction line (an integration names its tool
     there); ``more_hint`` says how to list what the line cap left out.
     """
@@ -127,7 +143,7 @@ def prompt_block(
     ]
     if advice:
         lines.append(clip(safe_name(advice)))
-    shown = report.stale[: max(0, max_lines)]
+    shown = repair_order(report.stale)[: max(0, max_lines)]
     for entry in shown:
         line = f"- {safe_name(entry.path)}: source(s) changed since derived ({day(entry.since)}): {causes_text(entry)}"
         lines.append(clip(line))
@@ -137,6 +153,18 @@ def prompt_block(
         lines.append(clip(f"- … and {hidden} more stale derived files; {safe_name(hint)}."))
     lines.append("</system-reminder>")
     return "\n".join(lines) + "\n"
+
+
+def repair_order(stale: tuple[StaleEntry, ...]) -> tuple[StaleEntry, ...]:
+    """Stale files in the order to repair them: first those whose own sources changed
+    (earliest change first), then what derives from them, nearest first (by chain
+    length, then date).  Path breaks ties, so the order never depends on the disk."""
+    return tuple(sorted(stale, key=_repair_key))
+
+
+def _repair_key(entry: StaleEntry) -> tuple[int, float, str]:
+    distance = 1 if entry.direct else min((len(cause.via) - 1 for cause in entry.causes), default=1)
+    return distance, entry.since, entry.path
 
 
 # -- status ------------------------------------------------------------------
@@ -218,9 +246,13 @@ def status_text(report: Report) -> str:
 def explanation_text(explanation: Explanation) -> str:
     """What ``provgraph why FILE`` prints."""
     name = safe_name(explanation.path)
+    if explanation.status is None and explanation.problems:
+        return f"{name}: its declaration could not be honoured:\n" + "\n".join(_problem_lines(explanation)) + "\n"
     if explanation.status is None:
         return f"{name} declares no sources and no file is derived from it.\n"
     lines = [f"{name}: {_headline(explanation)}"]
+    if explanation.problems:
+        lines += ["", "Problems in its declaration:", *_problem_lines(explanation)]
     if explanation.sources:
         lines += ["", "Derived from:"]
         for edge in explanation.sources:
@@ -230,6 +262,7 @@ def explanation_text(explanation: Explanation) -> str:
         for cause in explanation.stale.causes:
             moved = moved_text(cause.moved_to)
             hint = f"; {moved} (renamed? then update derived_from)" if moved else ""
+            hint += f"; {hint_text(cause.did_you_mean)}" if cause.did_you_mean else ""
             lines.append(f"  {safe_name(cause.source)} {cause.kind.value} on {day(cause.since)}{hint}")
             lines.append("    " + " -> ".join(safe_name(path) for path in cause.via))
     if explanation.derived_from_it:
@@ -240,12 +273,16 @@ def explanation_text(explanation: Explanation) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _problem_lines(explanation: Explanation) -> list[str]:
+    return [f"  {problem.kind.value}: {safe_name(problem.detail)}" for problem in explanation.problems]
+
+
 def _edge_text(edge: Edge, source_is_stale: bool) -> str:
     stamped = "" if edge.stamped_at is None else f" (stamped {day(edge.stamped_at)})"
     if edge.status is EdgeStatus.CLEAN:
         return f"unchanged{stamped}" + ("; itself stale" if source_is_stale else "")
-    moved = moved_text(edge.moved_to)
-    return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}" + (f"; {moved}" if moved else "")
+    notes = [text for text in (moved_text(edge.moved_to), hint_text(edge.did_you_mean)) if text]
+    return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}" + "".join(f"; {note}" for note in notes)
 
 
 _STATUS_PHRASES = {
@@ -285,9 +322,11 @@ def explanation_document(explanation: Explanation) -> dict:
                 "stamped_on": None if edge.stamped_at is None else day(edge.stamped_at),
                 "source_stale": edge.source in explanation.stale_sources,
                 **({"moved_to": edge.moved_to} if edge.moved_to is not None else {}),
+                **({"did_you_mean": edge.did_you_mean} if edge.did_you_mean is not None else {}),
             }
             for edge in explanation.sources
         ],
+        "problems": [_problem_document(problem) for problem in explanation.problems],
         "causes": [] if stale is None else [_cause_document(cause) for cause in stale.causes],
         "derived_from_it": list(explanation.derived_from_it),
         "cycles": [list(cycle) for cycle in explanation.in_cycles],

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .declarations import FRONTMATTER_LIMIT, NOTHING, Declaration, read_declaration, resolve_entries
+from .declarations import FRONTMATTER_LIMIT, NOTHING, Declaration, Lookup, read_declaration, resolve_entries
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot
 from .model import FileMeta, Problem, ProblemKind
 
@@ -74,16 +74,26 @@ def scan(
     racy_from_ns: int,
     walked: tuple[dict[str, FileMeta], list[Problem]] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    roots: tuple[str, ...] = (),
+    sources_heading: str | None = None,
 ) -> Snapshot:
     """Scan ``files``, trusting ``previous`` for files unchanged before ``racy_from_ns``.
 
     ``walked`` is the result of ``files.walk()`` when the caller already has it;
     ``progress(done, total)`` is told every so often how many memory files were
-    looked at, and once more at the end.
+    looked at, and once more at the end.  ``roots`` are the absolute paths the
+    folder is known by; ``sources_heading`` turns on the links under that heading
+    (``previous`` must have been read with the same setting).
+
+    Declarations come from the cache, but their entries are resolved again on
+    every scan, against the files listed now: where a wiki link points depends
+    on which files exist.
     """
     listing, problems = walked if walked is not None else files.walk()
     problems = list(problems)
-    reader = _Reader(files, previous, racy_from_ns, problems)
+    lookup = Lookup(listing, roots)
+    reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     for done, path in enumerate(sorted(listing)):
@@ -92,7 +102,7 @@ def scan(
         declaration = reader.declaration(path, listing[path])
         if declaration is NOTHING:
             continue
-        sources, refused = resolve_entries(path, declaration.entries)
+        sources, refused = resolve_entries(path, declaration.entries, lookup)
         problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
         problems.extend(refused)
         if sources:
@@ -141,8 +151,16 @@ def _problem_order(problem: Problem) -> tuple[str, str, str]:
 class _Reader:
     """Reads what the cache cannot vouch for, and builds the next cache."""
 
-    def __init__(self, files: FileSource, previous: Mapping[str, Seen], racy_from_ns: int, problems: list) -> None:
+    def __init__(
+        self,
+        files: FileSource,
+        previous: Mapping[str, Seen],
+        racy_from_ns: int,
+        problems: list,
+        sources_heading: str | None = None,
+    ) -> None:
         self.files = files
+        self.sources_heading = sources_heading
         self.previous = previous
         self.racy_from_ns = racy_from_ns
         self.problems = problems
@@ -176,7 +194,7 @@ class _Reader:
         if not truncated and self._kept + len(head) <= _KEEP_BYTES:
             self._content[path] = head
             self._kept += len(head)
-        declaration = read_declaration(head[:FRONTMATTER_LIMIT], truncated)
+        declaration = read_declaration(head[:FRONTMATTER_LIMIT], truncated, self.sources_heading)
         self.seen[path] = Seen(meta, None, declaration)
         return declaration
 

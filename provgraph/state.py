@@ -68,6 +68,9 @@ class State:
     refused: dict[str, ProblemKind] = field(default_factory=dict)
     """Declared sources that must not be opened (outside the root, not a regular
     file), with the kind of problem each is: the no-change check looks again."""
+    settings: str = ""
+    """The reading settings the cache and the last result were made with; with
+    others, declarations are read again and the last result is not reused."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class Recall:
     file; the problem kind's value for a refused one."""
     stored_report: bytes = field(repr=False, compare=False)
     """The last result as the file holds it (JSON)."""
+    settings: str = ""
+    """See ``State.settings``."""
 
     @cached_property
     def report(self) -> Report | None:
@@ -302,6 +307,7 @@ def _entries(state: State) -> Iterator[tuple[str, object]]:
     yield "format", FORMAT
     yield "version", VERSION
     yield "scan_started_ns", state.scan_started_ns
+    yield "settings", state.settings
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
     yield from _encode_recall(state).items()
     yield "report", None if state.report is None else _encode_report(state.report)
@@ -393,6 +399,7 @@ def _decode_recall(data: dict, report: bytes) -> Recall | None:
         _text(data["listing"]),
         watched,
         report,
+        _text(data.get("settings", "")),
     )
 
 
@@ -419,6 +426,7 @@ def _decode(data: dict) -> State:
         walk_problems=tuple(_decode_problem(row) for row in data["walk_problems"]),
         report=None if data["report"] is None else _decode_report(data.pop("report")),
         refused={_text(path): ProblemKind(kind) for path, kind in data["refused"].items()},
+        settings=_text(data.get("settings", "")),
     )
 
 

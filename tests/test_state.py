@@ -68,6 +68,7 @@ def test_a_rebuilt_state_object_saves_the_same_bytes(lived) -> None:
         scan_started_ns=loaded.scan_started_ns,
         report=loaded.report,
         walk_problems=loaded.walk_problems,
+        settings=loaded.settings,
     )
     original = lived.state_path.read_bytes()
     store.save(rebuilt)

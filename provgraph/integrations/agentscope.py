@@ -115,9 +115,11 @@ class ProvenanceMiddleware(MiddlewareBase):
         backend: BackendBase | None = None,
         max_lines: int = 20,
         state: str | os.PathLike[str] | None = None,
+        sources_heading: str | None = None,
     ) -> None:
         self.backend: BackendBase = backend if backend is not None else LocalBackend()
         self.max_lines = max_lines
+        self.sources_heading = sources_heading
         if _is_local(self.backend):
             self.memory_path = os.path.abspath(os.path.join(workdir, memory_dir))
             self.files: BackendFiles | None = None
@@ -382,7 +384,9 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     def _open(self) -> Memory:
         if self._memory is None:
-            self._memory = Memory(self.memory_path, state=self.state_path, files=self.files)
+            self._memory = Memory(
+                self.memory_path, state=self.state_path, files=self.files, sources_heading=self.sources_heading
+            )
         return self._memory
 
 

@@ -1,0 +1,41 @@
+"""``ProvenanceMiddleware(sources_heading=...)``: a digest that lists its sources
+under a heading is marked stale through the real AgentScope middleware."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agentscope")
+
+from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+
+DIGEST = "---\nname: digest\n---\n# Auth\n\nJWT rotation.\n\n## Sources\n\n- [[daily/2026-11-10]]\n"
+MARKER = "- digest/auth.md: source(s) changed since derived (2026-11-18): daily/2026-11-10.md changed"
+
+
+def _checked(provenance: ProvenanceMiddleware, monkeypatch: pytest.MonkeyPatch, now: str) -> str:
+    monkeypatch.setenv("PROVGRAPH_NOW", now)
+    return asyncio.run(provenance.on_system_prompt(None, "prompt"))
+
+
+@pytest.mark.parametrize("heading", [None, "## Sources"])
+def test_the_sources_heading_reaches_the_middlewares_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, heading: str | None
+) -> None:
+    folder = tmp_path / "Memory"
+    (folder / "daily").mkdir(parents=True)
+    (folder / "digest").mkdir()
+    (folder / "daily/2026-11-10.md").write_text("Rotate keys every 30 days.\n")
+    (folder / "digest/auth.md").write_text(DIGEST)
+    provenance = ProvenanceMiddleware(workdir=str(tmp_path), sources_heading=heading)
+    assert _checked(provenance, monkeypatch, "2026-11-10T09:00:00+00:00") == "prompt"
+
+    (folder / "daily/2026-11-10.md").write_text("Rotate keys every 24 hours.\n")
+    prompt = _checked(provenance, monkeypatch, "2026-11-18T09:00:00+00:00")
+    if heading is None:
+        assert prompt == "prompt"
+    else:
+        assert prompt.startswith("prompt\n\n") and MARKER in prompt.splitlines()
