@@ -156,7 +156,9 @@ class Memory:
 
             state = self._store.load()
             racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
-            snapshot = scan(self.files, state.seen, racy_from_ns, (listing, walk_problems), self._progress)
+            remembered = {path: tuple(derivation.stamps) for path, derivation in state.derivations.items()}
+            walked = (listing, walk_problems)
+            snapshot = scan(self.files, state.seen, racy_from_ns, walked, self._progress, remembered)
             not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
             if not_derived:
                 raise NotDerived(not_derived)

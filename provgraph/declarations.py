@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 from .model import Problem, ProblemKind
 
-__all__ = ["Declaration", "FRONTMATTER_LIMIT", "read_declaration", "resolve_entries"]
+__all__ = ["Declaration", "FRONTMATTER_LIMIT", "frontmatter_incomplete", "read_declaration", "resolve_entries"]
 
 FRONTMATTER_LIMIT = 64 * 1024
 """Only this many leading bytes of a file are searched for frontmatter."""
@@ -87,6 +87,16 @@ def read_declaration(head: bytes, truncated: bool = False) -> Declaration:
         detail = f"invalid UTF-8 in the frontmatter at byte {error.start}"
         return Declaration(problems=((ProblemKind.UNREADABLE, detail),))
     return _parse(text)
+
+
+def frontmatter_incomplete(head: bytes) -> bool:
+    """True when ``head`` may be a file caught while it is being written: empty,
+    part of the opening ``---`` line, or a frontmatter block that does not close.
+    Such a reading says nothing about what the file declares."""
+    head = head.removeprefix(_BOM)
+    if len(head) <= 3:
+        return b"---".startswith(head)
+    return head.startswith(b"---") and _block(head) is None
 
 
 def _block(head: bytes) -> bytes | None:
