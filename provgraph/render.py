@@ -26,6 +26,7 @@ __all__ = [
     "dot",
     "explanation_text",
     "graph_json",
+    "json_chain",
     "mermaid",
     "prompt_block",
     "safe_name",
@@ -85,13 +86,18 @@ def _cause_text(cause: Cause) -> str:
     return text
 
 
-def _cause_document(cause: Cause) -> dict:
+def _cause_document(cause: Cause, *, whole_chain: bool = True) -> dict:
+    """One cause as JSON.  ``why`` spells out the chain of its one file; ``status``
+    gives the next hop and the chain's length, which keeps its output linear in
+    the number of causes (the hop's own cause of the same origin goes on)."""
     document = {
         "source": cause.source,
         "kind": cause.kind.value,
         "changed_on": day(cause.since),
-        "via": list(cause.via),
+        "via": list(cause.via) if whole_chain else cause.hop,
     }
+    if not whole_chain:
+        document["depth"] = cause.depth
     if cause.moved_to is not None:
         document["moved_to"] = cause.moved_to
     return document
@@ -152,10 +158,15 @@ def _counts(report: Report) -> dict[str, int]:
     }
 
 
+STATUS_SCHEMA = 2
+"""Version 2: a cause's ``via`` is its next hop upstream, with the chain's ``depth``
+(version 1 spelt out every chain, which grows with the square of a chain's length)."""
+
+
 def status_document(report: Report) -> dict:
-    """The ``status --json`` object (schema version 1)."""
+    """The ``status --json`` object (schema version ``STATUS_SCHEMA``)."""
     return {
-        "version": 1,
+        "version": STATUS_SCHEMA,
         "root": report.root,
         "scanned_at": report.scanned_at.isoformat(timespec="seconds"),
         "counts": _counts(report),
@@ -164,13 +175,27 @@ def status_document(report: Report) -> dict:
                 "path": entry.path,
                 "since": day(entry.since),
                 "direct": entry.direct,
-                "causes": [_cause_document(cause) for cause in entry.causes],
+                "causes": [_cause_document(cause, whole_chain=False) for cause in entry.causes],
             }
             for entry in report.stale
         ],
         "cycles": [list(cycle) for cycle in report.cycles],
         "problems": [_problem_document(problem) for problem in report.problems],
     }
+
+
+def json_chain(document: dict, path: str, cause: dict) -> list[str]:
+    """The whole chain ``[origin, ..., path]`` of one cause of a ``status --json``
+    document: ``depth - 1`` times, the hop's own cause of the same origin gives the
+    next hop.  What a reader of schema version 2 does to spell out a chain."""
+    entries = {entry["path"]: entry for entry in document["stale"]}
+    chain = [path]
+    for _ in range(cause["depth"] - 1):
+        chain.append(cause["via"])
+        same = (cause["source"], cause["kind"])
+        cause = next(c for c in entries[cause["via"]]["causes"] if (c["source"], c["kind"]) == same)
+    chain.append(cause["source"])
+    return chain[::-1]
 
 
 def _problem_document(problem: Problem) -> dict:
