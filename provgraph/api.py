@@ -45,7 +45,9 @@ class NotDerived(Exception):
     """``stamp`` was asked to record a re-derivation of files that declare no sources."""
 
     def __init__(self, paths: tuple[str, ...]) -> None:
-        names = ", ".join(paths)
+        from .render import safe_name  # the message reaches a terminal: names escaped like every other line
+
+        names = ", ".join(map(safe_name, paths))
         super().__init__(f"not a derived file (no derived_from in its frontmatter): {names}")
         self.paths = paths
 
