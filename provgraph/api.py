@@ -85,14 +85,19 @@ class Memory:
         files: FileSource | None = None,
         warn: Callable[[str], None] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        trust_cache: bool = True,
     ) -> None:
         """``progress(done, total)`` hears how far a scan that reads files has got
-        (the no-change path reads none and never calls it)."""
+        (the no-change path reads none and never calls it).  ``trust_cache`` False
+        reads and hashes every file on every refresh, for folders where content can
+        change without moving a file's metadata (a write through ``mmap``)."""
         self.root = Path(os.path.abspath(Path(root).expanduser()))
         if files is None:
             if not self.root.is_dir():
                 raise RootError(self.root)
-            files = LocalFiles(self.root)
+            files = LocalFiles(self.root, trusts_stat=trust_cache)
+        elif not trust_cache:
+            files.trusts_stat = False
         self.files = files
         self.state_path = Path(state) if state is not None else self.root / STATE_DIR / "state.json"
         self._store = StateStore(self.state_path, warn)

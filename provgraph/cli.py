@@ -154,7 +154,7 @@ def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
     if not root.is_dir():
         raise UsageError(f"memory root {root} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
-    return Memory(root, state=options.state, progress=progress)
+    return Memory(root, state=options.state, progress=progress, trust_cache=not options.no_cache)
 
 
 PROGRESS_AFTER = 1.0
@@ -246,6 +246,9 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--state", metavar="PATH", help="state file (default: ROOT/.provgraph/state.json)")
+    common.add_argument(
+        "--no-cache", action="store_true", help="read and hash every file, trusting no recorded size and times"
+    )
     parser = _Parser(
         prog="provgraph",
         description="Tell which memory files were derived from files that changed afterwards.",
@@ -263,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
 
     status = command("status", _status, "scan, update state, report stale files, cycles and problems")
     rooted(status)
-    status.add_argument("--json", action="store_true", help="one JSON object (schema version 1)")
+    status.add_argument("--json", action="store_true", help="one JSON object (schema version 2)")
     rooted(command("check", _check, "exit 1 if any derived file is stale or any cycle exists (quiet otherwise)"))
     why = command("why", _why, "explain one file: its sources, each cause and its chain")
     why.add_argument("file", metavar="FILE")
