@@ -119,6 +119,7 @@ def scan(
         if sources:
             declarations[path] = sources
             derived_at[path] = declaration.derived_at
+    unsettled.update(_in_unread_folders(remembered, listing, problems))
     needed = sorted({source for sources in (*declarations.values(), *unsettled.values()) for source in sources})
     states = {source: reader.source(source, listing.get(source)) for source in needed}
     if progress is not None:
@@ -142,6 +143,27 @@ def scan(
         withheld=withheld,
         unsettled=unsettled,
     )
+
+
+def _in_unread_folders(
+    remembered: Mapping[str, tuple[str, ...]], listing: Mapping[str, FileMeta], problems: list[Problem]
+) -> dict[str, tuple[str, ...]]:
+    """Remembered derived files the walk could not list because a folder above them
+    could not be read: like a file that cannot be read, they keep their last declaration."""
+    folders = {problem.path for problem in problems if problem.kind is ProblemKind.UNREADABLE} - listing.keys()
+    if not folders:
+        return {}
+    return {
+        path: sources
+        for path, sources in remembered.items()
+        if path not in listing and ("." in folders or any(folder in folders for folder in _folders_above(path)))
+    }
+
+
+def _folders_above(path: str) -> list[str]:
+    """``a/b/c.md`` -> ``["a", "a/b"]``."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
 
 
 def _drop_refused(

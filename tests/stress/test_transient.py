@@ -142,3 +142,27 @@ def test_stamps_are_forgotten_by_a_re_derivation(root: Path) -> None:
     memory = _stale_profile(root)
     memory.stamp(["profile.md"], now=NOW + timedelta(days=2))
     assert not memory.refresh(now=NOW + timedelta(days=3)).stale
+
+
+def test_a_stale_derived_file_in_a_folder_that_cannot_be_read_for_a_while_stays_stale(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root, "facts.md", "tea\n")
+    write(root, "notes/profile.md", derived("../facts.md"))
+    memory = Memory(root)
+    memory.refresh(now=NOW)
+    write(root, "facts.md", "coffee\n")
+    assert [entry.path for entry in memory.refresh(now=NOW + timedelta(days=1)).stale] == ["notes/profile.md"]
+    scandir, locked = os.scandir, os.fspath(root / "notes")
+
+    def refusing(path: object = ".") -> object:
+        if os.fspath(path) == locked:  # type: ignore[arg-type]
+            raise PermissionError(13, "Permission denied", locked)
+        return scandir(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    during = memory.refresh(now=NOW + timedelta(days=2))
+    assert [entry.path for entry in during.stale] == ["notes/profile.md"]
+    assert [(problem.path, problem.kind) for problem in during.problems] == [("notes", ProblemKind.UNREADABLE)]
+    monkeypatch.undo()
+    assert [entry.path for entry in memory.refresh(now=NOW + timedelta(days=3)).stale] == ["notes/profile.md"]
