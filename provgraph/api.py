@@ -50,7 +50,9 @@ class NotDerived(Exception):
     """``stamp`` was asked to record a re-derivation of files that declare no sources."""
 
     def __init__(self, paths: tuple[str, ...]) -> None:
-        names = ", ".join(paths)
+        from .render import safe_name  # the message reaches a terminal: names escaped like every other line
+
+        names = ", ".join(map(safe_name, paths))
         super().__init__(f"not a derived file (no derived_from in its frontmatter): {names}")
         self.paths = paths
 
@@ -93,6 +95,7 @@ class Memory:
         progress: Callable[[int, int], None] | None = None,
         sources_heading: str | None = None,
         also_known_as: Iterable[str] = (),
+        trust_cache: bool = True,
     ) -> None:
         """``progress(done, total)`` hears how far a scan that reads files has got
         (the no-change path reads none and never calls it).
@@ -101,7 +104,9 @@ class Memory:
         of a memory file declare its sources; off by default.  ``also_known_as``
         are other absolute paths of this folder (where a sandboxed agent sees
         it): an entry starting with one of them, or with the root's own absolute
-        path, means the file under the root."""
+        path, means the file under the root.  ``trust_cache`` False reads and
+        hashes every file on every refresh, for folders where content can change
+        without moving a file's metadata (a write through ``mmap``)."""
         self.root = Path(os.path.abspath(Path(root).expanduser()))
         self.roots = _known_roots(self.root, also_known_as)
         self.sources_heading = sources_heading
@@ -109,7 +114,9 @@ class Memory:
         if files is None:
             if not self.root.is_dir():
                 raise RootError(self.root)
-            files = LocalFiles(self.root)
+            files = LocalFiles(self.root, trusts_stat=trust_cache)
+        elif not trust_cache:
+            files.trusts_stat = False
         self.files = files
         self.state_path = Path(state) if state is not None else self.root / STATE_DIR / "state.json"
         self._store = StateStore(self.state_path, warn)
@@ -177,12 +184,14 @@ class Memory:
             state = self._store.load()
             racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
             seen = state.seen if state.settings == self._settings else _without_declarations(state.seen)
+            remembered = {path: tuple(derivation.stamps) for path, derivation in state.derivations.items()}
             snapshot = scan(
                 self.files,
                 seen,
                 racy_from_ns,
                 (listing, walk_problems),
                 self._progress,
+                remembered,
                 roots=self.roots,
                 sources_heading=self.sources_heading,
             )

@@ -204,7 +204,13 @@ def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
     if not root.is_dir():
         raise UsageError(f"memory root {root} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
-    return Memory(root, state=options.state, progress=progress, sources_heading=_sources_heading(options))
+    return Memory(
+        root,
+        state=options.state,
+        progress=progress,
+        sources_heading=_sources_heading(options),
+        trust_cache=not options.no_cache,
+    )
 
 
 def _sources_heading(options: argparse.Namespace) -> str | None:
@@ -315,6 +321,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="HEADING",
         help=f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')",
     )
+    common.add_argument(
+        "--no-cache", action="store_true", help="read and hash every file, trusting no recorded size and times"
+    )
     parser = _Parser(
         prog="provgraph",
         description="Tell which memory files were derived from files that changed afterwards.",
@@ -332,7 +341,7 @@ def _parser() -> argparse.ArgumentParser:
 
     status = command("status", _status, "scan, update state, report stale files, cycles and problems")
     rooted(status)
-    status.add_argument("--json", action="store_true", help="one JSON object (schema version 1)")
+    status.add_argument("--json", action="store_true", help="one JSON object (schema version 2)")
     rooted(command("check", _check, "exit 1 if any derived file is stale or any cycle exists (quiet otherwise)"))
     why = command("why", _why, "explain one file: its sources, each cause and its chain")
     why.add_argument("file", metavar="FILE")

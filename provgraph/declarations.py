@@ -22,6 +22,7 @@ Nothing here opens a file.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -36,6 +37,7 @@ __all__ = [
     "FRONTMATTER_LIMIT",
     "Lookup",
     "did_you_mean",
+    "frontmatter_incomplete",
     "read_declaration",
     "resolve_entries",
 ]
@@ -126,6 +128,16 @@ def _from_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
     return _parse(text), body_start
 
 
+def frontmatter_incomplete(head: bytes) -> bool:
+    """True when ``head`` may be a file caught while it is being written: empty,
+    part of the opening ``---`` line, or a frontmatter block that does not close.
+    Such a reading says nothing about what the file declares."""
+    head = head.removeprefix(_BOM)
+    if len(head) <= 3:
+        return b"---".startswith(head)
+    return head.startswith(b"---") and _block(head) is None
+
+
 def _block(head: bytes) -> tuple[bytes, int] | None:
     """The bytes between the opening ``---`` line and the closing one, and where the
     body after it starts; None when the block never closes.
@@ -188,6 +200,8 @@ def _parse_lines(lines: list[str], text: str) -> Declaration:
     except _NotStrings as error:
         detail = f"derived_from must be a string or a list of strings, not {error}"
         return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
+    except _References as error:
+        return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, f"derived_from: {error}"),))
     return Declaration(entries=entries, derived_at=derived_at)
 
 
@@ -293,7 +307,8 @@ def _entries(key_lines: list[str], text: str) -> tuple[str, ...]:
     written = "\n".join(key_lines)
     parsed = _yaml_mapping(written)
     if parsed is None:
-        parsed = _yaml_mapping(text)
+        with contextlib.suppress(_References):  # elsewhere in the frontmatter: read the lines
+            parsed = _yaml_mapping(text)
     if parsed is None:
         return _entries_from_lines(key_lines)
     return _entries_from_value(parsed.get("derived_from"), written)
@@ -324,15 +339,38 @@ def _is_plain_string(value: str) -> bool:
     return Resolver().resolve(ScalarNode, value, (True, False)) == "tag:yaml.org,2002:str"
 
 
+class _References(Exception):
+    """The YAML holds an anchor, an alias or a merge key: it is not given to the loader."""
+
+
 def _yaml_mapping(text: str) -> dict | None:
+    """``text`` as a YAML mapping, None when it is not one.  Raises ``_References``
+    for YAML with anchors, aliases or merge keys: expanding them takes time
+    exponential in their nesting in some PyYAML releases, and no declaration
+    needs them, so they never reach the loader whatever its version."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
+        if _references(yaml.parse(text, Loader=loader)):
+            raise _References("YAML anchors, aliases and merge keys (<<) are not read")
         parsed = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
     except (yaml.YAMLError, RecursionError, ValueError, TypeError, OverflowError):
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def _references(events: Iterable) -> bool:
+    """True at the first anchor, alias or plain ``<<`` scalar among YAML parser events
+    (parsing is linear; only constructing follows references)."""
+    import yaml
+
+    for event in events:
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            return True
+        if isinstance(event, yaml.ScalarEvent) and event.value == "<<" and event.implicit[0]:
+            return True
+    return False
 
 
 def _entries_from_value(value: object, written: str) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat as stat_module
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
@@ -66,7 +67,10 @@ class LocalFiles:
 
     trusts_stat = True
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, trusts_stat: bool = True) -> None:
+        """``trusts_stat`` False reads every file on every scan: for a folder where
+        content may change without moving mtime or ctime (a write through ``mmap``)."""
+        self.trusts_stat = trusts_stat
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
         self._root_prefix = os.path.join(self.root, "")
@@ -186,12 +190,7 @@ class LocalFiles:
     def read(self, path: str, limit: int | None = None) -> bytes:
         descriptor = self._open(path)
         try:
-            if limit is not None:
-                return os.read(descriptor, limit)
-            chunks = []
-            while chunk := os.read(descriptor, _CHUNK):
-                chunks.append(chunk)
-            return b"".join(chunks)
+            return b"".join(_chunks(descriptor, limit))
         finally:
             os.close(descriptor)
 
@@ -200,11 +199,25 @@ class LocalFiles:
         digest = hashlib.sha256()
         descriptor = self._open(path)
         try:
-            while chunk := os.read(descriptor, _CHUNK):
+            for chunk in _chunks(descriptor):
                 digest.update(chunk)
         finally:
             os.close(descriptor)
         return digest.hexdigest()
+
+
+def _chunks(descriptor: int, limit: int | None = None) -> Iterator[bytes]:
+    """The file's bytes up to its end (or ``limit``), however short each read is:
+    a read may return less than asked (network and FUSE file systems, signals)
+    without the file having ended; only an empty read means the end."""
+    left = limit
+    while left is None or left > 0:
+        chunk = os.read(descriptor, _CHUNK if left is None else min(left, _CHUNK))
+        if not chunk:
+            return
+        yield chunk
+        if left is not None:
+            left -= len(chunk)
 
 
 def _device(root: Path) -> int | None:

@@ -34,9 +34,10 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     """Every file reachable from a changed or missing edge, with its root causes.
 
     Causes are grouped by (origin, kind): one BFS from all the targets of the
-    origin's broken edges gives the shortest chains, and a second pass in
-    order of date gives each file the earliest originating change that
-    reaches it.
+    origin's broken edges gives the shortest chains, as parent links that every
+    cause of the group shares, and a second pass in order of date gives each
+    file the earliest originating change that reaches it.  Time and memory go
+    with the number of causes, never with the length of their chains.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
     for edge in edges:
@@ -47,11 +48,14 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     children = children_of(edges)
     causes: dict[str, list[Cause]] = defaultdict(list)
     for (origin, kind), broken in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
-        parents = _shortest_parents(children, sorted(edge.derived for edge in broken))
+        parents, depths = _shortest_parents(children, sorted(edge.derived for edge in broken))
         earliest = _earliest(children, broken)
         moved_to = next((edge.moved_to for edge in broken if edge.moved_to is not None), None)
-        for path, via in _chains(origin, parents).items():
-            causes[path].append(Cause(origin, kind, earliest[path], via, moved_to))
+        for path, parent in parents.items():
+            hop = origin if parent is None else parent
+            causes[path].append(
+                Cause(origin, kind, earliest[path], hop, depths[path], moved_to, path=path, links=parents)
+            )
     direct = {edge.derived for edge in edges if edge.status is not EdgeStatus.CLEAN}
     return tuple(
         StaleEntry(path, min(cause.since for cause in found), path in direct, tuple(found))
@@ -59,16 +63,22 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     )
 
 
-def _shortest_parents(children: Mapping[str, list[str]], starts: list[str]) -> dict[str, str | None]:
-    parents: dict[str, str | None] = {start: None for start in starts}
+def _shortest_parents(
+    children: Mapping[str, list[str]], starts: list[str]
+) -> tuple[dict[str, str | None], dict[str, int]]:
+    """Each file reached from ``starts`` -> its parent on a shortest path (None for a
+    start), and -> its distance in edges from the origin (1 for a start)."""
+    parents: dict[str, str | None] = dict.fromkeys(starts)
+    depths = dict.fromkeys(starts, 1)
     queue = deque(starts)
     while queue:
         node = queue.popleft()
         for child in children.get(node, ()):
             if child not in parents:
                 parents[child] = node
+                depths[child] = depths[node] + 1
                 queue.append(child)
-    return parents
+    return parents, depths
 
 
 def _earliest(children: Mapping[str, list[str]], broken: list[Edge]) -> dict[str, float]:
@@ -85,19 +95,6 @@ def _earliest(children: Mapping[str, list[str]], broken: list[Edge]) -> dict[str
                     earliest[child] = since
                     queue.append(child)
     return earliest
-
-
-def _chains(origin: str, parents: Mapping[str, str | None]) -> dict[str, tuple[str, ...]]:
-    """``(origin, ..., path)`` for every path reached.
-
-    ``parents`` lists each file after its parent (BFS order), so every chain
-    extends its parent's: one tuple copy per file instead of a walk back to
-    the origin, which made a 10,000-deep chain take seconds.
-    """
-    chains: dict[str, tuple[str, ...]] = {}
-    for path, parent in parents.items():
-        chains[path] = (chains[parent] if parent is not None else (origin,)) + (path,)
-    return chains
 
 
 def find_cycles(edges: tuple[Edge, ...]) -> tuple[tuple[str, ...], ...]:

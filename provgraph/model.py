@@ -8,7 +8,8 @@ module touches the disk or the clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
@@ -126,17 +127,41 @@ class Edge:
 
 @dataclass(frozen=True, slots=True)
 class Cause:
-    """Why a stale file is stale: a changed or missing origin and the chain from it."""
+    """Why a stale file is stale: a changed or missing origin and the chain from it.
+
+    The chain is not stored: every cause of one origin shares the parent links of
+    one walk, and ``via`` follows them only when asked.  So a report holds one
+    small object per cause however deep the chains, and only what is printed is
+    ever spelt out in full.
+    """
 
     source: str
     kind: EdgeStatus
     since: float
-    via: tuple[str, ...]
-    """A shortest derivation chain ``(origin, ..., stale file)``."""
+    hop: str
+    """The next file upstream on the chain: the origin itself when the broken edge is the file's own."""
+    depth: int
+    """Edges on the chain, from the origin to the stale file (1 for the file's own edge)."""
     moved_to: str | None = None
     """For a missing origin: where its stamped content is now (see ``Edge.moved_to``)."""
     did_you_mean: str | None = None
     """For a missing origin: the file its name probably meant (see ``Edge.did_you_mean``)."""
+    path: str = field(default="", compare=False, repr=False)
+    """The stale file this cause belongs to."""
+    links: Mapping[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    """Shared by the causes of one origin: each file reached -> its parent, None for
+    a file whose own edge from the origin is broken."""
+
+    @property
+    def via(self) -> tuple[str, ...]:
+        """A shortest derivation chain ``(origin, ..., stale file)``, spelt out now."""
+        chain = [self.path]
+        parent = self.links.get(self.path)
+        while parent is not None:
+            chain.append(parent)
+            parent = self.links[parent]
+        chain.append(self.source)
+        return tuple(reversed(chain))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ __all__ = [
     "explanation_text",
     "graph_json",
     "hint_text",
+    "json_chain",
     "mermaid",
     "prompt_block",
     "repair_order",
@@ -41,12 +42,52 @@ PROMPT_LINE_LIMIT = 400
 """Characters of one prompt line at most: with the line cap, a hard bound on the block."""
 _CHAIN_LIMIT = 6
 _CAUSE_LIMIT = 3
-_UNSAFE_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
-_ANGLES = frozenset(
-    "<>\u226e\u226f\ufe64\ufe65\uff1c\uff1e" + "\u2039\u203a\u2329\u232a\u27e8\u27e9\u3008\u3009\u02c2\u02c3"
+_SAFE_ASCII = frozenset(chr(code) for code in range(0x20, 0x7F)) - frozenset("<>\\")
+"""Printable ASCII but the angle brackets of a tag and the backslash that starts an escape."""
+_RECOMMENDED_SCRIPTS = (
+    (0x00C0, 0x024F),  # Latin-1 letters, Latin Extended-A and -B
+    (0x0300, 0x036F),  # combining marks
+    (0x0370, 0x03FF),  # Greek
+    (0x0400, 0x052F),  # Cyrillic
+    (0x0531, 0x058F),  # Armenian
+    (0x0591, 0x05FF),  # Hebrew
+    (0x0600, 0x06FF),  # Arabic
+    (0x0750, 0x077F),  # Arabic Supplement
+    (0x0780, 0x07BF),  # Thaana
+    (0x08A0, 0x08FF),  # Arabic Extended-A
+    (0x0900, 0x0DFF),  # Devanagari, Bengali, Gurmukhi, Gujarati, Oriya, Tamil, Telugu, Kannada, Malayalam, Sinhala
+    (0x0E00, 0x0EFF),  # Thai, Lao
+    (0x0F00, 0x0FFF),  # Tibetan
+    (0x1000, 0x109F),  # Myanmar
+    (0x10A0, 0x10FF),  # Georgian
+    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x1200, 0x139F),  # Ethiopic
+    (0x1780, 0x17FF),  # Khmer
+    (0x1E00, 0x1FFF),  # Latin Extended Additional, Greek Extended
+    (0x3041, 0x30FF),  # Hiragana, Katakana
+    (0x3105, 0x318F),  # Bopomofo, Hangul Compatibility Jamo
+    (0x3400, 0x4DBF),  # CJK Extension A
+    (0x4E00, 0x9FFF),  # CJK Unified Ideographs
+    (0xAC00, 0xD7A3),  # Hangul Syllables
+    (0x20000, 0x323AF),  # CJK Extensions B to H
 )
-"""``<``, ``>`` and the characters that normalise to them or pass for them (fullwidth,
-small and mathematical angle brackets): ``＜/system-reminder＞`` must not read as a tag."""
+"""Blocks of the scripts Unicode recommends for identifiers (UAX #31, table 5): a name
+in any language reads as itself, while letters of scripts kept for limited use, such as
+Canadian syllabics ``ᐸ`` and ``ᐳ`` that pass for angle brackets, are escaped."""
+_SHOWN_CATEGORIES = frozenset("LMN")
+"""Letters, marks and digits: no symbol, punctuation, space or control outside ASCII."""
+
+
+def _shown(char: str) -> bool:
+    """Whether ``char`` may reach a terminal or a prompt as itself."""
+    if char in _SAFE_ASCII:
+        return True
+    code = ord(char)
+    return (
+        code >= 0xC0
+        and unicodedata.category(char)[0] in _SHOWN_CATEGORIES
+        and any(low <= code <= high for low, high in _RECOMMENDED_SCRIPTS)
+    )
 
 
 def day(timestamp: float) -> str:
@@ -55,18 +96,25 @@ def day(timestamp: float) -> str:
 
 
 def safe_name(name: str) -> str:
-    """``name`` with control, format and bidi characters and ``<``/``>`` escaped as ``\\uXXXX``."""
-    if name.isprintable() and "\\" not in name and _ANGLES.isdisjoint(name):
+    """``name`` with every character that could pass for markup, break a line or hide
+    itself written as ``\\uXXXX`` (``\\UXXXXXXXX`` beyond the first plane, ``\\\\``
+    for a backslash), so the result can be read back exactly.
+
+    Decided by a rule, not a list of examples: printable ASCII but ``<``, ``>`` and
+    ``\\`` is shown, and so are letters, marks and digits of the scripts recommended
+    for identifiers; everything else (controls, bidi and format characters, other
+    spaces, symbols, punctuation and any lookalike of an angle bracket) is escaped.
+    """
+    if name.isascii() and name.isprintable() and "<" not in name and ">" not in name and "\\" not in name:
         return name
-    out = []
-    for char in name:
-        if char in _ANGLES or unicodedata.category(char) in _UNSAFE_CATEGORIES:
-            out.append(f"\\u{ord(char):04x}")
-        elif char == "\\":
-            out.append("\\\\")
-        else:
-            out.append(char)
-    return "".join(out)
+    return "".join(char if _shown(char) else _escaped(char) for char in name)
+
+
+def _escaped(char: str) -> str:
+    if char == "\\":
+        return "\\\\"
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def moved_text(moved_to: str | None) -> str:
@@ -97,13 +145,18 @@ def _cause_text(cause: Cause) -> str:
     return text
 
 
-def _cause_document(cause: Cause) -> dict:
+def _cause_document(cause: Cause, *, whole_chain: bool = True) -> dict:
+    """One cause as JSON.  ``why`` spells out the chain of its one file; ``status``
+    gives the next hop and the chain's length, which keeps its output linear in
+    the number of causes (the hop's own cause of the same origin goes on)."""
     document = {
         "source": cause.source,
         "kind": cause.kind.value,
         "changed_on": day(cause.since),
-        "via": list(cause.via),
+        "via": list(cause.via) if whole_chain else cause.hop,
     }
+    if not whole_chain:
+        document["depth"] = cause.depth
     if cause.moved_to is not None:
         document["moved_to"] = cause.moved_to
     if cause.did_you_mean is not None:
@@ -163,7 +216,7 @@ def repair_order(stale: tuple[StaleEntry, ...]) -> tuple[StaleEntry, ...]:
 
 
 def _repair_key(entry: StaleEntry) -> tuple[int, float, str]:
-    distance = 1 if entry.direct else min((len(cause.via) - 1 for cause in entry.causes), default=1)
+    distance = 1 if entry.direct else min((cause.depth for cause in entry.causes), default=1)
     return distance, entry.since, entry.path
 
 
@@ -180,10 +233,15 @@ def _counts(report: Report) -> dict[str, int]:
     }
 
 
+STATUS_SCHEMA = 2
+"""Version 2: a cause's ``via`` is its next hop upstream, with the chain's ``depth``
+(version 1 spelt out every chain, which grows with the square of a chain's length)."""
+
+
 def status_document(report: Report) -> dict:
-    """The ``status --json`` object (schema version 1)."""
+    """The ``status --json`` object (schema version ``STATUS_SCHEMA``)."""
     return {
-        "version": 1,
+        "version": STATUS_SCHEMA,
         "root": report.root,
         "scanned_at": report.scanned_at.isoformat(timespec="seconds"),
         "counts": _counts(report),
@@ -192,13 +250,27 @@ def status_document(report: Report) -> dict:
                 "path": entry.path,
                 "since": day(entry.since),
                 "direct": entry.direct,
-                "causes": [_cause_document(cause) for cause in entry.causes],
+                "causes": [_cause_document(cause, whole_chain=False) for cause in entry.causes],
             }
             for entry in report.stale
         ],
         "cycles": [list(cycle) for cycle in report.cycles],
         "problems": [_problem_document(problem) for problem in report.problems],
     }
+
+
+def json_chain(document: dict, path: str, cause: dict) -> list[str]:
+    """The whole chain ``[origin, ..., path]`` of one cause of a ``status --json``
+    document: ``depth - 1`` times, the hop's own cause of the same origin gives the
+    next hop.  What a reader of schema version 2 does to spell out a chain."""
+    entries = {entry["path"]: entry for entry in document["stale"]}
+    chain = [path]
+    for _ in range(cause["depth"] - 1):
+        chain.append(cause["via"])
+        same = (cause["source"], cause["kind"])
+        cause = next(c for c in entries[cause["via"]]["causes"] if (c["source"], c["kind"]) == same)
+    chain.append(cause["source"])
+    return chain[::-1]
 
 
 def _problem_document(problem: Problem) -> dict:

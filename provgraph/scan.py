@@ -15,7 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .declarations import FRONTMATTER_LIMIT, NOTHING, Declaration, Lookup, read_declaration, resolve_entries
+from .declarations import (
+    FRONTMATTER_LIMIT,
+    NOTHING,
+    Declaration,
+    Lookup,
+    frontmatter_incomplete,
+    read_declaration,
+    resolve_entries,
+)
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot
 from .model import FileMeta, Problem, ProblemKind
 
@@ -66,6 +74,12 @@ class Snapshot:
     contents: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """sha256 -> the memory files holding that content; filled only when some
     source is missing, to tell where a renamed source went."""
+    withheld: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Derived file -> the sources it declares that were refused by this scan
+    (a folder, a FIFO, a link out of the root for now): their stamps are kept."""
+    unsettled: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """A remembered derived file whose declaration cannot be read now (unreadable,
+    empty, broken frontmatter) -> the sources it last declared, which were hashed."""
 
 
 def scan(
@@ -74,6 +88,7 @@ def scan(
     racy_from_ns: int,
     walked: tuple[dict[str, FileMeta], list[Problem]] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    remembered: Mapping[str, tuple[str, ...]] | None = None,
     *,
     roots: tuple[str, ...] = (),
     sources_heading: str | None = None,
@@ -82,9 +97,12 @@ def scan(
 
     ``walked`` is the result of ``files.walk()`` when the caller already has it;
     ``progress(done, total)`` is told every so often how many memory files were
-    looked at, and once more at the end.  ``roots`` are the absolute paths the
-    folder is known by; ``sources_heading`` turns on the links under that heading
-    (``previous`` must have been read with the same setting).
+    looked at, and once more at the end.  ``remembered`` holds the sources each
+    derived file declared when last stamped: a file among them whose declaration
+    cannot be read now is ``unsettled``, and those sources are hashed for it.
+    ``roots`` are the absolute paths the folder is known by; ``sources_heading``
+    turns on the links under that heading (``previous`` must have been read with
+    the same setting).
 
     Declarations come from the cache, but their entries are resolved again on
     every scan, against the files listed now: where a wiki link points depends
@@ -92,38 +110,72 @@ def scan(
     """
     listing, problems = walked if walked is not None else files.walk()
     problems = list(problems)
+    remembered = remembered or {}
     lookup = Lookup(listing, roots)
     reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
+    unsettled: dict[str, tuple[str, ...]] = {}
     for done, path in enumerate(sorted(listing)):
         if progress is not None and done % _PROGRESS_EVERY == 0:
             progress(done, len(listing))
-        declaration = reader.declaration(path, listing[path])
+        declaration = reader.declaration(path, listing[path], path in remembered)
+        problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
+        if path in reader.unsettled:
+            unsettled[path] = remembered[path]
+            continue
         if declaration is NOTHING:
             continue
         sources, refused = resolve_entries(path, declaration.entries, lookup)
-        problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
         problems.extend(refused)
         if sources:
             declarations[path] = sources
             derived_at[path] = declaration.derived_at
-    needed = sorted({source for sources in declarations.values() for source in sources})
+    unsettled.update(_in_unread_folders(remembered, listing, problems))
+    needed = sorted({source for sources in (*declarations.values(), *unsettled.values()) for source in sources})
     states = {source: reader.source(source, listing.get(source)) for source in needed}
     if progress is not None:
         progress(len(listing), len(listing))
+    withheld = {
+        path: refused
+        for path, sources in declarations.items()
+        if (refused := tuple(source for source in sources if source in reader.refused))
+    }
     declarations = _drop_refused(declarations, reader.refused, problems)
     missing = any(state.sha256 is None for source, state in states.items() if source not in reader.refused)
     return Snapshot(
         files=tuple(sorted(listing)),
         declarations=declarations,
-        derived_at={path: derived_at[path] for path in declarations},
+        derived_at={path: derived_at[path] for path in declarations.keys() | withheld.keys()},
         sources={source: state for source, state in states.items() if source not in reader.refused},
         problems=tuple(sorted(set(problems), key=_problem_order)),
         seen=reader.seen,
         refused={source: kind for source, (kind, _) in reader.refused.items()},
         contents=reader.contents(listing) if missing else {},
+        withheld=withheld,
+        unsettled=unsettled,
     )
+
+
+def _in_unread_folders(
+    remembered: Mapping[str, tuple[str, ...]], listing: Mapping[str, FileMeta], problems: list[Problem]
+) -> dict[str, tuple[str, ...]]:
+    """Remembered derived files the walk could not list because a folder above them
+    could not be read: like a file that cannot be read, they keep their last declaration."""
+    folders = {problem.path for problem in problems if problem.kind is ProblemKind.UNREADABLE} - listing.keys()
+    if not folders:
+        return {}
+    return {
+        path: sources
+        for path, sources in remembered.items()
+        if path not in listing and ("." in folders or any(folder in folders for folder in _folders_above(path)))
+    }
+
+
+def _folders_above(path: str) -> list[str]:
+    """``a/b/c.md`` -> ``["a", "a/b"]``."""
+    parts = path.split("/")[:-1]
+    return ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
 
 
 def _drop_refused(
@@ -167,6 +219,8 @@ class _Reader:
         self.seen: dict[str, Seen] = {}
         self.refused: dict[str, tuple[ProblemKind, str]] = {}
         self._unreadable: set[str] = set()
+        self.unsettled: set[str] = set()
+        """Remembered derived files whose declaration could not be read this time."""
         self._content: dict[str, bytes] = {}
         self._kept = 0
 
@@ -179,7 +233,11 @@ class _Reader:
             and meta.ctime_ns < self.racy_from_ns
         )
 
-    def declaration(self, path: str, meta: FileMeta) -> Declaration:
+    def declaration(self, path: str, meta: FileMeta, remembered: bool = False) -> Declaration:
+        """What ``path`` declares.  A ``remembered`` derived file whose declaration
+        cannot be read now (unreadable, empty or cut short mid-write, broken
+        frontmatter) is marked unsettled and not cached, so the next scan reads it
+        again rather than trusting a reading that said nothing."""
         old = self.previous.get(path)
         if self._trusted(old, meta) and old is not None and old.declaration is not None:
             self.seen[path] = old
@@ -189,12 +247,19 @@ class _Reader:
         except (OSError, NotRegular, OutsideRoot) as error:
             self._unreadable.add(path)
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, _describe(error)))
+            if remembered:
+                self.unsettled.add(path)
             return NOTHING
         truncated = len(head) > FRONTMATTER_LIMIT
         if not truncated and self._kept + len(head) <= _KEEP_BYTES:
             self._content[path] = head
             self._kept += len(head)
         declaration = read_declaration(head[:FRONTMATTER_LIMIT], truncated, self.sources_heading)
+        if remembered and not declaration.entries and (declaration.problems or frontmatter_incomplete(head)):
+            self.unsettled.add(path)
+            if not declaration.problems:
+                self.problems.append(Problem(path, ProblemKind.UNREADABLE, _INCOMPLETE))
+            return declaration
         self.seen[path] = Seen(meta, None, declaration)
         return declaration
 
@@ -247,6 +312,9 @@ class _Reader:
         declaration = current.declaration if current is not None else None
         self.seen[path] = Seen(meta, sha, declaration)
         return sha
+
+
+_INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
 
 
 def _describe(error: Exception) -> str:

@@ -35,32 +35,71 @@ def reconcile(
 ) -> tuple[dict[str, Derivation], tuple[Edge, ...]]:
     """Stamp what needs stamping, then compare every edge with its stamp.
 
-    Records of files that no longer declare anything are dropped; a file that
-    declares again later is adopted anew.
+    A stamp is forgotten only by a re-derivation or by a readable declaration
+    that no longer names its source, never because a scan could not see a
+    file: a derived file that cannot be read now keeps its last declaration, a
+    source refused for now keeps its stamp (and counts as missing), and the
+    records of a derived file that is gone stay dormant until a file of that
+    name declares again.
     """
     updated: dict[str, Derivation] = {}
     edges: list[Edge] = []
-    for path, sources in snapshot.declarations.items():
-        derivation = _stamped(records.get(path), path, sources, snapshot, now, path in restamp)
+    present = frozenset(snapshot.files)
+    for path in sorted(records.keys() | snapshot.declarations.keys() | snapshot.withheld.keys()):
+        old = records.get(path)
+        declared = _declared(path, old, snapshot)
+        if declared is None:
+            if old is not None and path not in present:
+                updated[path] = old  # dormant: the file is gone, maybe for a moment
+            continue
+        derivation = _stamped(old, declared, snapshot, now, path in restamp)
         compared = {}
-        for source in sources:
-            state = snapshot.sources[source]
-            stamp, edge = _compare(source, path, derivation.stamps[source], state, now, snapshot.contents)
-            compared[source] = stamp
+        for source, stamp in derivation.stamps.items():
+            state = snapshot.sources.get(source, _ABSENT)
+            compared[source], edge = _compare(source, path, stamp, state, now, snapshot.contents)
             edges.append(edge)
-        updated[path] = Derivation(derivation.derived_at, compared)
+        if compared:
+            updated[path] = Derivation(derivation.derived_at, compared)
     edges.sort(key=lambda edge: (edge.derived, edge.source))
     return updated, tuple(edges)
 
 
-def _stamped(
-    old: Derivation | None, path: str, sources: tuple[str, ...], snapshot: Snapshot, now: float, restamp: bool
-) -> Derivation:
-    derived_at = snapshot.derived_at.get(path)
-    rederived = restamp or (old is not None and derived_at is not None and derived_at != old.derived_at)
+_ABSENT = SourceState(None)
+"""How a source refused for now compares: like a missing one, its stamp kept."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Declared:
+    """What a derived file declares in this scan, as far as it can be read."""
+
+    sources: tuple[str, ...]
+    """Sources to stamp on adoption."""
+    withheld: tuple[str, ...]
+    """Declared sources refused for now: compared only while a stamp is kept."""
+    derived_at: str | None
+    readable: bool
+
+
+def _declared(path: str, old: Derivation | None, snapshot: Snapshot) -> _Declared | None:
+    """None when the file declares nothing now: its stamps are forgotten (or dormant)."""
+    if path in snapshot.unsettled and old is not None:
+        return _Declared((), tuple(old.stamps), old.derived_at, readable=False)
+    sources = snapshot.declarations.get(path, ())
+    withheld = snapshot.withheld.get(path, ())
+    if not sources and not withheld:
+        return None
+    return _Declared(sources, withheld, snapshot.derived_at.get(path), readable=True)
+
+
+def _stamped(old: Derivation | None, declared: _Declared, snapshot: Snapshot, now: float, restamp: bool) -> Derivation:
+    derived_at = declared.derived_at
+    rederived = restamp or (
+        declared.readable and old is not None and derived_at is not None and derived_at != old.derived_at
+    )
     kept = {} if old is None or rederived else old.stamps
-    stamps = {source: kept.get(source) or Stamp(snapshot.sources[source].sha256, now) for source in sources}
-    return Derivation(derived_at, stamps)
+    stamps = {source: kept.get(source) or Stamp(snapshot.sources[source].sha256, now) for source in declared.sources}
+    stamps.update((source, kept[source]) for source in declared.withheld if source in kept)
+    return Derivation(derived_at, dict(sorted(stamps.items())))
 
 
 def _compare(

@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 import networkx as nx
 import pytest
 
+from provgraph.render import json_chain
+
 PHRASE = re.compile(r"source\(s\) changed since derived \((\d{4}-\d{2}-\d{2})\)")
 DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
@@ -65,7 +67,7 @@ def test_status_json_follows_the_schema(lineage, run) -> None:
     assert (code, err) == (0, "")
     document = json.loads(out)
     assert list(document) == ["version", "root", "scanned_at", "counts", "stale", "cycles", "problems"]
-    assert document["version"] == 1
+    assert document["version"] == 2
     assert document["root"] == str(lineage.root)
     assert document["scanned_at"] == "2024-03-05T09:30:00+00:00"
     assert document["counts"] == {"files": 8, "derived": 5, "stale": 3, "cycles": 1, "problems": 1}
@@ -77,18 +79,21 @@ def test_status_json_follows_the_schema(lineage, run) -> None:
             (c["source"], c["kind"]) for c in entry["causes"]
         )
         for cause in entry["causes"]:
-            assert set(cause) == {"source", "kind", "changed_on", "via"}
-            assert cause["via"][0] == cause["source"] and cause["via"][-1] == entry["path"]
+            assert set(cause) == {"source", "kind", "changed_on", "via", "depth"}
+            chain = json_chain(document, entry["path"], cause)
+            assert chain[0] == cause["source"] and chain[-2:] == [cause["via"], entry["path"]]
+            assert len(chain) == cause["depth"] + 1
     stale = {entry["path"]: entry for entry in document["stale"]}
     assert stale["profile.md"]["since"] == "2024-03-02"
     assert stale["profile.md"]["direct"] is True
     assert stale["profile.md"]["causes"] == [
-        {"source": "facts.md", "kind": "changed", "changed_on": "2024-03-02", "via": ["facts.md", "profile.md"]},
-        {"source": "prefs.md", "kind": "missing", "changed_on": "2024-03-05", "via": ["prefs.md", "profile.md"]},
+        {"source": "facts.md", "kind": "changed", "changed_on": "2024-03-02", "via": "facts.md", "depth": 1},
+        {"source": "prefs.md", "kind": "missing", "changed_on": "2024-03-05", "via": "prefs.md", "depth": 1},
     ]
     assert stale["digest.md"]["direct"] is False
     assert stale["notes/weekly.md"]["direct"] is True
-    assert [(c["source"], c["via"]) for c in stale["notes/weekly.md"]["causes"]] == [
+    weekly = stale["notes/weekly.md"]["causes"]
+    assert [(c["source"], json_chain(document, "notes/weekly.md", c)) for c in weekly] == [
         ("facts.md", ["facts.md", "notes/weekly.md"]),
         ("prefs.md", ["prefs.md", "profile.md", "digest.md", "notes/weekly.md"]),
     ]

@@ -232,7 +232,9 @@ def test_repair_order_puts_direct_files_first_then_nearest(items: list[tuple[boo
                     "src.md",
                     EdgeStatus.CHANGED,
                     float(day),
-                    tuple(f"c{i}" for i in range(1 if direct else length)) + (f"f{index}.md",),
+                    "src.md" if direct else f"c{length - 1}",
+                    1 if direct else length,
+                    path=f"f{index}.md",
                 ),
             ),
         )
@@ -240,6 +242,6 @@ def test_repair_order_puts_direct_files_first_then_nearest(items: list[tuple[boo
     )
     ordered = repair_order(stale)
     assert sorted(ordered, key=lambda entry: entry.path) == sorted(stale, key=lambda entry: entry.path)
-    keys = [(not entry.direct, len(entry.causes[0].via), entry.since) for entry in ordered]
+    keys = [(not entry.direct, entry.causes[0].depth, entry.since) for entry in ordered]
     assert keys == sorted(keys)
     assert _report(stale).stale == stale  # the report itself stays sorted by path for status and JSON

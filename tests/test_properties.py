@@ -740,7 +740,8 @@ def test_incremental_runs_through_the_same_edits_agree(scenario, data):
             memory.refresh(now=T0)
         apply(folder, plan, T0)
         assert every.refresh(now=t1) == twin.refresh(now=t1)
-        # no file comes back after a deletion: a returning file would be adopted anew
+        # no file comes back after a deletion: a returning derived file is judged by its old
+        # stamps, which the oracle below does not model
         second = data.draw(plans(lineage, (Action.KEEP, Action.EDIT, Action.DELETE, Action.REVERT)))
         apply(folder, second, t1)
         report = every.refresh(now=t2)

@@ -65,7 +65,8 @@ def test_the_hint_reaches_status_json_and_why_and_is_never_applied(memory, clock
             "source": "facts.md",
             "kind": "missing",
             "changed_on": clock.day,
-            "via": ["facts.md", "profile.md"],
+            "via": "facts.md",
+            "depth": 1,
             "moved_to": "user-facts.md",
         }
     ]

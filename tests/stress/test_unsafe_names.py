@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from provgraph.cli import cli
-from provgraph.render import safe_name
+from provgraph.render import json_chain, safe_name
 
 from .helpers import NOW, assert_clean, check_prompt_block, derived, hostile_characters, provgraph, write
 
@@ -74,7 +74,7 @@ def _stale(root: Path) -> set[str]:
 def test_the_json_outputs_give_back_every_name_exactly(stale_names: Path) -> None:
     status = json.loads(provgraph("status", "--json", stale_names).stdout)
     assert {entry["path"] for entry in status["stale"]} == _stale(stale_names)
-    via = {tuple(cause["via"]) for entry in status["stale"] for cause in entry["causes"]}
+    via = {tuple(json_chain(status, entry["path"], cause)) for entry in status["stale"] for cause in entry["causes"]}
     for index, name in enumerate(NAMES):
         assert (f"plain/{index}.md", name, f"digest/{index}.md") in via
 
