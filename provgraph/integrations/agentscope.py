@@ -22,7 +22,7 @@ import posixpath
 import re
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,9 +35,10 @@ from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase
 
 from ..api import Explanation, Memory, NotDerived
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from ..model import Edge, EdgeStatus, NodeStatus, Report, StaleEntry
 from ..queries import Relative
 from ..render import causes_text, clip, day, prompt_block, safe_name, status_phrase
+from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
@@ -63,9 +64,6 @@ _ADVICE = (
 )
 _MORE_HINT = f"call `{LIST_TOOL}` to list them all"
 _NOTHING_STALE = "No derived memory file has changed sources."
-_CONCURRENCY = 16
-"""Backend calls in flight at once while listing a remote folder: one round trip
-per file in sequence would make every model call wait seconds on a sandbox."""
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -111,6 +109,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         backend: BackendBase | None = None,
         max_lines: int = 20,
         state: str | os.PathLike[str] | None = None,
+        backend_timeout: float = DEFAULT_BACKEND_TIMEOUT,
     ) -> None:
         self.backend: BackendBase = backend if backend is not None else LocalBackend()
         self.max_lines = max_lines
@@ -120,7 +119,7 @@ class ProvenanceMiddleware(MiddlewareBase):
             self.state_path = Path(state) if state is not None else None
         else:
             self.memory_path = self.backend.normpath(self.backend.join_path(workdir, memory_dir))
-            self.files = BackendFiles(self.backend, self.memory_path)
+            self.files = BackendFiles(self.backend, self.memory_path, timeout=backend_timeout)
             self.state_path = Path(state) if state is not None else default_state_path(self.backend, self.memory_path)
         self._memory: Memory | None = None
         self._guard = threading.Lock()
@@ -548,133 +547,3 @@ def _cache_home() -> Path:
         return Path.home() / "Library" / "Caches"
     configured = os.environ.get("XDG_CACHE_HOME", "")
     return Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
-
-
-class BackendError(Exception):
-    """The backend failed in a way that says nothing about one file (a lost connection, a timeout)."""
-
-
-class BackendFiles:
-    """A memory folder seen through an AgentScope backend (a sandbox, a custom store).
-
-    The provgraph scan is synchronous and runs in a worker thread; every
-    backend coroutine is scheduled on the event loop the agent runs on
-    (``loop``) and waited for.  A backend only reports an mtime, which proves
-    nothing about content, so every file is read on every scan
-    (``trusts_stat`` is False); ``walk`` reads them all concurrently and keeps
-    their bytes until ``forget``.
-
-    A missing file, a folder or a refused permission concerns one file and
-    becomes a problem, as on a local disk.  Any other failure (a lost
-    connection, a timeout) raises ``BackendError`` and abandons the whole
-    scan: were it a per-file problem, the files it hit would look as if they
-    declared nothing, and their stamps would be dropped.
-    """
-
-    trusts_stat = False
-
-    def __init__(self, backend: BackendBase, folder: str, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.backend = backend
-        self.folder = folder
-        self.loop = loop
-        self._prefix = backend.join_path(backend.normpath(folder), "")
-        self._content: dict[str, bytes] = {}
-
-    def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
-        self.forget()
-        entries = self._run(self.backend.list_dir(self.folder, recursive=True))
-        paths = sorted({path for path in map(self._relative, entries) if path is not None})
-        if not paths and not self._run(self.backend.is_dir(self.folder)):
-            raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
-        fetched = self._run(self._fetch_all(paths))
-        found: dict[str, FileMeta] = {}
-        problems: list[Problem] = []
-        for path, outcome in zip(paths, fetched, strict=True):
-            if isinstance(outcome, NotRegular):
-                continue
-            if isinstance(outcome, PermissionError):
-                problems.append(Problem(path, ProblemKind.UNREADABLE, outcome.strerror or "permission denied"))
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            elif outcome is None:
-                problems.append(Problem(path, ProblemKind.UNREADABLE, "vanished during the scan"))
-            else:
-                found[path] = outcome
-        return found, problems
-
-    def stat(self, path: str) -> FileMeta | None:
-        return self._run(self._fetch(path))
-
-    def read(self, path: str, limit: int | None = None) -> bytes:
-        content = self._content.get(path)
-        if content is None:
-            if self._run(self._fetch(path)) is None:
-                raise FileNotFoundError(f"{path} does not exist in the backend")
-            content = self._content[path]
-        return content if limit is None else content[:limit]
-
-    def forget(self) -> None:
-        """Drop the bytes kept since the last ``walk``."""
-        self._content.clear()
-
-    def _relative(self, entry: str) -> str | None:
-        """A listed entry as a root-relative POSIX path, or None when it is not a visible ``*.md`` file.
-
-        Backends list absolute paths, paths that start with the folder as it
-        was given, or paths relative to it; all three are accepted.
-        """
-        path = self.backend.normpath(entry)
-        if path.startswith(self._prefix):
-            path = path[len(self._prefix) :]
-        elif self.backend.isabs(path):
-            return None
-        if self.backend.os_name == "nt":
-            path = path.replace("\\", "/")
-        parts = path.split("/")
-        if not path.endswith(".md") or any(not part or part.startswith(".") for part in parts):
-            return None
-        return path
-
-    def _full(self, path: str) -> str:
-        return self.backend.join_path(self.folder, *path.split("/"))
-
-    async def _fetch_all(self, paths: Iterable[str]) -> list[FileMeta | BaseException | None]:
-        limit = asyncio.Semaphore(_CONCURRENCY)
-
-        async def bounded(path: str) -> FileMeta | None:
-            async with limit:
-                return await self._fetch(path)
-
-        return await asyncio.gather(*(bounded(path) for path in paths), return_exceptions=True)
-
-    async def _fetch(self, path: str) -> FileMeta | None:
-        """Read one file and its mtime; None when it does not exist."""
-        full = self._full(path)
-        try:
-            content = await self.backend.read_file(full)
-            mtime = await self.backend.stat_mtime(full)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except IsADirectoryError:
-            raise NotRegular(path) from None
-        except PermissionError:
-            raise
-        except OSError as error:
-            raise BackendError(f"reading {full}: {error}") from error
-        self._content[path] = content
-        mtime_ns = 0 if mtime is None else int(mtime * 1_000_000_000)
-        return FileMeta(len(content), mtime_ns, 0, 0)
-
-    def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        loop = self.loop
-        if loop is None or _running_loop() is loop:
-            coroutine.close()
-            raise RuntimeError("BackendFiles must be used from a worker thread with the agent's event loop set")
-        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
