@@ -65,6 +65,9 @@ _ADVICE = (
 _MORE_HINT = f"call `{LIST_TOOL}` to list them all"
 _NOTHING_STALE = "No derived memory file has changed sources."
 
+_EXAMINED_KEPT = 10_000
+"""Hint ids remembered at most: far more than the hints of the replies in progress at once."""
+
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
@@ -126,8 +129,9 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
-        self._examined_hints: tuple[str, set[str]] = ("", set())
-        """The reply in progress and the ids of the hints already looked at in it."""
+        self._examined_hints: dict[str, None] = {}
+        """The ids of the hints already looked at, oldest first, whatever agent and reply
+        they belong to: agents sharing this middleware interleave their replies."""
 
     @classmethod
     def from_memory_middleware(cls, middleware: AgenticMemoryMiddleware, **options: Any) -> ProvenanceMiddleware:
@@ -251,8 +255,17 @@ class ProvenanceMiddleware(MiddlewareBase):
         return report
 
     async def _checked(self) -> Report | None:
-        """``refresh``, or None (logged) when the folder could not be checked: the agent keeps working."""
+        """``refresh``, or None (logged) when the folder could not be checked: the agent keeps working.
+
+        A local folder is checked right here, without yielding to the event
+        loop: the memory middleware's retrieval runs beside the agent, and a
+        yield would let it finish earlier than it would without this
+        middleware, moving its hint to another step.  A remote one has to be
+        awaited.
+        """
         try:
+            if self.files is None:
+                return self._locked(None, lambda memory: memory.refresh(now=_now()))
             return await self.refresh()
         except Exception as error:
             _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
@@ -281,17 +294,17 @@ class ProvenanceMiddleware(MiddlewareBase):
         """
         state = agent.state
         reply_id = state.reply_id
-        if self._examined_hints[0] != reply_id:
-            self._examined_hints = (reply_id, set())
-        examined = self._examined_hints[1]
+        examined = self._examined_hints
         found = []
         for message in state.context:
             if message.id != reply_id or message.role != "assistant" or message.name != agent.name:
                 continue
             for block in message.content:
                 if isinstance(block, HintBlock) and isinstance(block.hint, str) and block.id not in examined:
-                    examined.add(block.id)
+                    examined[block.id] = None
                     found.append(block)
+        for oldest in list(examined)[: max(0, len(examined) - _EXAMINED_KEPT)]:
+            del examined[oldest]
         return found
 
     def _hint_path(self, shown: str) -> str | None:
@@ -308,7 +321,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         loop = asyncio.get_running_loop()
         return await asyncio.to_thread(self._locked, loop, action)
 
-    def _locked(self, loop: asyncio.AbstractEventLoop, action: Callable[[Memory], _T]) -> _T:
+    def _locked(self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T]) -> _T:
         with self._guard:
             if self.files is not None:
                 self.files.loop = loop
