@@ -193,20 +193,23 @@ class ProvenanceMiddleware(MiddlewareBase):
             path (`str`):
                 The file's path inside the memory folder, as listed (e.g. `profile.md`).
         """
-        relative = _relative_to(self.memory_path, path)
-        if relative is None:
-            folder = safe_name(self.memory_path)
-            return f"Nothing recorded: {safe_name(path)} is not a path inside the memory folder {folder}."
-        try:
-            report = await self._in_worker(lambda memory: memory.stamp([relative], now=_now()))
-        except NotDerived:
+        candidates = self._candidates(path)
+        if not candidates:
             return (
-                f"Nothing recorded: {safe_name(relative)} is not a derived memory file "
-                "(it does not exist, or its frontmatter has no derived_from)."
+                f"Nothing recorded: {_named(path)} is not a path inside the memory folder {_named(self.memory_path)}."
             )
-        except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not record the re-derivation of {safe_name(relative)}: {_one_line(error)}"
-        return _recorded(relative, report)
+        for relative in candidates:
+            try:
+                report, missing = await self._in_worker(lambda memory, relative=relative: _record(memory, relative))
+            except NotDerived:
+                continue
+            except Exception as error:  # a tool answers in words; it never raises into the agent loop
+                return f"Could not record the re-derivation of {_named(relative)}: {_one_line(error)}"
+            return _missing_sources(relative, missing) if missing else _recorded(relative, report)
+        return (
+            f"Nothing recorded: {_named(candidates[0])} is not a derived memory file "
+            "(it does not exist, or its frontmatter has no derived_from)."
+        )
 
     async def memory_lineage(self, path: str) -> str:
         """Show what derives from a memory file and which of those are stale; call it before or after editing one.
@@ -220,23 +223,38 @@ class ProvenanceMiddleware(MiddlewareBase):
             path (`str`):
                 The file's path inside the memory folder (e.g. `user-facts.md`), or its full path.
         """
-        relative = _relative_to(self.memory_path, path)
-        if relative is None:
-            folder = safe_name(self.memory_path)
-            return f"No lineage: {safe_name(path)} is not a path inside the memory folder {folder}."
+        candidates = self._candidates(path)
+        if not candidates:
+            folder = _named(self.memory_path)
+            return f"No lineage: {_named(path)} is not a path inside the memory folder {folder}."
         try:
-            found = await self._in_worker(lambda memory: _look_up(memory, relative))
+            found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the lineage of {safe_name(relative)}: {_one_line(error)}"
+            return f"Could not check the lineage of {_named(candidates[0])}: {_one_line(error)}"
         return _lineage_text(found, max_lines=self.max_lines)
 
-    async def list_stale_derived_memories(self) -> str:
-        """List every derived memory file whose sources changed after it was derived, with the cause."""
+    async def list_stale_derived_memories(self, offset: int = 0) -> str:
+        """List the derived memory files whose sources changed since they were derived, with the cause, page by page.
+
+        Args:
+            offset (`int`):
+                How many stale files to skip: 0 for the first page; each answer gives the offset of the next one.
+        """
         try:
             report = await self.refresh()
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
             return f"Could not check the memory folder: {_one_line(error)}"
-        return prompt_block(report, max_lines=len(report.stale), advice=_ADVICE) or _NOTHING_STALE
+        return _stale_page(report, offset, max_lines=max(self.max_lines, _PAGE_LINES))
+
+    def _candidates(self, path: str) -> list[str]:
+        """The memory-folder-relative paths the agent may mean, likeliest first.
+
+        Names are shown escaped (``\\u003c`` for ``<``, ``\\\\`` for a backslash), and
+        the agent passes them back as shown: the unescaped name comes first,
+        then the text exactly as given.
+        """
+        relatives = (_relative_to(self.memory_path, name) for name in (_unescaped(path), path))
+        return list(dict.fromkeys(relative for relative in relatives if relative is not None))
 
     async def _round_check(self, agent: Any) -> Report | None:
         """The report of the agent's reasoning round in progress: the folder is checked once per model call.
@@ -364,9 +382,10 @@ def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
     )
 
 
-_HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>[^\n]+):\n\n")
+_HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)
 """The line that opens each file in ``AgenticMemoryMiddleware``'s retrieval hint:
-``Memory (saved 3 days ago): /abs/Memory/profile.md:``; files are separated by ``---``."""
+``Memory (saved 3 days ago): /abs/Memory/profile.md:``; files are separated by ``---``.
+The path runs to the first colon followed by a blank line, so a name may hold a newline."""
 
 
 def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]) -> list[str]:
@@ -406,6 +425,12 @@ def _look_up(memory: Memory, path: str) -> _Lineage:
     return _Lineage(explanation, descendants, {entry.path: entry for entry in report.stale}, exists)
 
 
+def _look_up_first(memory: Memory, candidates: list[str]) -> _Lineage:
+    """The lineage of the first candidate that is a memory file or a declared source, else of the first."""
+    found = [_look_up(memory, path) for path in candidates]
+    return next((one for one in found if one.exists), found[0])
+
+
 def _exists(memory: Memory, path: str) -> bool:
     try:
         return memory.files.stat(path) is not None
@@ -423,6 +448,7 @@ def _lineage_text(found: _Lineage, *, max_lines: int, max_chars: int = LINEAGE_M
     explanation = found.explanation
     name = safe_name(explanation.path)
     if explanation.status is None:
+        name = _named(explanation.path)
         if not found.exists:
             return f"{name} does not exist in the memory folder, and no memory file names it as a source."
         return f"{name} takes no part in any derivation: it declares no sources and no memory file is derived from it."
@@ -503,16 +529,88 @@ def _recorded(path: str, report: Report) -> str:
     sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
     entry = report.entry(path)
     if entry is None:
-        return f"Recorded: {safe_name(path)} is now derived from {sources} now."
+        return f"Recorded: {_named(path)} is now derived from {sources} now."
     return (
-        f"Recorded for {safe_name(path)}, but it stays marked because a file it is derived "
+        f"Recorded for {_named(path)}, but it stays marked because a file it is derived "
         f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
     )
 
 
+def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
+    """Stamp ``path`` again, unless a source it names does not exist: the report and those sources.
+
+    Nothing can be re-derived from a file that does not exist, and stamping
+    it as absent would lose the hint of where its content went.
+    """
+    before = memory.refresh(now=_now())
+    missing = tuple(edge for edge in before.edges if edge.derived == path and edge.status is EdgeStatus.MISSING)
+    if missing:
+        return before, missing
+    return memory.stamp([path], now=_now()), ()
+
+
+def _missing_sources(path: str, missing: tuple[Edge, ...]) -> str:
+    """What the agent can do about a source that does not exist: nothing can be re-derived from it."""
+    named = []
+    for edge in missing:
+        moved = "" if edge.moved_to is None else f" (its stamped content is now at {_named(edge.moved_to)}"
+        named.append(_named(edge.source) + (f"{moved}: fix the entry to that name)" if moved else ""))
+    return clip(
+        f"Nothing recorded for {_named(path)}: it names sources that do not exist: "
+        f"{', '.join(named)}. Remove each such entry from its derived_from, or fix it to the file's "
+        f"current name, then call `{RECORD_TOOL}` again.",
+        LINEAGE_MAX_CHARS,
+    )
+
+
+_PAGE_LINES = 20
+"""Stale files on a page of ``list_stale_derived_memories`` at least, when the block lists fewer."""
+
+_NAME_SHOWN = 200
+"""Characters of a name echoed in a tool answer at most: an answer never repeats a huge argument whole."""
+
+
+def _named(name: str) -> str:
+    return clip(safe_name(name), _NAME_SHOWN)
+
+
+_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
+
+
+def _unescaped(shown: str) -> str:
+    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone."""
+    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
+
+
+def _stale_page(report: Report, offset: int, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
+    """One page of the stale files, from ``offset``: at most ``max_lines`` files and ``max_chars`` characters."""
+    total = len(report.stale)
+    if not total:
+        return _NOTHING_STALE
+    start = min(max(0, offset), total)
+    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
+    head = [f"{files} changed sources (a source changed after they were written)."]
+    tail = [clip(_ADVICE)]
+    budget = max_chars - sum(len(line) + 1 for line in head + tail) - _MORE_RESERVE
+    lines = [_stale_line(entry) for entry in report.stale[start : start + max(1, max_lines)]]
+    shown = _fit(lines, max(1, max_lines), budget)
+    end = start + len(shown)
+    if end < total:
+        where = f"Shown: {start + 1} to {end} of {total}; call `{LIST_TOOL}` with offset={end} for the next ones."
+    elif shown:
+        where = f"Shown: {start + 1} to {end} of {total}; that is all."
+    else:
+        where = f"Nothing past offset {start}: there are {total}; call `{LIST_TOOL}` with offset=0."
+    return "\n".join(head + shown + [where] + tail)
+
+
+def _stale_line(entry: StaleEntry) -> str:
+    return clip(f"- {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
+
+
 def _one_line(error: Exception) -> str:
     """An error message as one safe line: a tool answer stays short and cannot inject anything."""
-    return safe_name(" ".join(str(error).split())) or type(error).__name__
+    return clip(safe_name(" ".join(str(error).split())), _NAME_SHOWN) or type(error).__name__
 
 
 def _relative_to(memory_path: str, path: str) -> str | None:
@@ -521,7 +619,8 @@ def _relative_to(memory_path: str, path: str) -> str | None:
     Accepts the path as the block lists it, or the full path that retrieval
     hints show.
     """
-    text = path.strip().replace("\\", "/")
+    windows = "\\" in memory_path  # there a backslash separates folders; elsewhere it may be in a name
+    text = path.strip().replace("\\", "/") if windows else path.strip()
     folder = memory_path.replace("\\", "/").rstrip("/") + "/"
     if text.startswith(folder):
         text = text[len(folder) :]
