@@ -3,12 +3,16 @@
 The model here answers at once, as AgentScope's own mock model does: the
 memory middleware's retrieval (started with the reply) then finishes only
 when something yields to the event loop, and the step at which its hint
-lands shows whether the middleware did.
+lands shows whether the middleware did.  So that the host agent alone
+always behaves the same, its memory middleware reads the folder through
+``InstantLocalBackend``, which answers each call at once instead of in a
+worker thread; the middleware under test reads the same folder as usual.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +24,7 @@ from agentscope.message import HintBlock, TextBlock, UserMsg  # noqa: E402
 from agentscope.middleware import AgenticMemoryMiddleware  # noqa: E402
 from agentscope.model import ChatResponse, StructuredResponse  # noqa: E402
 from agentscope.permission import PermissionBehavior, PermissionDecision  # noqa: E402
-from agentscope.tool import ToolBase, ToolChunk, Toolkit  # noqa: E402
+from agentscope.tool import BackendBase, ExecResult, ToolBase, ToolChunk, Toolkit  # noqa: E402
 from sandbox_backend import SandboxBackend  # noqa: E402
 from test_agentscope import (  # noqa: E402
     EDITED,
@@ -50,6 +54,34 @@ class ImmediateModel(ScriptedModel):
     async def _call_api_with_structured_output(self, model_name, messages, structured_model, **kwargs):
         self.retrievals += 1
         return StructuredResponse(content={"selected_files": self.selected})
+
+
+class InstantLocalBackend(BackendBase):
+    """The local disk, each call answered without leaving the event loop: the host agent becomes deterministic."""
+
+    async def exec_shell(self, command, *, cwd=None, timeout=None) -> ExecResult:
+        return ExecResult(exit_code=127, stdout=b"", stderr=b"no shell")
+
+    async def read_file(self, path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+
+    async def file_exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    async def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    async def list_dir(self, path: str, *, recursive: bool = False) -> list[str]:
+        if not recursive:
+            return sorted(os.listdir(path))
+        return sorted(str(found) for found in Path(path).rglob("*") if found.is_file())
+
+    async def stat_mtime(self, path: str) -> float | None:
+        return os.stat(path).st_mtime if os.path.exists(path) else None
 
 
 class RetrievalWaitingTool(ToolBase):
@@ -122,8 +154,9 @@ def test_appending_the_middleware_does_not_move_the_retrieval_hint(stale_workdir
     async def runs() -> tuple[list, list, list[list[str]]]:
         alone, both, notes = [], [], []
         for _ in range(RUNS):
-            without = await one_reply([memory_middleware(stale_workdir, retrieval_async=True)])
-            with_it = await one_reply([memory_middleware(stale_workdir, retrieval_async=True), provenance])
+            instant = InstantLocalBackend()
+            without = await one_reply([memory_middleware(stale_workdir, instant, retrieval_async=True)])
+            with_it = await one_reply([memory_middleware(stale_workdir, instant, retrieval_async=True), provenance])
             alone.append(context_shape(without))
             both.append(context_shape(with_it))
             notes.append([hint for hint in hint_texts(with_it) if hint.endswith(NOTE)])
