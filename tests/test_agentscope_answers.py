@@ -11,23 +11,32 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("agentscope")
 
+from agentscope.middleware import ReMeMiddleware  # noqa: E402
 from test_agentscope import (  # noqa: E402
     EDITED,
     MOVED,
     OLD,
     adopt,
+    ask,
     hints,
     memory_middleware,
     retrieved,
+    tool_call,
     write,
 )
 
-from provgraph.integrations.agentscope import LINEAGE_MAX_CHARS, LIST_TOOL, ProvenanceMiddleware  # noqa: E402
+from provgraph.integrations.agentscope import (  # noqa: E402
+    LINEAGE_MAX_CHARS,
+    LINEAGE_TOOL,
+    LIST_TOOL,
+    ProvenanceMiddleware,
+)
 
 SOURCE = "---\nname: User facts\ntype: user\n---\nThe user lives in Lyon.\n"
 ODD_NAMES = ("a<b>.md", "back\\slash.md", "rtl\u202eoverride.md", "new\nline.md", "tab\there.md", "plain.md")
@@ -148,3 +157,47 @@ def test_a_retrieved_stale_file_with_a_newline_in_its_name_gets_its_note(
     [hint] = hints(model, 1)
     assert f"{folder}/pro\nfile.md:\n\n" in hint
     assert hint.endswith("Note: pro\\u000afile.md: source(s) changed since derived (2026-11-18): user-facts.md changed")
+
+
+# -- ReMe -------------------------------------------------------------------------------
+
+
+class ScriptedReMe(ReMeMiddleware):
+    """AgentScope's ReMe middleware with its embedded ReMe app scripted: a search returns ``chunks``."""
+
+    def __init__(self, chunks: list[dict]) -> None:
+        super().__init__(workspace_dir="unused", parameters=ReMeMiddleware.Parameters(mode="static_control"))
+        self.chunks = chunks
+
+    async def _run_job(self, name: str, **kwargs):
+        return SimpleNamespace(success=True, answer="", metadata={"results": self.chunks} if name == "search" else {})
+
+
+def test_a_stale_file_in_a_reme_memory_message_gets_its_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "Memory"
+    provenance = stale_folder(folder, ("profile.md", "fresh.md"), monkeypatch)
+    write(folder, "profile.md", derived("user-facts.md") + "- A tea drinker\n  living in Lyon.\n", OLD)
+    write(folder, "notes.md", "The user likes trains.\n", OLD)
+    asyncio.run(provenance.record_memory_rederivation("fresh.md"))
+    reme = ScriptedReMe(
+        [
+            {"text": "A tea drinker living in Lyon.", "path": str(folder / "profile.md")},
+            {"text": "The user likes trains.", "path": str(folder / "notes.md")},
+            {"text": "written from user-facts.md", "path": str(folder / "fresh.md")},
+        ]
+    )
+
+    model = asyncio.run(
+        ask(
+            [reme, provenance],
+            tools=asyncio.run(provenance.list_tools()),
+            script=[tool_call(LINEAGE_TOOL, path="user-facts.md")],
+        )
+    )
+
+    [shown] = [hint for hint in hints(model, 1) if hint.startswith("## Relevant memories from past conversations")]
+    lines = shown.splitlines()
+    assert "- A tea drinker living in Lyon." in lines
+    assert [line for line in lines if line.startswith("Note: ")] == [
+        "Note: profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed"
+    ]

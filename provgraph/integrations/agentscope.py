@@ -157,11 +157,14 @@ class ProvenanceMiddleware(MiddlewareBase):
         ``AgenticMemoryMiddleware.on_reasoning`` (earlier in the list, so
         outside this one) has just put the files its selector retrieved into
         the agent's context as a hint; the model reads that hint in the call
-        that follows, so the note goes into the hint itself.
+        that follows, so the note goes into the hint itself.  ``ReMeMiddleware``
+        (earlier in the list too) shows its retrieved memories in a message of
+        its own; a stale file among them gets the same note there.
         """
         report = await self._round_check(agent)
         if report is not None:
             self._annotate_hints(agent, report)
+            await self._annotate_reme(agent, report)
         async for item in next_handler(**input_kwargs):
             yield item
 
@@ -304,6 +307,47 @@ class ProvenanceMiddleware(MiddlewareBase):
         except Exception as error:
             _log.warning("provgraph could not mark the retrieved memory files: %s", error)
 
+    async def _annotate_reme(self, agent: Any, report: Report) -> None:
+        """Append a note to each new ReMe memory message that quotes a stale file.
+
+        ReMe shows the text of the memory chunks it retrieved, not their
+        files: a chunk belongs to a stale file when that file holds it.  The
+        stale files are read only when such a message appeared, so that the
+        agent's steps are not delayed otherwise.
+        """
+        try:
+            hints = self._new_reme_hints(agent)
+            if not hints or not report.stale:
+                return
+            stale = [entry.path for entry in report.stale]
+            if self.files is None:
+                contents = self._locked(None, lambda memory: _texts(memory, stale))
+            else:
+                contents = await self._in_worker(lambda memory: _texts(memory, stale))
+            for hint in hints:
+                notes = _reme_notes(hint.hint, report, contents)
+                if notes:
+                    hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)
+        except Exception as error:
+            _log.warning("provgraph could not mark the memories ReMe retrieved: %s", error)
+
+    def _new_reme_hints(self, agent: Any) -> list[HintBlock]:
+        """ReMe's memory messages in the agent's context, not looked at before."""
+        found = []
+        for message in agent.state.context:
+            if message.name != _REME_MESSAGE or message.role != "assistant":
+                continue
+            for block in message.content:
+                if (
+                    isinstance(block, HintBlock)
+                    and isinstance(block.hint, str)
+                    and block.hint.startswith(_REME_HEADER)
+                    and block.id not in self._examined_hints
+                ):
+                    self._examined_hints[block.id] = None
+                    found.append(block)
+        return found
+
     def _new_hints(self, agent: Any) -> list[HintBlock]:
         """Text hints in the agent's own message of the reply in progress, not looked at before.
 
@@ -395,9 +439,42 @@ def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]
         path = relative(match["path"])
         entry = None if path is None else report.entry(path)
         if entry is not None:
-            note = f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}"
-            notes.append(clip(note))
+            notes.append(_note(entry))
     return list(dict.fromkeys(notes))
+
+
+_REME_MESSAGE = "memory"
+_REME_HEADER = "## Relevant memories from past conversations"
+"""How ``ReMeMiddleware`` names and opens the message that shows its retrieved memories,
+one ``- <chunk text>`` bullet per memory."""
+
+
+def _texts(memory: Memory, paths: list[str]) -> dict[str, str]:
+    """The text of each file that can be read, whitespace folded, for finding quoted chunks in it."""
+    texts = {}
+    for path in paths:
+        try:
+            texts[path] = " ".join(memory.files.read(path).decode("utf-8", "replace").split())
+        except (OSError, NotRegular, OutsideRoot):
+            continue
+    return texts
+
+
+def _reme_notes(hint: str, report: Report, texts: dict[str, str]) -> list[str]:
+    """One note per stale file that holds a chunk shown in a ReMe memory message, in the order shown."""
+    chunks = [" ".join(bullet.split()) for bullet in hint.split("\n- ")[1:]]
+    notes = []
+    for chunk in filter(None, chunks):
+        for path, text in texts.items():
+            entry = report.entry(path)
+            if entry is not None and chunk in text:
+                notes.append(_note(entry))
+    return list(dict.fromkeys(notes))
+
+
+def _note(entry: StaleEntry) -> str:
+    """The line added to a hint that shows a stale file."""
+    return clip(f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
 
 
 def _stale_phrase(entry: StaleEntry) -> str:
