@@ -9,7 +9,8 @@ tool to record a re-derivation and one to see what derives from a file, and
 marks a retrieved memory file's hint when that file is stale.  It never
 withholds or edits a memory file.
 
-This is the only provgraph module that imports AgentScope.
+Backend access lives in ``agentscope_backend``; these two are the only
+provgraph modules that import AgentScope.
 """
 
 from __future__ import annotations
@@ -628,16 +629,19 @@ def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
 
 def _missing_sources(path: str, missing: tuple[Edge, ...]) -> str:
     """What the agent can do about a source that does not exist: nothing can be re-derived from it."""
-    named = []
-    for edge in missing:
-        moved = "" if edge.moved_to is None else f" (its stamped content is now at {_named(edge.moved_to)}"
-        named.append(_named(edge.source) + (f"{moved}: fix the entry to that name)" if moved else ""))
+    named = ", ".join(map(_missing_text, missing))
     return clip(
         f"Nothing recorded for {_named(path)}: it names sources that do not exist: "
-        f"{', '.join(named)}. Remove each such entry from its derived_from, or fix it to the file's "
+        f"{named}. Remove each such entry from its derived_from, or fix it to the file's "
         f"current name, then call `{RECORD_TOOL}` again.",
         LINEAGE_MAX_CHARS,
     )
+
+
+def _missing_text(edge: Edge) -> str:
+    if edge.moved_to is None:
+        return _named(edge.source)
+    return f"{_named(edge.source)} (its stamped content is now at {_named(edge.moved_to)}: fix the entry to that name)"
 
 
 _PAGE_LINES = 20

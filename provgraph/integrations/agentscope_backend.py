@@ -169,6 +169,8 @@ class BackendFiles:
         return entries
 
     async def _stat_one(self, path: str) -> tuple[str, FileMeta] | None:
+        if not self._shell:
+            return await self._stat_without_shell(path)
         result = await self._exec(["sh", "-c", _STAT_SCRIPT, "sh", self.folder, "./" + path])
         records = result.stdout.split(b"\0")
         if _end_status(records) is None:
