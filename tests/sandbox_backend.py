@@ -30,7 +30,6 @@ class SandboxBackend(BackendBase):
         self.read_paths: Counter[str] = Counter()
         self.failing = False
         self.hanging = False
-        self.no_shell = False
 
     async def _round_trip(self) -> None:
         self.calls += 1
@@ -43,8 +42,6 @@ class SandboxBackend(BackendBase):
         await self._round_trip()
         if self.failing:
             return ExecResult(exit_code=-1, stdout=b"", stderr=b"sandbox is restarting")
-        if self.no_shell:
-            return ExecResult(exit_code=127, stdout=b"", stderr=b"sh: not found")
         self.read_paths.update(argument for argument in command if argument.startswith("./"))
         process = await asyncio.create_subprocess_exec(
             *command, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
