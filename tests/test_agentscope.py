@@ -577,13 +577,17 @@ class DictBackend(BackendBase):
     ``listing`` chooses how ``list_dir(recursive=True)`` names entries, as real
     backends differ: absolute paths, paths relative to the listed folder, or
     relative paths with the folders listed too.  ``failing`` makes every
-    read fail as a lost connection does.
+    read fail as a lost connection does; ``listing_fails`` makes the
+    recursive listing come back empty, as AgentScope's ``list_dir`` answers
+    a failed listing; reading a path in ``hanging_paths`` never returns.
     """
 
     def __init__(self, listing: str = "absolute") -> None:
         self.files: dict[str, tuple[bytes, float]] = {}
         self.listing = listing
         self.failing = False
+        self.listing_fails = False
+        self.hanging_paths: set[str] = set()
 
     def put(self, path: str, text: str, when: datetime) -> None:
         self.files[posixpath.normpath(path)] = (text.encode(), when.timestamp())
@@ -594,6 +598,8 @@ class DictBackend(BackendBase):
     async def read_file(self, path: str) -> bytes:
         if self.failing:
             raise ConnectionError("sandbox unreachable")
+        if path in self.hanging_paths:
+            await asyncio.Event().wait()
         try:
             return self.files[posixpath.normpath(path)][0]
         except KeyError:
@@ -614,6 +620,8 @@ class DictBackend(BackendBase):
         keys = sorted(key for key in self.files if key.startswith(prefix))
         if not recursive:
             return sorted({key[len(prefix) :].split("/")[0] for key in keys})
+        if self.listing_fails:
+            return []
         if self.listing == "absolute":
             return keys
         relative = [key[len(prefix) :] for key in keys]

@@ -31,6 +31,8 @@ FIGURES = (
     "warm status --json, one file changed",
     "on_system_prompt, 200 files",  # the middleware, or Memory.refresh() when it cannot be imported
     "peak RSS of provgraph",
+    "backend calls, nothing changed",  # through a sandbox
+    "backend calls, after one edit",
     "make -q all (Makefile)",
     "dvc status (dvc.yaml)",
 )

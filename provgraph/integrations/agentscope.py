@@ -10,7 +10,8 @@ marks a retrieved memory file's hint when that file is stale, and ends the
 result of a memory write with what the write left resting on old content
 (``provgraph.edits``).  It never withholds or edits a memory file.
 
-This is the only provgraph module that imports AgentScope.
+Backend access lives in ``agentscope_backend``; these two are the only
+provgraph modules that import AgentScope.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import posixpath
 import re
 import sys
 import threading
-from collections.abc import AsyncGenerator, Callable, Coroutine, Iterable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -39,9 +40,10 @@ from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, T
 from ..api import Explanation, Memory, NotDerived
 from ..edits import Advice, EditContext, edit_notes
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from ..model import Edge, EdgeStatus, NodeStatus, Report, StaleEntry
 from ..queries import Relative
 from ..render import causes_text, clip, day, prompt_block, safe_name, status_phrase
+from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
@@ -67,9 +69,9 @@ _ADVICE = (
 )
 _MORE_HINT = f"call `{LIST_TOOL}` to list them all"
 _NOTHING_STALE = "No derived memory file has changed sources."
-_CONCURRENCY = 16
-"""Backend calls in flight at once while listing a remote folder: one round trip
-per file in sequence would make every model call wait seconds on a sandbox."""
+
+_EXAMINED_KEPT = 10_000
+"""Hint ids remembered at most: far more than the hints of the replies in progress at once."""
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -116,6 +118,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         max_lines: int = 20,
         state: str | os.PathLike[str] | None = None,
         sources_heading: str | None = None,
+        backend_timeout: float = DEFAULT_BACKEND_TIMEOUT,
     ) -> None:
         self.backend: BackendBase = backend if backend is not None else LocalBackend()
         self.max_lines = max_lines
@@ -126,15 +129,16 @@ class ProvenanceMiddleware(MiddlewareBase):
             self.state_path = Path(state) if state is not None else None
         else:
             self.memory_path = self.backend.normpath(self.backend.join_path(workdir, memory_dir))
-            self.files = BackendFiles(self.backend, self.memory_path)
+            self.files = BackendFiles(self.backend, self.memory_path, timeout=backend_timeout)
             self.state_path = Path(state) if state is not None else default_state_path(self.backend, self.memory_path)
         self._memory: Memory | None = None
         self._guard = threading.Lock()
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
-        self._examined_hints: tuple[str, set[str]] = ("", set())
-        """The reply in progress and the ids of the hints already looked at in it."""
+        self._examined_hints: dict[str, None] = {}
+        """The ids of the hints already looked at, oldest first, whatever agent and reply
+        they belong to: agents sharing this middleware interleave their replies."""
         self._reads: tuple[tuple[int, str], set[str]] = ((0, ""), set())
         """The reply in progress, as (agent, reply), and the memory files the model saw in it."""
 
@@ -162,11 +166,14 @@ class ProvenanceMiddleware(MiddlewareBase):
         ``AgenticMemoryMiddleware.on_reasoning`` (earlier in the list, so
         outside this one) has just put the files its selector retrieved into
         the agent's context as a hint; the model reads that hint in the call
-        that follows, so the note goes into the hint itself.
+        that follows, so the note goes into the hint itself.  ``ReMeMiddleware``
+        (earlier in the list too) shows its retrieved memories in a message of
+        its own; a stale file among them gets the same note there.
         """
         report = await self._round_check(agent)
         if report is not None:
             self._annotate_hints(agent, report)
+            await self._annotate_reme(agent, report)
         async for item in next_handler(**input_kwargs):
             yield item
 
@@ -216,20 +223,23 @@ class ProvenanceMiddleware(MiddlewareBase):
             path (`str`):
                 The file's path inside the memory folder, as listed (e.g. `profile.md`).
         """
-        relative = _relative_to(self.memory_path, path)
-        if relative is None:
-            folder = safe_name(self.memory_path)
-            return f"Nothing recorded: {safe_name(path)} is not a path inside the memory folder {folder}."
-        try:
-            report = await self._in_worker(lambda memory: memory.stamp([relative], now=_now()))
-        except NotDerived:
+        candidates = self._candidates(path)
+        if not candidates:
             return (
-                f"Nothing recorded: {safe_name(relative)} is not a derived memory file "
-                "(it does not exist, or its frontmatter has no derived_from)."
+                f"Nothing recorded: {_named(path)} is not a path inside the memory folder {_named(self.memory_path)}."
             )
-        except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not record the re-derivation of {safe_name(relative)}: {_one_line(error)}"
-        return _recorded(relative, report)
+        for relative in candidates:
+            try:
+                report, missing = await self._in_worker(lambda memory, relative=relative: _record(memory, relative))
+            except NotDerived:
+                continue
+            except Exception as error:  # a tool answers in words; it never raises into the agent loop
+                return f"Could not record the re-derivation of {_named(relative)}: {_one_line(error)}"
+            return _missing_sources(relative, missing) if missing else _recorded(relative, report)
+        return (
+            f"Nothing recorded: {_named(candidates[0])} is not a derived memory file "
+            "(it does not exist, or its frontmatter has no derived_from)."
+        )
 
     async def memory_lineage(self, path: str) -> str:
         """Show what derives from a memory file and which of those are stale; call it before or after editing one.
@@ -243,23 +253,38 @@ class ProvenanceMiddleware(MiddlewareBase):
             path (`str`):
                 The file's path inside the memory folder (e.g. `user-facts.md`), or its full path.
         """
-        relative = _relative_to(self.memory_path, path)
-        if relative is None:
-            folder = safe_name(self.memory_path)
-            return f"No lineage: {safe_name(path)} is not a path inside the memory folder {folder}."
+        candidates = self._candidates(path)
+        if not candidates:
+            folder = _named(self.memory_path)
+            return f"No lineage: {_named(path)} is not a path inside the memory folder {folder}."
         try:
-            found = await self._in_worker(lambda memory: _look_up(memory, relative))
+            found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the lineage of {safe_name(relative)}: {_one_line(error)}"
+            return f"Could not check the lineage of {_named(candidates[0])}: {_one_line(error)}"
         return _lineage_text(found, max_lines=self.max_lines)
 
-    async def list_stale_derived_memories(self) -> str:
-        """List every derived memory file whose sources changed after it was derived, with the cause."""
+    async def list_stale_derived_memories(self, offset: int = 0) -> str:
+        """List the derived memory files whose sources changed since they were derived, with the cause, page by page.
+
+        Args:
+            offset (`int`):
+                How many stale files to skip: 0 for the first page; each answer gives the offset of the next one.
+        """
         try:
             report = await self.refresh()
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
             return f"Could not check the memory folder: {_one_line(error)}"
-        return prompt_block(report, max_lines=len(report.stale), advice=_ADVICE) or _NOTHING_STALE
+        return _stale_page(report, offset, max_lines=max(self.max_lines, _PAGE_LINES))
+
+    def _candidates(self, path: str) -> list[str]:
+        """The memory-folder-relative paths the agent may mean, likeliest first.
+
+        Names are shown escaped (``\\u003c`` for ``<``, ``\\\\`` for a backslash), and
+        the agent passes them back as shown: the unescaped name comes first,
+        then the text exactly as given.
+        """
+        relatives = (_relative_to(self.memory_path, name) for name in (_unescaped(path), path))
+        return list(dict.fromkeys(relative for relative in relatives if relative is not None))
 
     async def _round_check(self, agent: Any) -> Report | None:
         """The report of the agent's reasoning round in progress: the folder is checked once per model call.
@@ -278,8 +303,17 @@ class ProvenanceMiddleware(MiddlewareBase):
         return report
 
     async def _checked(self) -> Report | None:
-        """``refresh``, or None (logged) when the folder could not be checked: the agent keeps working."""
+        """``refresh``, or None (logged) when the folder could not be checked: the agent keeps working.
+
+        A local folder is checked right here, without yielding to the event
+        loop: the memory middleware's retrieval runs beside the agent, and a
+        yield would let it finish earlier than it would without this
+        middleware, moving its hint to another step.  A remote one has to be
+        awaited.
+        """
         try:
+            if self.files is None:
+                return self._locked(None, lambda memory: memory.refresh(now=_now()))
             return await self.refresh()
         except Exception as error:
             _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
@@ -301,6 +335,47 @@ class ProvenanceMiddleware(MiddlewareBase):
         except Exception as error:
             _log.warning("provgraph could not mark the retrieved memory files: %s", error)
 
+    async def _annotate_reme(self, agent: Any, report: Report) -> None:
+        """Append a note to each new ReMe memory message that quotes a stale file.
+
+        ReMe shows the text of the memory chunks it retrieved, not their
+        files: a chunk belongs to a stale file when that file holds it.  The
+        stale files are read only when such a message appeared, so that the
+        agent's steps are not delayed otherwise.
+        """
+        try:
+            hints = self._new_reme_hints(agent)
+            if not hints or not report.stale:
+                return
+            stale = [entry.path for entry in report.stale]
+            if self.files is None:
+                contents = self._locked(None, lambda memory: _texts(memory, stale))
+            else:
+                contents = await self._in_worker(lambda memory: _texts(memory, stale))
+            for hint in hints:
+                notes = _reme_notes(hint.hint, report, contents)
+                if notes:
+                    hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)
+        except Exception as error:
+            _log.warning("provgraph could not mark the memories ReMe retrieved: %s", error)
+
+    def _new_reme_hints(self, agent: Any) -> list[HintBlock]:
+        """ReMe's memory messages in the agent's context, not looked at before."""
+        found = []
+        for message in agent.state.context:
+            if message.name != _REME_MESSAGE or message.role != "assistant":
+                continue
+            for block in message.content:
+                if (
+                    isinstance(block, HintBlock)
+                    and isinstance(block.hint, str)
+                    and block.hint.startswith(_REME_HEADER)
+                    and block.id not in self._examined_hints
+                ):
+                    self._examined_hints[block.id] = None
+                    found.append(block)
+        return found
+
     def _new_hints(self, agent: Any) -> list[HintBlock]:
         """Text hints in the agent's own message of the reply in progress, not looked at before.
 
@@ -309,17 +384,17 @@ class ProvenanceMiddleware(MiddlewareBase):
         """
         state = agent.state
         reply_id = state.reply_id
-        if self._examined_hints[0] != reply_id:
-            self._examined_hints = (reply_id, set())
-        examined = self._examined_hints[1]
+        examined = self._examined_hints
         found = []
         for message in state.context:
             if message.id != reply_id or message.role != "assistant" or message.name != agent.name:
                 continue
             for block in message.content:
                 if isinstance(block, HintBlock) and isinstance(block.hint, str) and block.id not in examined:
-                    examined.add(block.id)
+                    examined[block.id] = None
                     found.append(block)
+        for oldest in list(examined)[: max(0, len(examined) - _EXAMINED_KEPT)]:
+            del examined[oldest]
         return found
 
     def _touched(self, call: Any) -> tuple[_Access, str] | None:
@@ -372,7 +447,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         loop = asyncio.get_running_loop()
         return await asyncio.to_thread(self._locked, loop, action)
 
-    def _locked(self, loop: asyncio.AbstractEventLoop, action: Callable[[Memory], _T]) -> _T:
+    def _locked(self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T]) -> _T:
         with self._guard:
             if self.files is not None:
                 self.files.loop = loop
@@ -436,9 +511,10 @@ _EDIT_ADVICE = Advice(
     list_all=lambda path: f"call `{LINEAGE_TOOL}` with `{safe_name(path)}`",
 )
 
-_HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>[^\n]+):\n\n")
+_HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)
 """The line that opens each file in ``AgenticMemoryMiddleware``'s retrieval hint:
-``Memory (saved 3 days ago): /abs/Memory/profile.md:``; files are separated by ``---``."""
+``Memory (saved 3 days ago): /abs/Memory/profile.md:``; files are separated by ``---``.
+The path runs to the first colon followed by a blank line, so a name may hold a newline."""
 
 
 def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]) -> list[str]:
@@ -448,8 +524,7 @@ def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]
         path = relative(match["path"])
         entry = None if path is None else report.entry(path)
         if entry is not None:
-            note = f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}"
-            notes.append(clip(note))
+            notes.append(_note(entry))
     return list(dict.fromkeys(notes))
 
 
@@ -457,6 +532,40 @@ def _hint_paths(hint: str, relative: Callable[[str], str | None]) -> set[str]:
     """The memory files a retrieval hint shows: the model has read them."""
     found = (relative(match["path"]) for match in _HINT_HEADER.finditer(hint))
     return {path for path in found if path is not None}
+
+
+_REME_MESSAGE = "memory"
+_REME_HEADER = "## Relevant memories from past conversations"
+"""How ``ReMeMiddleware`` names and opens the message that shows its retrieved memories,
+one ``- <chunk text>`` bullet per memory."""
+
+
+def _texts(memory: Memory, paths: list[str]) -> dict[str, str]:
+    """The text of each file that can be read, whitespace folded, for finding quoted chunks in it."""
+    texts = {}
+    for path in paths:
+        try:
+            texts[path] = " ".join(memory.files.read(path).decode("utf-8", "replace").split())
+        except (OSError, NotRegular, OutsideRoot):
+            continue
+    return texts
+
+
+def _reme_notes(hint: str, report: Report, texts: dict[str, str]) -> list[str]:
+    """One note per stale file that holds a chunk shown in a ReMe memory message, in the order shown."""
+    chunks = [" ".join(bullet.split()) for bullet in hint.split("\n- ")[1:]]
+    notes = []
+    for chunk in filter(None, chunks):
+        for path, text in texts.items():
+            entry = report.entry(path)
+            if entry is not None and chunk in text:
+                notes.append(_note(entry))
+    return list(dict.fromkeys(notes))
+
+
+def _note(entry: StaleEntry) -> str:
+    """The line added to a hint that shows a stale file."""
+    return clip(f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
 
 
 def _stale_phrase(entry: StaleEntry) -> str:
@@ -484,6 +593,12 @@ def _look_up(memory: Memory, path: str) -> _Lineage:
     return _Lineage(explanation, descendants, {entry.path: entry for entry in report.stale}, exists)
 
 
+def _look_up_first(memory: Memory, candidates: list[str]) -> _Lineage:
+    """The lineage of the first candidate that is a memory file or a declared source, else of the first."""
+    found = [_look_up(memory, path) for path in candidates]
+    return next((one for one in found if one.exists), found[0])
+
+
 def _exists(memory: Memory, path: str) -> bool:
     try:
         return memory.files.stat(path) is not None
@@ -501,6 +616,7 @@ def _lineage_text(found: _Lineage, *, max_lines: int, max_chars: int = LINEAGE_M
     explanation = found.explanation
     name = safe_name(explanation.path)
     if explanation.status is None:
+        name = _named(explanation.path)
         if not found.exists:
             return f"{name} does not exist in the memory folder, and no memory file names it as a source."
         return f"{name} takes no part in any derivation: it declares no sources and no memory file is derived from it."
@@ -581,16 +697,91 @@ def _recorded(path: str, report: Report) -> str:
     sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
     entry = report.entry(path)
     if entry is None:
-        return f"Recorded: {safe_name(path)} is now derived from {sources} now."
+        return f"Recorded: {_named(path)} is now derived from {sources} now."
     return (
-        f"Recorded for {safe_name(path)}, but it stays marked because a file it is derived "
+        f"Recorded for {_named(path)}, but it stays marked because a file it is derived "
         f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
     )
 
 
+def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
+    """Stamp ``path`` again, unless a source it names does not exist: the report and those sources.
+
+    Nothing can be re-derived from a file that does not exist, and stamping
+    it as absent would lose the hint of where its content went.
+    """
+    before = memory.refresh(now=_now())
+    missing = tuple(edge for edge in before.edges if edge.derived == path and edge.status is EdgeStatus.MISSING)
+    if missing:
+        return before, missing
+    return memory.stamp([path], now=_now()), ()
+
+
+def _missing_sources(path: str, missing: tuple[Edge, ...]) -> str:
+    """What the agent can do about a source that does not exist: nothing can be re-derived from it."""
+    named = ", ".join(map(_missing_text, missing))
+    return clip(
+        f"Nothing recorded for {_named(path)}: it names sources that do not exist: "
+        f"{named}. Remove each such entry from its derived_from, or fix it to the file's "
+        f"current name, then call `{RECORD_TOOL}` again.",
+        LINEAGE_MAX_CHARS,
+    )
+
+
+def _missing_text(edge: Edge) -> str:
+    if edge.moved_to is None:
+        return _named(edge.source)
+    return f"{_named(edge.source)} (its stamped content is now at {_named(edge.moved_to)}: fix the entry to that name)"
+
+
+_PAGE_LINES = 20
+"""Stale files on a page of ``list_stale_derived_memories`` at least, when the block lists fewer."""
+
+_NAME_SHOWN = 200
+"""Characters of a name echoed in a tool answer at most: an answer never repeats a huge argument whole."""
+
+
+def _named(name: str) -> str:
+    return clip(safe_name(name), _NAME_SHOWN)
+
+
+_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
+
+
+def _unescaped(shown: str) -> str:
+    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone."""
+    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
+
+
+def _stale_page(report: Report, offset: int, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
+    """One page of the stale files, from ``offset``: at most ``max_lines`` files and ``max_chars`` characters."""
+    total = len(report.stale)
+    if not total:
+        return _NOTHING_STALE
+    start = min(max(0, offset), total)
+    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
+    head = [f"{files} changed sources (a source changed after they were written)."]
+    tail = [clip(_ADVICE)]
+    budget = max_chars - sum(len(line) + 1 for line in head + tail) - _MORE_RESERVE
+    lines = [_stale_line(entry) for entry in report.stale[start : start + max(1, max_lines)]]
+    shown = _fit(lines, max(1, max_lines), budget)
+    end = start + len(shown)
+    if end < total:
+        where = f"Shown: {start + 1} to {end} of {total}; call `{LIST_TOOL}` with offset={end} for the next ones."
+    elif shown:
+        where = f"Shown: {start + 1} to {end} of {total}; that is all."
+    else:
+        where = f"Nothing past offset {start}: there are {total}; call `{LIST_TOOL}` with offset=0."
+    return "\n".join(head + shown + [where] + tail)
+
+
+def _stale_line(entry: StaleEntry) -> str:
+    return clip(f"- {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
+
+
 def _one_line(error: Exception) -> str:
     """An error message as one safe line: a tool answer stays short and cannot inject anything."""
-    return safe_name(" ".join(str(error).split())) or type(error).__name__
+    return clip(safe_name(" ".join(str(error).split())), _NAME_SHOWN) or type(error).__name__
 
 
 def _relative_to(memory_path: str, path: str) -> str | None:
@@ -599,7 +790,8 @@ def _relative_to(memory_path: str, path: str) -> str | None:
     Accepts the path as the block lists it, or the full path that retrieval
     hints show.
     """
-    text = path.strip().replace("\\", "/")
+    windows = "\\" in memory_path  # there a backslash separates folders; elsewhere it may be in a name
+    text = path.strip().replace("\\", "/") if windows else path.strip()
     folder = memory_path.replace("\\", "/").rstrip("/") + "/"
     if text.startswith(folder):
         text = text[len(folder) :]
@@ -638,133 +830,3 @@ def _cache_home() -> Path:
         return Path.home() / "Library" / "Caches"
     configured = os.environ.get("XDG_CACHE_HOME", "")
     return Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
-
-
-class BackendError(Exception):
-    """The backend failed in a way that says nothing about one file (a lost connection, a timeout)."""
-
-
-class BackendFiles:
-    """A memory folder seen through an AgentScope backend (a sandbox, a custom store).
-
-    The provgraph scan is synchronous and runs in a worker thread; every
-    backend coroutine is scheduled on the event loop the agent runs on
-    (``loop``) and waited for.  A backend only reports an mtime, which proves
-    nothing about content, so every file is read on every scan
-    (``trusts_stat`` is False); ``walk`` reads them all concurrently and keeps
-    their bytes until ``forget``.
-
-    A missing file, a folder or a refused permission concerns one file and
-    becomes a problem, as on a local disk.  Any other failure (a lost
-    connection, a timeout) raises ``BackendError`` and abandons the whole
-    scan: were it a per-file problem, the files it hit would look as if they
-    declared nothing, and their stamps would be dropped.
-    """
-
-    trusts_stat = False
-
-    def __init__(self, backend: BackendBase, folder: str, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.backend = backend
-        self.folder = folder
-        self.loop = loop
-        self._prefix = backend.join_path(backend.normpath(folder), "")
-        self._content: dict[str, bytes] = {}
-
-    def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
-        self.forget()
-        entries = self._run(self.backend.list_dir(self.folder, recursive=True))
-        paths = sorted({path for path in map(self._relative, entries) if path is not None})
-        if not paths and not self._run(self.backend.is_dir(self.folder)):
-            raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
-        fetched = self._run(self._fetch_all(paths))
-        found: dict[str, FileMeta] = {}
-        problems: list[Problem] = []
-        for path, outcome in zip(paths, fetched, strict=True):
-            if isinstance(outcome, NotRegular):
-                continue
-            if isinstance(outcome, PermissionError):
-                problems.append(Problem(path, ProblemKind.UNREADABLE, outcome.strerror or "permission denied"))
-            elif isinstance(outcome, BaseException):
-                raise outcome
-            elif outcome is None:
-                problems.append(Problem(path, ProblemKind.UNREADABLE, "vanished during the scan"))
-            else:
-                found[path] = outcome
-        return found, problems
-
-    def stat(self, path: str) -> FileMeta | None:
-        return self._run(self._fetch(path))
-
-    def read(self, path: str, limit: int | None = None) -> bytes:
-        content = self._content.get(path)
-        if content is None:
-            if self._run(self._fetch(path)) is None:
-                raise FileNotFoundError(f"{path} does not exist in the backend")
-            content = self._content[path]
-        return content if limit is None else content[:limit]
-
-    def forget(self) -> None:
-        """Drop the bytes kept since the last ``walk``."""
-        self._content.clear()
-
-    def _relative(self, entry: str) -> str | None:
-        """A listed entry as a root-relative POSIX path, or None when it is not a visible ``*.md`` file.
-
-        Backends list absolute paths, paths that start with the folder as it
-        was given, or paths relative to it; all three are accepted.
-        """
-        path = self.backend.normpath(entry)
-        if path.startswith(self._prefix):
-            path = path[len(self._prefix) :]
-        elif self.backend.isabs(path):
-            return None
-        if self.backend.os_name == "nt":
-            path = path.replace("\\", "/")
-        parts = path.split("/")
-        if not path.endswith(".md") or any(not part or part.startswith(".") for part in parts):
-            return None
-        return path
-
-    def _full(self, path: str) -> str:
-        return self.backend.join_path(self.folder, *path.split("/"))
-
-    async def _fetch_all(self, paths: Iterable[str]) -> list[FileMeta | BaseException | None]:
-        limit = asyncio.Semaphore(_CONCURRENCY)
-
-        async def bounded(path: str) -> FileMeta | None:
-            async with limit:
-                return await self._fetch(path)
-
-        return await asyncio.gather(*(bounded(path) for path in paths), return_exceptions=True)
-
-    async def _fetch(self, path: str) -> FileMeta | None:
-        """Read one file and its mtime; None when it does not exist."""
-        full = self._full(path)
-        try:
-            content = await self.backend.read_file(full)
-            mtime = await self.backend.stat_mtime(full)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except IsADirectoryError:
-            raise NotRegular(path) from None
-        except PermissionError:
-            raise
-        except OSError as error:
-            raise BackendError(f"reading {full}: {error}") from error
-        self._content[path] = content
-        mtime_ns = 0 if mtime is None else int(mtime * 1_000_000_000)
-        return FileMeta(len(content), mtime_ns, 0, 0)
-
-    def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
-        loop = self.loop
-        if loop is None or _running_loop() is loop:
-            coroutine.close()
-            raise RuntimeError("BackendFiles must be used from a worker thread with the agent's event loop set")
-        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

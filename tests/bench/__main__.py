@@ -14,7 +14,10 @@ moves less than the wall clock.
   the same stat walk;
 - the agent hook on an unchanged 200-file folder, per call, in process,
   against an in-process scandir+stat walk of that folder;
-- peak resident memory of each provgraph process.
+- peak resident memory of each provgraph process;
+- the AgentScope middleware through a sandbox that adds 5 ms to each backend
+  call, at 200 and 2,000 files: backend calls and time of a check, against the
+  memory middleware's own ``on_system_prompt`` (``sandbox.py``).
 
 Then ``make -q`` and ``dvc status`` run on the same lineage, expressed as a
 Makefile and a dvc.yaml pipeline, where those tools are available.
@@ -37,6 +40,7 @@ from pathlib import Path
 from statistics import median
 
 from .generate import Workload, generate, write_dvc_yaml, write_makefile
+from .sandbox import bench_sandbox, print_sandbox
 
 GOALS = {"cold": 4.0, "warm": 3.0, "changed": 8.0, "hook": 5.0}
 RSS_GOAL_MB = 400
@@ -390,6 +394,7 @@ def _bench(options: argparse.Namespace, runs: int, base: Path) -> None:
     print(f"after the edit of {workload.leaf}: {cli.stale_after_change} stale files")
     if note:
         print(f"note: {note}")
+    print_sandbox(bench_sandbox(base, rounds=5 if options.quick else 20))
     _print_others(workload, runs, options, cli.figures)
     print(f"\nbenchmark time: {time.perf_counter() - started:.0f} s")
 

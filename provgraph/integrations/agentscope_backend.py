@@ -1,0 +1,407 @@
+"""A memory folder seen through an AgentScope backend (a Docker, E2B or bubblewrap sandbox, a custom store).
+
+Every backend call is a round trip to the sandbox, so the number of calls,
+not the number of files, decides how long a check takes.  When the backend
+runs a POSIX shell (every sandbox AgentScope ships does), one ``find``
+command lists the whole folder with each file's type, size, times and inode,
+and one ``tar`` command reads every file whose metadata moved; an unchanged
+folder costs one call, whatever its size.  A backend without a shell is read
+file by file through its own ``list_dir``/``read_file``, as AgentScope's
+tools read it.
+
+Two rules keep a sandbox from fooling or stalling the agent:
+
+- A listing counts only when it is known to be whole.  The listing command
+  prints an end marker after its last entry; a timeout, a sandbox
+  restarting or an output cut short has none, and the check is abandoned
+  (``BackendError``) instead of taking the folder for empty, which would
+  forget every stamp.  A folder that does not exist is reported as such.
+- Every backend call has a deadline, and only regular files are read: a
+  FIFO, a device or a folder named ``notes.md`` is never opened.
+
+This module imports AgentScope only for its types; it never imports the
+middleware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import posixpath
+import tarfile
+import time
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
+
+from agentscope.tool import BackendBase
+
+from ..files import RACY_WINDOW_NS, NotRegular
+from ..model import FileMeta, Problem, ProblemKind
+
+__all__ = ["DEFAULT_BACKEND_TIMEOUT", "BackendError", "BackendFiles"]
+
+DEFAULT_BACKEND_TIMEOUT = 10.0
+"""Seconds one backend call may take before the check is abandoned (prompt unchanged, a warning)."""
+
+_T = TypeVar("_T")
+_END = "provgraph-end"
+_FIELDS = "%y\\t%s\\t%T@\\t%C@\\t%i\\t%P\\0"
+_LIST_SCRIPT = (
+    'cd -- "$1" 2>/dev/null || { [ -e "$1" ] && exit 3; exit 4; }\n'
+    f"find . -mindepth 1 -name '.*' -prune -o -printf '{_FIELDS}'\n"
+    f"printf '{_END}\\t%s\\0' \"$?\"\n"
+)
+"""List the folder (hidden entries pruned) and end with a marker carrying find's status."""
+_STAT_SCRIPT = f"cd -- \"$1\" && shift && find \"$@\" -maxdepth 0 -printf '{_FIELDS}'; printf '{_END}\\t0\\0'\n"
+_READ_SCRIPT = 'cd -- "$1" && shift && exec tar -cf - "$@"\n'
+_MISSING_FOLDER = 4
+_NO_SHELL = (126, 127)
+_ARGUMENT_BYTES = 100_000
+"""Paths passed to one read command at most: far below any system's argument limit."""
+_CONCURRENCY = 16
+"""Per-file calls in flight at once for a backend without a shell."""
+
+
+class BackendError(Exception):
+    """The backend failed in a way that says nothing about one file (a lost connection, a timeout)."""
+
+
+class BackendFiles:
+    """A provgraph ``FileSource`` over an AgentScope backend.
+
+    The scan is synchronous and runs in a worker thread; each backend
+    coroutine is scheduled on the agent's event loop (``loop``) and waited
+    for, at most ``timeout`` seconds.  ``calls`` counts the backend calls made.
+
+    With a shell, metadata is as complete as on a local disk (size, mtime,
+    ctime, inode), so an unchanged file is trusted exactly as a local one is
+    (``trusts_stat``).  Without one, a backend only reports an mtime, and
+    every file is read on every scan.
+
+    A missing file, a folder or a refused permission concerns one file and
+    becomes a problem, as on a local disk.  Any other failure raises
+    ``BackendError`` and abandons the whole scan: were it a per-file problem,
+    the files it hit would look as if they declared nothing, and their
+    stamps would be dropped.
+    """
+
+    def __init__(
+        self,
+        backend: BackendBase,
+        folder: str,
+        loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        timeout: float = DEFAULT_BACKEND_TIMEOUT,
+    ) -> None:
+        self.backend = backend
+        self.folder = folder
+        self.loop = loop
+        self.timeout = timeout
+        self.calls = 0
+        self.trusts_stat = True
+        self._prefix = backend.join_path(backend.normpath(folder), "")
+        self._content: dict[str, bytes] = {}
+        self._listed: dict[str, tuple[str, FileMeta]] = {}
+        self._previous: dict[str, FileMeta] = {}
+        self._walk_started_ns = 0
+        self._shell = True
+
+    # -- FileSource ------------------------------------------------------------------
+
+    def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
+        self.forget()
+        listed = self._run(self._list_with_shell) if self._shell else None
+        if listed is None:
+            self._shell = False
+            self.trusts_stat = False
+            return self._run(self._walk_file_by_file)
+        self._listed = listed
+        found = {path: meta for path, (kind, meta) in listed.items() if kind == "f" and _is_memory_file(path)}
+        self._run(lambda: self._read_many(self._worth_reading(found)))
+        self._previous = found
+        return found, _undecodable(listed)
+
+    def stat(self, path: str) -> FileMeta | None:
+        if self._shell and not _hidden(path):
+            listed = self._listed.get(path)
+        else:
+            listed = self._run(lambda: self._stat_one(path))
+        if listed is None:
+            return None
+        kind, meta = listed
+        if kind != "f":
+            raise NotRegular(path)
+        return meta
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        content = self._content.get(path)
+        if content is None:
+            if self.stat(path) is None:
+                raise FileNotFoundError(f"{path} does not exist in the backend")
+            self._run(lambda: self._read_many([path]))
+            content = self._content.get(path)
+            if content is None:
+                raise FileNotFoundError(f"{path} vanished from the backend")
+        return content if limit is None else content[:limit]
+
+    def forget(self) -> None:
+        """Drop the bytes kept since the last ``walk``."""
+        self._content.clear()
+
+    # -- one call for the whole folder ---------------------------------------------------
+
+    async def _list_with_shell(self) -> dict[str, tuple[str, FileMeta]] | None:
+        """Every entry under the folder by relative path, or None when the backend has no usable shell."""
+        result = await self._exec(["sh", "-c", _LIST_SCRIPT, "sh", self.folder])
+        if result.exit_code == _MISSING_FOLDER:
+            raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
+        records = result.stdout.split(b"\0")
+        status = _end_status(records)
+        if status is None:
+            if result.exit_code in _NO_SHELL:
+                return None
+            raise BackendError(f"listing {self.folder} did not complete ({_why(result)})")
+        entries = _entries(records[:-2])
+        if status != 0:
+            if not entries:
+                return None  # a find without -printf (BusyBox): list file by file instead
+            raise BackendError(f"listing {self.folder} failed: {_why(result)}")
+        return entries
+
+    async def _stat_one(self, path: str) -> tuple[str, FileMeta] | None:
+        if not self._shell:
+            return await self._stat_without_shell(path)
+        result = await self._exec(["sh", "-c", _STAT_SCRIPT, "sh", self.folder, "./" + path])
+        records = result.stdout.split(b"\0")
+        if _end_status(records) is None:
+            if result.exit_code in _NO_SHELL:
+                return await self._stat_without_shell(path)
+            raise BackendError(f"looking at {path} did not complete ({_why(result)})")
+        return _entries(records[:-2]).get(path)
+
+    def _worth_reading(self, found: dict[str, FileMeta]) -> list[str]:
+        """Files whose metadata moved since the last walk, or moved so recently that equal metadata proves nothing."""
+        recent = self._walk_started_ns - RACY_WINDOW_NS
+        self._walk_started_ns = time.time_ns()
+        return [
+            path
+            for path, meta in found.items()
+            if self._previous.get(path) != meta or max(meta.mtime_ns, meta.ctime_ns) >= recent
+        ]
+
+    async def _read_many(self, paths: list[str]) -> None:
+        """Read files in as few calls as the argument limit allows, keeping regular files only."""
+        for batch in _batches(paths):
+            if self._shell:
+                result = await self._exec(["sh", "-c", _READ_SCRIPT, "sh", self.folder, *("./" + p for p in batch)])
+                if result.exit_code not in _NO_SHELL:
+                    self._content.update(_regular_members(result, self.folder))
+                    continue
+            await self._read_without_shell(batch)
+
+    # -- a backend without a shell: file by file -------------------------------------------
+
+    async def _walk_file_by_file(self) -> tuple[dict[str, FileMeta], list[Problem]]:
+        entries = await self._call(self.backend.list_dir(self.folder, recursive=True))
+        paths = sorted({path for path in map(self._relative, entries) if path is not None})
+        if not paths:
+            await self._confirm_empty()
+        fetched = await _gather_bounded([self._fetch(path) for path in paths])
+        found: dict[str, FileMeta] = {}
+        problems: list[Problem] = []
+        for path, outcome in zip(paths, fetched, strict=True):
+            if isinstance(outcome, NotRegular):
+                continue
+            if isinstance(outcome, PermissionError):
+                problems.append(Problem(path, ProblemKind.UNREADABLE, outcome.strerror or "permission denied"))
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            elif outcome is None:
+                problems.append(Problem(path, ProblemKind.UNREADABLE, "vanished during the scan"))
+            else:
+                found[path] = outcome
+        return found, problems
+
+    async def _confirm_empty(self) -> None:
+        """An empty listing counts only when the folder exists and a second, plain listing is empty too.
+
+        AgentScope's ``list_dir`` answers a failure with an empty list; two
+        different calls agreeing on a folder that exists is the most such a
+        backend can say.
+        """
+        if not await self._call(self.backend.is_dir(self.folder)):
+            raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
+        if await self._call(self.backend.list_dir(self.folder)):
+            raise BackendError(f"listing {self.folder} came back empty, but the folder is not")
+
+    async def _read_without_shell(self, paths: Iterable[str]) -> None:
+        for outcome in await _gather_bounded([self._fetch(path) for path in paths]):
+            if isinstance(outcome, BackendError):
+                raise outcome
+
+    async def _stat_without_shell(self, path: str) -> tuple[str, FileMeta] | None:
+        meta = await self._fetch(path)
+        return None if meta is None else ("f", meta)
+
+    async def _fetch(self, path: str) -> FileMeta | None:
+        """Read one file and its mtime; None when it does not exist."""
+        full = self._full(path)
+        try:
+            content = await self._call(self.backend.read_file(full))
+            mtime = await self._call(self.backend.stat_mtime(full))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except IsADirectoryError:
+            raise NotRegular(path) from None
+        except (PermissionError, BackendError):
+            raise
+        except OSError as error:
+            raise BackendError(f"reading {full}: {error}") from error
+        self._content[path] = content
+        mtime_ns = 0 if mtime is None else int(mtime * 1_000_000_000)
+        return FileMeta(len(content), mtime_ns, 0, 0)
+
+    def _relative(self, entry: str) -> str | None:
+        """A listed entry as a root-relative POSIX path, or None when it is not a visible ``*.md`` file.
+
+        Backends list absolute paths, paths that start with the folder as it
+        was given, or paths relative to it; all three are accepted.
+        """
+        path = self.backend.normpath(entry)
+        if path.startswith(self._prefix):
+            path = path[len(self._prefix) :]
+        elif self.backend.isabs(path):
+            return None
+        if self.backend.os_name == "nt":
+            path = path.replace("\\", "/")
+        return path if _is_memory_file(path) else None
+
+    def _full(self, path: str) -> str:
+        return self.backend.join_path(self.folder, *path.split("/"))
+
+    # -- calls, each with a deadline ---------------------------------------------------------
+
+    async def _exec(self, command: list[str]) -> Any:
+        return await self._call(self.backend.exec_shell(command, timeout=self.timeout))
+
+    async def _call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """One backend call, abandoned at the deadline even if the backend ignores cancellation."""
+        self.calls += 1
+        task = asyncio.ensure_future(coroutine)
+        done, _ = await asyncio.wait({task}, timeout=self.timeout)
+        if not done:
+            task.cancel()
+            raise BackendError(f"the backend did not answer within {self.timeout:g} s")
+        return task.result()
+
+    def _run(self, make: Any) -> Any:
+        """Run ``make()`` (a coroutine) on the agent's loop from the worker thread, and wait for it."""
+        loop = self.loop
+        if loop is None or _running_loop() is loop:
+            raise RuntimeError("BackendFiles must be used from a worker thread with the agent's event loop set")
+        return asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+
+# -- parsing what the shell printed ------------------------------------------------------------
+
+
+def _end_status(records: list[bytes]) -> int | None:
+    """find's exit status from the end marker, or None when the output has no marker (cut short)."""
+    if len(records) < 2 or records[-1] != b"":
+        return None
+    name, _, status = records[-2].decode("ascii", "replace").partition("\t")
+    if name != _END or not status.isdigit():
+        return None
+    return int(status)
+
+
+def _entries(records: Iterable[bytes]) -> dict[str, tuple[str, FileMeta]]:
+    entries = {}
+    for record in records:
+        fields = record.decode("utf-8", "surrogateescape").split("\t", 5)
+        if len(fields) != 6:
+            raise BackendError("the listing is not in the expected format")
+        kind, size, mtime, ctime, inode, path = fields
+        entries[path] = (kind, FileMeta(int(size), _ns(mtime), _ns(ctime), int(inode)))
+    return entries
+
+
+def _ns(seconds: str) -> int:
+    """``find``'s ``%T@`` (``1700000000.1234567890``) as integer nanoseconds, without float rounding."""
+    whole, _, fraction = seconds.partition(".")
+    return int(whole) * 1_000_000_000 + int((fraction + "000000000")[:9])
+
+
+def _regular_members(result: Any, folder: str) -> dict[str, bytes]:
+    """The regular files in a tar stream; anything else in it is never read."""
+    if result.exit_code < 0:
+        raise BackendError(f"reading files in {folder} did not complete ({_why(result)})")
+    try:
+        with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as archive:
+            return {
+                posixpath.normpath(member.name): archive.extractfile(member).read()
+                for member in archive
+                if member.isreg()
+            }
+    except (tarfile.TarError, OSError) as error:
+        raise BackendError(f"reading files in {folder} failed ({_why(result)}): {error}") from error
+
+
+def _undecodable(listed: dict[str, tuple[str, FileMeta]]) -> list[Problem]:
+    problems = []
+    for path, (kind, _) in listed.items():
+        if kind == "f" and path.endswith(".md") and not _utf8(path):
+            printable = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            problems.append(Problem(printable, ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
+    return problems
+
+
+def _is_memory_file(path: str) -> bool:
+    return path.endswith(".md") and not _hidden(path) and _utf8(path)
+
+
+def _hidden(path: str) -> bool:
+    return any(not part or part.startswith(".") for part in path.split("/"))
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _batches(paths: list[str]) -> Iterable[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for path in paths:
+        if batch and size + len(path) > _ARGUMENT_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(path)
+        size += len(path) + 3
+    if batch:
+        yield batch
+
+
+def _why(result: Any) -> str:
+    first = result.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
+    return f"exit code {result.exit_code}" + (f": {first[0]}" if first else "")
+
+
+async def _gather_bounded(coroutines: list[Coroutine[Any, Any, _T]]) -> list[_T | BaseException]:
+    limit = asyncio.Semaphore(_CONCURRENCY)
+
+    async def bounded(coroutine: Coroutine[Any, Any, _T]) -> _T:
+        async with limit:
+            return await coroutine
+
+    return await asyncio.gather(*(bounded(coroutine) for coroutine in coroutines), return_exceptions=True)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -1,0 +1,69 @@
+"""A sandbox for tests and the benchmark: a real AgentScope ``BackendBase`` subclass over a local folder.
+
+It implements the three primitives AgentScope asks of a backend
+(``exec_shell``, ``read_file``, ``write_file``) and inherits every other
+operation (``list_dir``, ``is_dir``, ``stat_mtime``, ...) from the base
+class, which builds them on ``exec_shell``, as for Docker or E2B.  Paths in
+the sandbox are paths on this machine, so the tests can arrange the folder
+directly.
+
+It counts its calls, can add a delay to each one (the round trip of a real
+sandbox), can fail every call (a sandbox restarting), and can hang a call
+forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+
+from agentscope.tool import BackendBase, ExecResult
+
+
+class SandboxBackend(BackendBase):
+    """A counting, delaying, failing stand-in for a remote sandbox."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.calls = 0
+        self.read_paths: Counter[str] = Counter()
+        self.failing = False
+        self.hanging = False
+
+    async def _round_trip(self) -> None:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.hanging:
+            await asyncio.Event().wait()
+
+    async def exec_shell(self, command: list[str], *, cwd: str | None = None, timeout: float | None = None):
+        await self._round_trip()
+        if self.failing:
+            return ExecResult(exit_code=-1, stdout=b"", stderr=b"sandbox is restarting")
+        self.read_paths.update(argument for argument in command if argument.startswith("./"))
+        process = await asyncio.create_subprocess_exec(
+            *command, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        try:
+            stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            return ExecResult(exit_code=-1, stdout=b"", stderr=b"timed out")
+        return ExecResult(exit_code=process.returncode, stdout=stdout, stderr=stderr)
+
+    async def read_file(self, path: str) -> bytes:
+        await self._round_trip()
+        if self.failing:
+            raise ConnectionError("sandbox unreachable")
+        self.read_paths[path] += 1
+        with open(path, "rb") as handle:
+            return handle.read()
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self._round_trip()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)

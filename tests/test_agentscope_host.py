@@ -1,0 +1,194 @@
+"""Appending the middleware changes nothing the host agent does, and one note per hint whatever the concurrency.
+
+The model here answers at once, as AgentScope's own mock model does: the
+memory middleware's retrieval (started with the reply) then finishes only
+when something yields to the event loop, and the step at which its hint
+lands shows whether the middleware did.  So that the host agent alone
+always behaves the same, its memory middleware reads the folder through
+``InstantLocalBackend``, which answers each call at once instead of in a
+worker thread; the middleware under test reads the same folder as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agentscope")
+
+from agentscope.agent import Agent, InjectionConfig  # noqa: E402
+from agentscope.message import HintBlock, TextBlock, UserMsg  # noqa: E402
+from agentscope.middleware import AgenticMemoryMiddleware  # noqa: E402
+from agentscope.model import ChatResponse, StructuredResponse  # noqa: E402
+from agentscope.permission import PermissionBehavior, PermissionDecision  # noqa: E402
+from agentscope.tool import BackendBase, ExecResult, ToolBase, ToolChunk, Toolkit  # noqa: E402
+from sandbox_backend import SandboxBackend  # noqa: E402
+from test_agentscope import (  # noqa: E402
+    EDITED,
+    FILES,
+    MOVED,
+    OLD,
+    ScriptedModel,
+    adopt,
+    memory_middleware,
+    tool_call,
+    write,
+)
+
+from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+
+RUNS = 50
+NOTE = "Note: profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed"
+
+
+class ImmediateModel(ScriptedModel):
+    """Answers at once, the retrieval's file selection included, and never waits on the event loop."""
+
+    async def _call_api(self, model_name, messages, tools=None, tool_choice=None, **kwargs):
+        self.system_prompts.append(messages[0].get_text_content())
+        return self.script.pop(0) if self.script else ChatResponse(content=[TextBlock(text="Done.")], is_last=True)
+
+    async def _call_api_with_structured_output(self, model_name, messages, structured_model, **kwargs):
+        self.retrievals += 1
+        return StructuredResponse(content={"selected_files": self.selected})
+
+
+class InstantLocalBackend(BackendBase):
+    """The local disk, each call answered without leaving the event loop: the host agent becomes deterministic."""
+
+    async def exec_shell(self, command, *, cwd=None, timeout=None) -> ExecResult:
+        return ExecResult(exit_code=127, stdout=b"", stderr=b"no shell")
+
+    async def read_file(self, path: str) -> bytes:
+        return Path(path).read_bytes()
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_bytes(data)
+
+    async def file_exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    async def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    async def list_dir(self, path: str, *, recursive: bool = False) -> list[str]:
+        if not recursive:
+            return sorted(os.listdir(path))
+        return sorted(str(found) for found in Path(path).rglob("*") if found.is_file())
+
+    async def stat_mtime(self, path: str) -> float | None:
+        return os.stat(path).st_mtime if os.path.exists(path) else None
+
+
+class RetrievalWaitingTool(ToolBase):
+    """A tool during which the memory middleware's retrieval finishes, as behind any real tool's latency.
+
+    It waits for that retrieval by the memory middleware's own task, so the
+    step at which the hint lands depends only on what yields before the
+    tool: in the host agent alone, nothing does.  Its call makes the agent
+    reason a second time.
+    """
+
+    name = "wait_for_retrieval"
+    description = "Returns once the memory retrieval has finished."
+    input_schema = {"type": "object", "properties": {}}
+    is_concurrency_safe = True
+    is_read_only = True
+    is_external_tool = False
+    is_mcp = False
+
+    def __init__(self, memory: AgenticMemoryMiddleware) -> None:
+        self.memory = memory
+
+    async def check_permissions(self, tool_input, context) -> PermissionDecision:
+        return PermissionDecision(behavior=PermissionBehavior.ALLOW, message="always allowed")
+
+    async def __call__(self, **kwargs) -> ToolChunk:
+        retrieval = self.memory._retrieval_task
+        if retrieval is not None:
+            await asyncio.wait({retrieval})
+        return ToolChunk(content=[TextBlock(text="tool result")])
+
+
+def context_shape(agent: Agent) -> list[tuple[str, list[str]]]:
+    """Each message of the context as its role and the kinds of its blocks, in order."""
+    return [(message.role, [block.type for block in message.content]) for message in agent.state.context]
+
+
+async def one_reply(middlewares: list, steps: int = 2) -> Agent:
+    """One reply that reasons ``steps`` times (a tool call before each but the last)."""
+    model = ImmediateModel(script=[tool_call(RetrievalWaitingTool.name)] * (steps - 1), selected=["profile.md"])
+    agent = Agent(
+        name="assistant",
+        system_prompt="You are helpful.",
+        model=model,
+        toolkit=Toolkit(tools=[RetrievalWaitingTool(middlewares[0])]),
+        middlewares=middlewares,
+        injection_config=InjectionConfig(inject_runtime_state=False),
+    )
+    await agent.reply(UserMsg(name="user", content="what do you remember?"))
+    return agent
+
+
+def hint_texts(agent: Agent) -> list[str]:
+    return [block.hint for message in agent.state.context for block in message.content if isinstance(block, HintBlock)]
+
+
+@pytest.fixture
+def stale_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workdir whose profile is stale for a middleware that adopted it first."""
+    for relative, text in FILES.items():
+        write(tmp_path / "work" / "Memory", relative, text, OLD)
+    asyncio.run(adopt(ProvenanceMiddleware(workdir=str(tmp_path / "work")), monkeypatch))
+    write(tmp_path / "work" / "Memory", "user-facts.md", MOVED, EDITED)
+    return tmp_path / "work"
+
+
+def test_appending_the_middleware_does_not_move_the_retrieval_hint(stale_workdir: Path) -> None:
+    provenance = ProvenanceMiddleware(workdir=str(stale_workdir))
+
+    async def runs() -> tuple[list, list, list[list[str]]]:
+        alone, both, notes = [], [], []
+        for _ in range(RUNS):
+            instant = InstantLocalBackend()
+            without = await one_reply([memory_middleware(stale_workdir, instant, retrieval_async=True)])
+            with_it = await one_reply([memory_middleware(stale_workdir, instant, retrieval_async=True), provenance])
+            alone.append(context_shape(without))
+            both.append(context_shape(with_it))
+            notes.append([hint for hint in hint_texts(with_it) if hint.endswith(NOTE)])
+        return alone, both, notes
+
+    alone, both, notes = asyncio.run(runs())
+
+    assert both == alone
+    assert all(len(found) == 1 for found in notes)
+
+
+@pytest.mark.parametrize("through", ["local", "sandbox"])
+def test_one_middleware_shared_by_concurrent_agents_adds_one_note_per_hint(
+    through: str, stale_workdir: Path, tmp_path: Path
+) -> None:
+    backend = SandboxBackend() if through == "sandbox" else None
+    options = {"state": tmp_path / "sandbox-state.json"} if backend else {}
+    provenance = ProvenanceMiddleware(workdir=str(stale_workdir), backend=backend, **options)
+    if backend is not None:
+        write(stale_workdir / "Memory", "user-facts.md", FILES["user-facts.md"], OLD)
+        asyncio.run(provenance.on_system_prompt(None, ""))  # adopted before the edit, as the local one was
+        write(stale_workdir / "Memory", "user-facts.md", MOVED, EDITED)
+
+    async def together() -> list[Agent]:
+        replies = []
+        for _ in range(6):
+            memory = memory_middleware(stale_workdir, backend, retrieval_async=True)
+            replies.append(one_reply([memory, provenance], steps=4))
+        return await asyncio.gather(*replies)
+
+    agents = asyncio.run(together())
+
+    for agent in agents:
+        [hint] = hint_texts(agent)
+        assert hint.count("Note: profile.md: ") == 1

@@ -1,0 +1,252 @@
+"""The AgentScope middleware on a sandbox backend: round trips, failed listings, deadlines, non-regular files.
+
+The sandbox is ``SandboxBackend``, a real subclass of AgentScope's
+``BackendBase`` whose files live in a temporary folder: it runs real ``sh``,
+``find`` and ``tar`` commands, counts its calls, and can fail or hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+import provgraph.api
+
+pytest.importorskip("agentscope")
+
+from sandbox_backend import SandboxBackend  # noqa: E402
+from test_agentscope import (  # noqa: E402
+    EDITED,
+    FILES,
+    MARKER,
+    MOVED,
+    OLD,
+    adopt,
+    ask,
+    memory_middleware,
+    remote_workdir,
+    snapshot,
+    write,
+)
+
+import provgraph.integrations.agentscope_backend  # noqa: E402
+from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> tuple[SandboxBackend, Path]:
+    """A sandbox whose workdir holds the profile, its two sources and ``MEMORY.md``."""
+    for relative, text in FILES.items():
+        write(tmp_path / "work" / "Memory", relative, text, OLD)
+    return SandboxBackend(), tmp_path / "work"
+
+
+def middleware(backend, workdir: Path, tmp_path: Path, **options) -> ProvenanceMiddleware:
+    return ProvenanceMiddleware(workdir=str(workdir), backend=backend, state=tmp_path / "state.json", **options)
+
+
+def prompt(provenance: ProvenanceMiddleware) -> str:
+    return asyncio.run(asyncio.wait_for(provenance.on_system_prompt(None, "prompt"), 60))
+
+
+def made_stale(backend, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options):
+    """A middleware that adopted the sandbox's profile, whose source then changed: the profile is marked."""
+    provenance = middleware(backend, workdir, tmp_path, **options)
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+    assert MARKER in prompt(provenance).splitlines()
+    return provenance
+
+
+# -- round trips -----------------------------------------------------------------------
+
+YEAR_NS = 365 * 24 * 3600 * 10**9
+
+
+@pytest.fixture
+def a_year_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files written by a test are younger than the racy window, so every check would
+    read them again; a negative window is what a check a year later sees."""
+    for module in (provgraph.api, provgraph.integrations.agentscope_backend):
+        monkeypatch.setattr(module, "RACY_WINDOW_NS", -YEAR_NS)
+
+
+@pytest.mark.parametrize("extra_files", [0, 500])
+@pytest.mark.usefixtures("a_year_later")
+def test_an_unchanged_check_costs_one_backend_call_whatever_the_number_of_files(
+    extra_files: int, sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, workdir = sandbox
+    for number in range(extra_files):
+        write(workdir / "Memory", f"notes/note-{number}.md", f"---\nname: note {number}\n---\nbody\n", OLD)
+    provenance = middleware(backend, workdir, tmp_path)
+    asyncio.run(adopt(provenance, monkeypatch))
+    cold_calls = backend.calls
+
+    backend.calls = 0
+    unchanged = prompt(provenance)
+    unchanged_calls = backend.calls
+
+    write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+    backend.calls = 0
+    edited = prompt(provenance)
+    edited_calls = backend.calls
+
+    assert cold_calls <= 3  # one listing, one batch of reads
+    assert unchanged == "prompt"
+    assert unchanged_calls == 1
+    assert MARKER in edited.splitlines()
+    assert edited_calls <= 3  # the listing, then the one file that changed
+
+
+def test_a_sandbox_gives_the_local_result(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, workdir = sandbox
+    local = ProvenanceMiddleware(workdir=str(workdir), state=tmp_path / "local.json")
+    remote = middleware(backend, workdir, tmp_path)
+    asyncio.run(adopt(local, monkeypatch))
+    asyncio.run(adopt(remote, monkeypatch))
+    write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+    write(workdir / "Memory", "notes/new.md", "---\nderived_from: ../profile.md\n---\nnew\n", EDITED)
+    before = snapshot(workdir / "Memory")
+
+    assert prompt(remote) == prompt(local)
+    assert MARKER in prompt(remote).splitlines()
+    assert snapshot(workdir / "Memory") == before
+
+
+# -- a failed listing is not an empty folder ---------------------------------------------------
+
+
+def test_a_failed_listing_keeps_the_prompt_and_every_stamp(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend, workdir = sandbox
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+    state_before = (tmp_path / "state.json").read_bytes()
+
+    backend.failing = True
+    with caplog.at_level(logging.WARNING):
+        during = [prompt(provenance) for _ in range(3)]
+    backend.failing = False
+
+    assert during == ["prompt"] * 3
+    assert "could not check the memory folder" in caplog.text
+    assert (tmp_path / "state.json").read_bytes() == state_before
+    assert MARKER in prompt(provenance).splitlines()  # not re-adopted as fresh
+
+
+def test_a_truly_empty_folder_is_empty_and_a_missing_one_is_a_warning(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend, workdir = sandbox
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+
+    (workdir / "Memory").rename(workdir / "Elsewhere")
+    with caplog.at_level(logging.WARNING):
+        missing = prompt(provenance)
+    (workdir / "Elsewhere").rename(workdir / "Memory")
+    assert missing == "prompt"
+    assert "does not exist" in caplog.text
+    assert MARKER in prompt(provenance).splitlines()
+
+    for path in (workdir / "Memory").iterdir():
+        if path.is_file():
+            path.unlink()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert prompt(provenance) == "prompt"  # an empty folder has nothing stale
+    assert "could not check" not in caplog.text  # and is no failure
+    for relative, text in FILES.items():
+        write(workdir / "Memory", relative, text if relative != "user-facts.md" else MOVED, EDITED)
+    # The profile came back: its stamps were kept while it was gone, so it is still stale.
+    assert MARKER in prompt(provenance).splitlines()
+
+
+def test_a_listing_without_a_shell_that_fails_is_not_an_empty_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend = remote_workdir()
+    provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state.json")
+    asyncio.run(adopt(provenance, monkeypatch))
+    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+
+    backend.listing_fails = True  # AgentScope's list_dir answers a failed listing with []
+    with caplog.at_level(logging.WARNING):
+        during = prompt(provenance)
+    backend.listing_fails = False
+
+    assert during == "prompt"
+    assert "came back empty" in caplog.text
+    assert MARKER in prompt(provenance).splitlines()
+
+
+# -- nothing in a sandbox can hang the agent ------------------------------------------------
+
+
+def test_a_fifo_in_the_memory_folder_is_never_read(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, workdir = sandbox
+    os.mkfifo(workdir / "Memory" / "notes.md")
+    write(workdir / "Memory", "digest.md", "---\nderived_from: notes.md, profile.md\n---\ndigest\n", OLD)
+    provenance = middleware(backend, workdir, tmp_path)
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+
+    shown = prompt(provenance)
+    asyncio.run(asyncio.wait_for(provenance.memory_lineage("notes.md"), 60))
+
+    assert MARKER in shown.splitlines()
+    assert not [path for path in backend.read_paths if path.endswith("notes.md")]
+
+
+def test_a_backend_call_that_never_answers_is_abandoned_at_the_deadline(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend, workdir = sandbox
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch, backend_timeout=0.2)
+
+    backend.hanging = True
+    with caplog.at_level(logging.WARNING):
+        during = prompt(provenance)
+        answer = asyncio.run(asyncio.wait_for(provenance.record_memory_rederivation("profile.md"), 60))
+    backend.hanging = False
+
+    assert during == "prompt"
+    assert "did not answer within 0.2 s" in caplog.text
+    assert answer.startswith("Could not record the re-derivation of profile.md")
+    assert MARKER in prompt(provenance).splitlines()
+
+
+def test_a_file_whose_read_hangs_in_a_backend_without_a_shell_is_abandoned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = remote_workdir()
+    provenance = ProvenanceMiddleware(
+        workdir="/sandbox/work", backend=backend, state=tmp_path / "state.json", backend_timeout=0.2
+    )
+    asyncio.run(adopt(provenance, monkeypatch))
+    backend.put("/sandbox/work/Memory/notes.md", "", OLD)
+    backend.hanging_paths = {"/sandbox/work/Memory/notes.md"}  # a FIFO: reading it waits for a writer
+
+    assert prompt(provenance) == "prompt"
+
+
+def test_the_agent_works_through_a_sandbox(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, workdir = sandbox
+    memory = memory_middleware(workdir, backend)
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory, state=tmp_path / "state.json")
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+
+    model = asyncio.run(ask([memory, provenance]))
+
+    assert MARKER in model.system_prompts[0].splitlines()
