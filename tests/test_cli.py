@@ -113,12 +113,12 @@ def test_status_for_people_lists_stale_files_with_their_dates(lineage, run) -> N
     assert "loop-a.md" in out and "escape.md" in out
 
 
-def test_status_takes_a_root_argument_and_a_state_path(simple, run, tmp_path) -> None:
-    elsewhere = tmp_path / "elsewhere" / "state.json"
+def test_status_takes_a_root_argument_and_a_state_folder(simple, run, tmp_path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "state"
     code, out, err = run("status", "--json", simple.root, "--state", elsewhere, cwd=tmp_path, now=at(0))
     assert (code, err) == (0, "")
     assert json.loads(out)["root"] == str(simple.root)
-    assert elsewhere.is_file()
+    assert (elsewhere / "provgraph.lock").is_file() and (elsewhere / "cache.json").is_file()
 
 
 # -- check ---------------------------------------------------------------------------------
