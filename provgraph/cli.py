@@ -213,7 +213,9 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
         for file in files:
             found = find_root(Path(file).absolute().parent if not Path(file).is_dir() else file)
             if found is None:
-                raise UsageError(f"no memory root above {file} (no .provgraph/ or MEMORY.md); pass --root")
+                raise UsageError(
+                    f"no memory root above {file} (no provgraph.lock, .provgraph/ or MEMORY.md); pass --root"
+                )
             roots.add(found)
     if len(roots) > 1:
         raise UsageError("the files belong to different memory roots: " + ", ".join(sorted(map(str, roots))))
