@@ -143,6 +143,24 @@ def test_check_exits_one_on_a_cycle(memory, run) -> None:
     assert "a.md" in out and "b.md" in out
 
 
+@pytest.mark.parametrize(
+    ("declaration", "kind"),
+    [("derived_from: {a: b}", "bad-frontmatter"), ("derived_from: https://example.com/a.md", "bad-entry")],
+)
+def test_check_fails_on_a_broken_declaration_unless_allowed(memory, run, declaration, kind) -> None:
+    memory.write("facts.md", "v1")
+    memory.write_bytes("typo.md", f"---\n{declaration}\n---\nbody\n".encode())
+    code, out, err = run("check", cwd=memory.root, now=at(0))
+    assert (code, err) == (1, "")
+    assert kind in out and "typo.md" in out
+    assert run("check", "--allow-broken", cwd=memory.root, now=at(0)) == (0, "", "")
+
+
+def test_allow_broken_still_fails_on_a_stale_file(simple, run) -> None:
+    change(simple)
+    assert run("check", "--allow-broken", simple.root, cwd=simple.root.parent, now=at(1))[0] == 1
+
+
 # -- why -----------------------------------------------------------------------------------
 
 
