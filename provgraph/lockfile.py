@@ -24,7 +24,17 @@ import orjson
 
 from .model import Stamp
 
-__all__ = ["HEADER", "LOCK_NAME", "LockError", "LockRead", "decode_lock", "encode_lock"]
+__all__ = [
+    "HEADER",
+    "LOCK_NAME",
+    "LockError",
+    "LockRead",
+    "Record",
+    "decode_lock",
+    "encode_lock",
+    "is_sync_copy",
+    "merge_reads",
+]
 
 LOCK_NAME = "provgraph.lock"
 LOCK_VERSION = 1
@@ -114,6 +124,26 @@ def decode_lock(data: bytes) -> LockRead:
     if not headers:
         raise LockError("it has no provgraph lock header")
     return LockRead(records, merged + max(0, headers - 1), damaged)
+
+
+def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
+    """Several locks as one (a sync tool's conflict copies beside the lock): for each edge
+    the later stamp, as for the lines of a union merge."""
+    records = dict(first.records)
+    merged, damaged = first.merged, first.damaged
+    for other in others:
+        merged, damaged = merged + other.merged, damaged + other.damaged
+        for key, record in other.records.items():
+            kept = records.get(key)
+            records[key] = record if kept is None else _later(kept, record)
+    return LockRead(records, merged, damaged)
+
+
+def is_sync_copy(name: str) -> bool:
+    """A copy of the lock that a sync tool made when two machines changed it at once:
+    ``provgraph.sync-conflict-<when>-<device>.lock`` (Syncthing), ``provgraph (conflicted
+    copy ...).lock`` (Dropbox) and the like."""
+    return name != LOCK_NAME and name.startswith("provgraph") and name.endswith(".lock") and "conflict" in name
 
 
 def _check_version(line: str) -> None:

@@ -37,7 +37,7 @@ import orjson
 
 from .files import RACY_WINDOW_NS
 from .lineage import propagate
-from .lockfile import LOCK_NAME, LockError, LockRead, Record, decode_lock, encode_lock
+from .lockfile import LOCK_NAME, LockError, LockRead, Record, decode_lock, encode_lock, is_sync_copy, merge_reads
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
 from .statefolder import Folders, hold, open_folder, read_file, remove_temporaries, set_aside, write_file
 
@@ -299,7 +299,23 @@ class StateStore:
                 f"{self.lock_path} holds merged lines ({read.merged} repeated edges or conflict markers); "
                 "took the newest stamp of each edge"
             )
-        return _derivations(read)
+        return _derivations(merge_reads(read, self._sync_copies(folders)))
+
+    def _sync_copies(self, folders: Folders) -> list[LockRead]:
+        """The conflict copies a sync tool left beside the lock, read like the lock and
+        merged into it; each is then moved into the state folder, kept."""
+        copies = []
+        for name in sorted(filter(is_sync_copy, _names(folders.lock))):
+            data = self._read(folders.lock, name, folders.lock_path)
+            try:
+                copies.append(decode_lock(data or b""))
+            except LockError as error:
+                self._set_aside(folders, folders.lock, name, str(error))
+                continue
+            if self._exclusive:
+                aside = self._move_aside(folders, folders.lock, name, "merged")
+                self._warn(f"merged {folders.lock_path / name} into {self.lock_path}; the copy is kept as {aside}")
+        return copies
 
     def _load_legacy(self, folders: Folders) -> dict[str, Derivation]:
         """A schema-1 ``state.json`` from before the lock: its stamps, converted once."""
@@ -367,7 +383,7 @@ class StateStore:
         """True when the lock is the one the cache was written with: same metadata, old
         enough that equal metadata proves equal content, or else the same bytes."""
         folders = self._folders
-        if folders is None:
+        if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
         try:
             info = os.stat(LOCK_NAME, dir_fd=folders.lock, follow_symlinks=False)
@@ -397,12 +413,16 @@ class StateStore:
         if not self._exclusive:
             return
         where = (folders.lock_path if source == folders.lock else folders.state_path) / name
-        try:
-            aside = set_aside(folders, source, name, "corrupt")
-        except OSError as error:
-            raise StateError(where, _cannot("move the unreadable file aside", where, error)) from error
+        aside = self._move_aside(folders, source, name, "corrupt")
         rest = "the valid lines were loaded" if kept else "starting afresh"
-        self._warn(f"{where} could not be read ({reason}); kept as {self.state_path / aside}, {rest}")
+        self._warn(f"{where} could not be read ({reason}); kept as {aside}, {rest}")
+
+    def _move_aside(self, folders: Folders, source: int, name: str, why: str) -> Path:
+        where = (folders.lock_path if source == folders.lock else folders.state_path) / name
+        try:
+            return self.state_path / set_aside(folders, source, name, why)
+        except OSError as error:
+            raise StateError(where, _cannot("move aside", where, error)) from error
 
     # -- writing --
 
@@ -421,12 +441,8 @@ class StateStore:
         self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), seal), "write")
         if self._migrating:
             self._migrating = False
-            try:
-                aside = set_aside(folders, folders.state, LEGACY_NAME, "migrated")
-            except OSError as error:
-                where = self.state_path / LEGACY_NAME
-                raise StateError(where, _cannot("set aside", where, error)) from error
-            self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside}")
+            aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
+            self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
 
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
         if data is None:
@@ -444,6 +460,13 @@ class StateStore:
             write_file(folders, target, name, chunks)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
+
+
+def _names(folder: int) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def _within(path: str, folder: str) -> bool:

@@ -26,7 +26,7 @@ from provgraph.cli import cli
 
 from .helpers import NOW, Done, assert_clean, assert_one_error_line, derived, environment, provgraph, write
 
-READERS = [("status",), ("status", "--json"), ("prompt",), ("check",), ("hook", "claude-code")]
+READERS = [("status",), ("status", "--json"), ("prompt",), ("check",), ("graph",), ("hook", "claude-code")]
 
 
 def _tree(folder: Path) -> dict[str, tuple]:
