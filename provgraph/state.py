@@ -25,6 +25,7 @@ import math
 import os
 import stat
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -168,10 +169,29 @@ class StateStore:
         self.cache_path = self.state_path / CACHE_NAME
         self._warn = warn or _warn_stderr
         self._recalled: tuple[bytes, Recall] | None = None
-        self._folders: Folders | None = None
-        self._exclusive = False
-        self._lock_bytes: bytes | None = None
-        self._migrating = False
+        self._local = threading.local()
+        """What one transaction opened and read: a ``Memory`` may be used from several threads."""
+
+    @property
+    def _folders(self) -> Folders | None:
+        return getattr(self._local, "folders", None)
+
+    @property
+    def _exclusive(self) -> bool:
+        return getattr(self._local, "exclusive", False)
+
+    @property
+    def _lock_bytes(self) -> bytes | None:
+        """The lock as loaded by this transaction: it is rewritten only when it changes."""
+        return getattr(self._local, "lock_bytes", None)
+
+    @property
+    def _migrating(self) -> bool:
+        return getattr(self._local, "migrating", False)
+
+    def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
+        self._local.folders, self._local.exclusive = folders, exclusive
+        self._local.lock_bytes, self._local.migrating = None, False
 
     # -- the folders and the exclusive lock --
 
@@ -189,10 +209,10 @@ class StateStore:
             try:
                 self._check_root(folders, write=True)
                 remove_temporaries(folders)
-                self._folders, self._exclusive = folders, True
+                self._begin(folders, exclusive=True)
                 yield
             finally:
-                self._folders, self._exclusive = None, False
+                self._begin(None, exclusive=False)
                 os.close(descriptor)
         finally:
             folders.close()
@@ -205,10 +225,10 @@ class StateStore:
         try:
             if folders is not None:
                 self._check_root(folders, write=False)
-            self._folders, self._exclusive = folders, False
+            self._begin(folders, exclusive=False)
             yield
         finally:
-            self._folders = None
+            self._begin(None, exclusive=False)
             if folders is not None:
                 folders.close()
 
@@ -275,7 +295,7 @@ class StateStore:
         """Stamps from the lock (or from a schema-1 ``state.json`` to convert), the rest
         from the cache.  Damage is set aside with one warning and rebuilt."""
         self._recalled = None  # a full load follows a change: the kept head is stale
-        self._migrating = False
+        self._local.migrating = False
         folders = self._folders
         if folders is None:
             return State()
@@ -284,7 +304,7 @@ class StateStore:
         return state
 
     def _load_lock(self, folders: Folders) -> dict[str, Derivation]:
-        self._lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        self._local.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
         if data is None:
             return self._load_legacy(folders)
         try:
@@ -330,7 +350,7 @@ class StateStore:
             reason = str(error) if isinstance(error, _Corrupt) else "it is not valid provgraph state"
             self._set_aside(folders, folders.state, LEGACY_NAME, reason)
             return {}
-        self._migrating = self._exclusive
+        self._local.migrating = self._exclusive
         return derivations
 
     def _load_cache(self, folders: Folders) -> State:
@@ -436,11 +456,11 @@ class StateStore:
         data = _lock_bytes(state.derivations, self._lock_bytes is not None)
         if data is not None and data != self._lock_bytes:
             self._write(folders, folders.lock, LOCK_NAME, [data], "write the lock file")
-            self._lock_bytes = data
+            self._local.lock_bytes = data
         seal = self._seal(folders, data)
         self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), seal), "write")
         if self._migrating:
-            self._migrating = False
+            self._local.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
             self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
 

@@ -147,7 +147,12 @@ def remove_temporaries(folders: Folders) -> None:
 def hold(folder: int, name: str, wait: float) -> int:
     """Take the exclusive lock on ``name`` (a regular file, made if needed), waiting at
     most ``wait`` seconds; the descriptor that holds it.  ``LockBusy`` after that."""
-    descriptor = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+    try:
+        descriptor = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symlink, which provgraph does not follow", name) from None
+        raise
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", name)

@@ -427,3 +427,30 @@ def test_a_read_only_memory_root_works_with_state_elsewhere(read_only_root, tmp_
     assert refresh_unprivileged(read_only_root.root, tmp_path / "state") == ["ok"]
     assert (tmp_path / "state" / "provgraph.lock").is_file()
     assert not (read_only_root.root / ".provgraph").exists()
+
+
+def test_one_memory_shared_by_threads_loses_no_stamp(memory, clock) -> None:
+    """Each transaction keeps what it opened to itself, so threads may share a ``Memory``."""
+    for index in range(8):
+        memory.write(f"s{index}.md", "v1")
+        memory.write(f"d{index}.md", derived_from=f"s{index}.md")
+    shared = memory.open()
+    shared.refresh(now=clock.now)
+    for index in range(8):
+        memory.write(f"s{index}.md", "v2")
+    failures: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            shared.refresh(now=clock.now)
+            shared.stamp([f"d{index}.md"], now=clock.now)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert shared.refresh(now=clock.advance(days=1)).stale == ()

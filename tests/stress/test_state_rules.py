@@ -87,7 +87,7 @@ def test_a_dangling_symlink_at_a_state_file_creates_nothing_where_it_points(name
     for command in READERS:
         done = provgraph(*command, root)
         line = assert_one_error_line(done)
-        assert "symlink" in line and str(root / name) in line
+        assert line.endswith("a symlink, which provgraph does not follow") and str(root / name) in line
     assert not target.exists() and (root / name).is_symlink()
 
 
