@@ -153,6 +153,18 @@ class LockSeal:
     recorded_ns: int
 
 
+@dataclass
+class _Transaction:
+    """What one transaction opened and read: a ``Memory`` may be used from several threads."""
+
+    folders: Folders | None = None
+    exclusive: bool = False
+    lock_bytes: bytes | None = None
+    """The lock as this transaction loaded it: it is rewritten only when it changes."""
+    migrating: bool = False
+    """A schema-1 ``state.json`` was read: set it aside once the lock is written."""
+
+
 class StateStore:
     """The lock and the cache of one root, with the exclusive lock that guards them.
 
@@ -170,28 +182,17 @@ class StateStore:
         self._warn = warn or _warn_stderr
         self._recalled: tuple[bytes, Recall] | None = None
         self._local = threading.local()
-        """What one transaction opened and read: a ``Memory`` may be used from several threads."""
 
     @property
-    def _folders(self) -> Folders | None:
-        return getattr(self._local, "folders", None)
-
-    @property
-    def _exclusive(self) -> bool:
-        return getattr(self._local, "exclusive", False)
-
-    @property
-    def _lock_bytes(self) -> bytes | None:
-        """The lock as loaded by this transaction: it is rewritten only when it changes."""
-        return getattr(self._local, "lock_bytes", None)
-
-    @property
-    def _migrating(self) -> bool:
-        return getattr(self._local, "migrating", False)
+    def _tx(self) -> _Transaction:
+        """This thread's transaction (an idle one outside ``locked`` and ``unlocked``)."""
+        current = getattr(self._local, "transaction", None)
+        if current is None:
+            current = self._local.transaction = _Transaction()
+        return current
 
     def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
-        self._local.folders, self._local.exclusive = folders, exclusive
-        self._local.lock_bytes, self._local.migrating = None, False
+        self._local.transaction = _Transaction(folders, exclusive)
 
     # -- the folders and the exclusive lock --
 
@@ -295,8 +296,8 @@ class StateStore:
         """Stamps from the lock (or from a schema-1 ``state.json`` to convert), the rest
         from the cache.  Damage is set aside with one warning and rebuilt."""
         self._recalled = None  # a full load follows a change: the kept head is stale
-        self._local.migrating = False
-        folders = self._folders
+        self._tx.migrating = False
+        folders = self._tx.folders
         if folders is None:
             return State()
         state = self._load_cache(folders)
@@ -304,7 +305,7 @@ class StateStore:
         return state
 
     def _load_lock(self, folders: Folders) -> dict[str, Derivation]:
-        self._local.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        self._tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
         if data is None:
             return self._load_legacy(folders)
         try:
@@ -314,7 +315,7 @@ class StateStore:
             return {}
         if read.damaged:
             self._set_aside(folders, folders.lock, LOCK_NAME, f"{read.damaged} line(s) are not valid stamps", kept=True)
-        elif read.merged and self._exclusive:
+        elif read.merged and self._tx.exclusive:
             self._warn(
                 f"{self.lock_path} holds merged lines ({read.merged} repeated edges or conflict markers); "
                 "took the newest stamp of each edge"
@@ -332,7 +333,7 @@ class StateStore:
             except LockError as error:
                 self._set_aside(folders, folders.lock, name, str(error))
                 continue
-            if self._exclusive:
+            if self._tx.exclusive:
                 aside = self._move_aside(folders, folders.lock, name, "merged")
                 self._warn(f"merged {folders.lock_path / name} into {self.lock_path}; the copy is kept as {aside}")
         return copies
@@ -350,7 +351,7 @@ class StateStore:
             reason = str(error) if isinstance(error, _Corrupt) else "it is not valid provgraph state"
             self._set_aside(folders, folders.state, LEGACY_NAME, reason)
             return {}
-        self._local.migrating = self._exclusive
+        self._tx.migrating = self._tx.exclusive
         return derivations
 
     def _load_cache(self, folders: Folders) -> State:
@@ -376,7 +377,7 @@ class StateStore:
         unexpected is left to ``load``, which reads it all and sets an
         unreadable file aside.
         """
-        folders = self._folders
+        folders = self._tx.folders
         if folders is None or folders.state < 0:
             return None
         try:
@@ -402,7 +403,7 @@ class StateStore:
     def lock_unchanged(self, seal: LockSeal | None) -> bool:
         """True when the lock is the one the cache was written with: same metadata, old
         enough that equal metadata proves equal content, or else the same bytes."""
-        folders = self._folders
+        folders = self._tx.folders
         if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
         try:
@@ -430,7 +431,7 @@ class StateStore:
 
     def _set_aside(self, folders: Folders, source: int, name: str, reason: str, *, kept: bool = False) -> None:
         """Move a damaged file into the state folder, unchanged, and say so in one line."""
-        if not self._exclusive:
+        if not self._tx.exclusive:
             return
         where = (folders.lock_path if source == folders.lock else folders.state_path) / name
         aside = self._move_aside(folders, source, name, "corrupt")
@@ -450,17 +451,17 @@ class StateStore:
         """Write the lock when a stamp or a date changed, then the cache; a converted
         ``state.json`` is set aside only once both are written."""
         self._recalled = None
-        folders = self._folders
-        if folders is None or not self._exclusive:
+        folders = self._tx.folders
+        if folders is None or not self._tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
-        data = _lock_bytes(state.derivations, self._lock_bytes is not None)
-        if data is not None and data != self._lock_bytes:
+        data = _lock_bytes(state.derivations, self._tx.lock_bytes is not None)
+        if data is not None and data != self._tx.lock_bytes:
             self._write(folders, folders.lock, LOCK_NAME, [data], "write the lock file")
-            self._local.lock_bytes = data
+            self._tx.lock_bytes = data
         seal = self._seal(folders, data)
         self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), seal), "write")
-        if self._migrating:
-            self._local.migrating = False
+        if self._tx.migrating:
+            self._tx.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
             self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
 
