@@ -10,9 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from provgraph import Memory
-from provgraph.lockfile import decode_lock
+from provgraph.lockfile import Record, decode_lock, encode_lock
+from provgraph.model import Stamp
 
 
 @pytest.fixture
@@ -168,3 +171,48 @@ def test_a_copied_cache_of_another_path_is_not_used(machines, clock, tmp_path) -
     report = Memory(elsewhere).refresh(now=clock.advance(days=1))
     assert {entry.path for entry in report.stale} == {"profile.md", "digest.md", "summary.md"}
     assert json.loads((elsewhere / ".provgraph" / "cache.json").read_bytes())["root"] == str(elsewhere)
+
+
+# -- the codec, for any stamps ---------------------------------------------------------------------
+
+_NAMES = st.sampled_from(["a.md", "b.md", "notes/c.md", "ü d.md", "e\u2028f.md", "g\x85.md", 'q"uote.md'])
+_SHA = st.one_of(st.none(), st.sampled_from(["0" * 64, "f" * 64, "0123456789abcdef" * 4]))
+_TIME = st.integers(0, 4_000_000_000).map(float) | st.floats(0, 4e9, allow_nan=False)
+_RECORD = st.builds(
+    Record,
+    _NAMES,
+    _NAMES,
+    st.builds(Stamp, _SHA, _TIME, st.none() | _TIME),
+    st.none() | st.sampled_from(["2026-11-10", "yesterday"]),
+)
+
+
+def _table(records: list[Record]) -> dict:
+    """What a lock of these records must load as: one record per edge, the last one written."""
+    return {(record.derived, record.source): record for record in records}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_RECORD, max_size=12))
+def test_any_lock_loads_back_equal_and_encodes_to_the_same_bytes(records: list[Record]) -> None:
+    table = _table(records)
+    data = encode_lock(table.values())
+    read = decode_lock(data)
+    assert read.records == table and read.merged == read.damaged == 0
+    assert encode_lock(read.records.values()) == data
+    assert encode_lock(reversed(list(table.values()))) == data
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_RECORD, max_size=10), st.lists(_RECORD, max_size=10), st.randoms(use_true_random=False))
+def test_any_interleaving_of_two_locks_loads_the_newest_stamp_of_each_edge(ours, theirs, random) -> None:
+    mine, other = _table(ours), _table(theirs)
+    lines = encode_lock(mine.values()).splitlines(keepends=True) + encode_lock(other.values()).splitlines(keepends=True)
+    random.shuffle(lines)
+    read = decode_lock(b"".join(lines))
+    assert set(read.records) == set(mine) | set(other)
+    for key, record in read.records.items():
+        candidates = [table[key] for table in (mine, other) if key in table]
+        assert record.stamp.stamped_at == max(candidate.stamp.stamped_at for candidate in candidates)
+    assert read.damaged == 0
+    assert read == decode_lock(b"".join(sorted(lines)))  # the order of the lines never matters

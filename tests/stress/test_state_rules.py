@@ -209,6 +209,29 @@ def test_a_reader_answers_while_a_suspended_provgraph_holds_the_lock(root: Path)
         suspended.stdout.close()
 
 
+def test_the_middleware_answers_within_a_bounded_wait_while_another_process_holds_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
+    monkeypatch.setenv("PROVGRAPH_NOW", NOW.isoformat())
+    memory = tmp_path / "work" / "Memory"
+    _lineage(memory)
+    assert_clean(provgraph("status", memory), 0)
+    write(memory, "a.md", "a changed\n")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, memory / ".provgraph" / "flock"], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        prompt = asyncio.run(ProvenanceMiddleware(workdir=str(tmp_path / "work")).on_system_prompt(None, "prompt"))
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert prompt.startswith("prompt") and "- d.md: source(s) changed since derived" in prompt
+
+
 def test_a_stamp_reports_a_held_lock_as_one_error_line(
     held: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
