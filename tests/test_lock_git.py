@@ -117,6 +117,23 @@ def test_a_clone_that_pulls_a_stamp_reports_what_the_stamping_clone_reports(clon
     assert git(b.path, "status", "--porcelain") == ""  # reading the lock does not rewrite it
 
 
+def test_check_and_why_work_from_a_plain_clone(clones, run) -> None:
+    """CI: a fresh clone holds the lock and no cache; ``check`` fails on what is stale and
+    ``why`` finds the memory root by its lock."""
+    a, b = clones
+    a.write("facts.md", "The user moved to Paris.\n")
+    a.provgraph("status", "memory", now=START + timedelta(days=1))
+    a.commit("facts moved")
+    git(a.path, "push", "-q")
+    git(b.path, "pull", "-q")
+    (b.memory / "MEMORY.md").unlink()
+
+    code, out, _ = run("why", "memory/summary.md", cwd=b.path, now=START + timedelta(days=2))
+    assert code == 0 and "facts.md changed on 2026-11-11" in out
+    code, out, _ = run("check", "memory", cwd=b.path, now=START + timedelta(days=2))
+    assert code == 1 and "summary.md" in out and "profile.md" in out
+
+
 def test_stamps_of_different_files_on_two_clones_merge_without_conflict(clones) -> None:
     a, b = clones
     _edit_and_share(a, b, "facts.md", "The user moved to Paris.\n", START + timedelta(days=1))
