@@ -255,7 +255,8 @@ class StateStore:
             raise StateError(
                 self.state_path,
                 f"{error.filename or self.state_path} is not a real folder (a symlink or a file): provgraph keeps "
-                "its state only in a folder of its own (--state names that folder)",
+                "its state only in a folder of its own (--state names that folder; for a state.json of an earlier "
+                "version, the folder that holds it)",
             ) from error
         except OSError as error:
             raise StateError(self.state_path, _cannot("use the state folder", self.state_path, error)) from error

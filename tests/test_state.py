@@ -295,17 +295,11 @@ def test_state_set_aside_twice_keeps_both_copies(lived, memory, clock, capsys) -
 # -- a schema-1 state file is converted ----------------------------------------------------------
 
 
-def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(lived, memory, clock, capsys):
-    expected = lived.refresh(now=clock.advance(days=1))
-    derivations = loaded(lived).derivations
-    legacy = {
+def _schema_1(derivations) -> dict:
+    """A state file as provgraph wrote it before the lock (only what conversion reads)."""
+    return {
         "format": "provgraph-state",
         "version": 1,
-        "scan_started_ns": 0,
-        "walk_problems": [],
-        "listing": "",
-        "watched": [],
-        "report": None,
         "derivations": {
             path: {
                 "derived_at": derivation.derived_at,
@@ -316,9 +310,13 @@ def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(liv
             }
             for path, derivation in derivations.items()
         },
-        "seen": {},
-        "refused": {},
     }
+
+
+def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(lived, memory, clock, capsys):
+    expected = lived.refresh(now=clock.advance(days=1))
+    derivations = loaded(lived).derivations
+    legacy = _schema_1(derivations)
     lived.lock_path.unlink()
     shutil.rmtree(lived.state_path)
     lived.state_path.mkdir()
@@ -454,3 +452,58 @@ def test_one_memory_shared_by_threads_loses_no_stamp(memory, clock) -> None:
         thread.join()
     assert failures == []
     assert shared.refresh(now=clock.advance(days=1)).stale == ()
+
+
+def test_a_state_json_given_with_state_points_to_its_folder_and_is_converted(lived, memory, clock, tmp_path) -> None:
+    """``--state`` used to name the state file; it names its folder now, and the file there
+    is converted on first use."""
+    legacy = tmp_path / "kept" / "state.json"
+    legacy.parent.mkdir()
+    derivations = loaded(lived).derivations
+    legacy.write_bytes(orjson.dumps(_schema_1(derivations)))
+    with pytest.raises(StateError, match="the folder that holds it"):
+        memory.open(state=legacy).refresh(now=clock.now)
+    converted = memory.open(state=legacy.parent)
+    converted.refresh(now=clock.now)
+    assert loaded(converted).derivations == derivations
+
+
+WRITTEN_BY_0_1 = (
+    b'{"format":"provgraph-state","version":1,"scan_started_ns":1796120495401827589,"walk_problems":[],"li'
+    b'sting":"f86d312689099dbec4c80c9d33338ac26a8b2c90d49071095b3ac8817c5c499e","watched":[["gone.md",null'
+    b']],"report":{"root":"/tmp/v1demo","files":3,"edges":[["profile.md","digest.md","clean",1794301200.0,'
+    b'null,null],["facts.md","profile.md","changed",1794301200.0,1794470400.0,null],["gone.md","profile.md'
+    b'","missing",1794301200.0,1794301200.0,null]],"cycles":[],"problems":[]},"derivations":{"digest.md":{'
+    b'"derived_at":null,"stamps":{"profile.md":["987d4ffed1003613551e5ff756a2cccd129eb869ba79222ab7ef246ca'
+    b'ab0ebcb",1794301200.0,null]}},"profile.md":{"derived_at":"2026-11-10","stamps":{"facts.md":["2d27fbd'
+    b'f4e8ca207afbfa388ca9172fbcc6c70e534af2476b3b704f87debadcf",1794301200.0,1794470400.0],"gone.md":[nul'
+    b'l,1794301200.0,1794301200.0]}}},"seen":{"digest.md":[33,1796120492001518952,1796120492001518952,2179'
+    b'004,"a41b29862bc519c1742fc7ec2aca70d0aa7ac3430c6bcdd5de9c9712e64f487b",[["profile.md"],null,[]]],"fa'
+    b'cts.md":[3,1794470400000000000,1796120492135429553,2179000,"81db67b6a5702b9b68f0016f061c409bf3fb16d0'
+    b'62fc854d1b424bb4e9c28c56",[]],"profile.md":[63,1796120492001518952,1796120492001518952,2179002,"987d'
+    b'4ffed1003613551e5ff756a2cccd129eb869ba79222ab7ef246caab0ebcb",[["facts.md","gone.md"],"2026-11-10",['
+    b']]]},"refused":{}}'
+)
+"""``.provgraph/state.json`` as provgraph 0.1 wrote it for the folder below: facts.md changed
+on 2026-11-12, gone.md missing since 2026-11-10 (the stat cache in it belongs to another disk)."""
+
+
+def test_a_state_json_written_by_the_previous_version_gives_the_same_answer(memory, clock) -> None:
+    memory.write("facts.md", "v2\n")
+    memory.write("profile.md", derived_from="facts.md, gone.md", derived_at="2026-11-10")
+    memory.write("digest.md", derived_from="profile.md")
+    memory.write_bytes(".provgraph/state.json", WRITTEN_BY_0_1)
+
+    report = memory.open().refresh(now=clock.now)
+
+    changed, missing = 1794470400.0, 1794301200.0  # 2026-11-12 08:00 and 2026-11-10 09:00 UTC
+    assert {
+        entry.path: (entry.since, {(cause.source, cause.kind.value, cause.since) for cause in entry.causes})
+        for entry in report.stale
+    } == {
+        path: (missing, {("facts.md", "changed", changed), ("gone.md", "missing", missing)})
+        for path in ("profile.md", "digest.md")
+    }
+    assert [path.name.split("-")[0] for path in (memory.root / ".provgraph").iterdir() if "migrated" in path.name] == [
+        "state.json.migrated"
+    ]
