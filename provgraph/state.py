@@ -308,7 +308,7 @@ class StateStore:
     def _load_lock(self, folders: Folders) -> dict[str, Derivation]:
         self._tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
         if data is None:
-            return self._load_legacy(folders) or self._load_root_lock()
+            return self._load_legacy(folders)
         try:
             read = decode_lock(data)
         except LockError as error:
@@ -354,24 +354,6 @@ class StateStore:
             return {}
         self._tx.migrating = self._tx.exclusive
         return derivations
-
-    def _load_root_lock(self) -> dict[str, Derivation]:
-        """A ``--state`` folder without a lock starts from the memory folder's own lock, if
-        it has one (a read-only checkout of a memory whose lock is committed).  That lock
-        is only read: anything wrong with it is left to its owner."""
-        if self.folder is None:
-            return {}
-        try:
-            descriptor = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return {}
-        try:
-            data = read_file(descriptor, LOCK_NAME, self.root)
-            return {} if data is None else _derivations(decode_lock(data))
-        except (OSError, LockError):
-            return {}
-        finally:
-            os.close(descriptor)
 
     def _load_cache(self, folders: Folders) -> State:
         data = self._read(folders.state, CACHE_NAME, self.state_path) if folders.state >= 0 else None

@@ -216,22 +216,3 @@ def test_any_interleaving_of_two_locks_loads_the_newest_stamp_of_each_edge(ours,
         assert record.stamp.stamped_at == max(candidate.stamp.stamped_at for candidate in candidates)
     assert read.damaged == 0
     assert read == decode_lock(b"".join(sorted(lines)))  # the order of the lines never matters
-
-
-def test_a_state_folder_starts_from_the_lock_of_a_read_only_memory_folder(machines, clock, tmp_path) -> None:
-    """A read-only checkout of a memory whose lock is committed: ``--state DIR`` starts from
-    that lock, so it gives the answer of the clone that wrote it, and never writes the root."""
-    a, b = machines
-    (a / "facts.md").write_text("v2")
-    (b / "facts.md").write_text("v2")
-    Memory(a).refresh(now=clock.advance(days=1))
-    Memory(a).stamp(["summary.md"], now=clock.advance(days=1))
-    shutil.copy(a / "provgraph.lock", b / "provgraph.lock")
-    lock = (b / "provgraph.lock").read_bytes()
-    later = clock.advance(days=1)
-
-    report = Memory(b, state=tmp_path / "elsewhere").refresh(now=later)
-
-    assert report.stale == Memory(a).refresh(now=later).stale
-    assert {entry.path for entry in report.stale} == {"profile.md", "digest.md"}
-    assert (b / "provgraph.lock").read_bytes() == lock and not (b / ".provgraph").exists()
