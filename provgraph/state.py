@@ -538,7 +538,7 @@ _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getat
 
 def _cannot(what: str, path: Path, error: OSError) -> str:
     reason = error.strerror or type(error).__name__
-    hint = " (use --state PATH to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
+    hint = " (use --state DIR to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
     return f"cannot {what} {path}: {reason}{hint}"
 
 
