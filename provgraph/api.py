@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
@@ -25,17 +26,23 @@ from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRo
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .model import Cause, Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from .queries import Relative
-from .state import State, StateStore, listing_key
+from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, listing_key
+from .statefolder import LockBusy
 
 if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
-STATE_DIR = ".provgraph"
 DEFAULT_SOURCES_HEADING = "## Sources"
 """The heading whose links declare sources when the setting is asked for without one
 (the command line's ``--sources-heading`` alone)."""
+READ_WAIT = 2.0
+"""Seconds a refresh waits for another process's exclusive lock before it answers from
+a scan it does not save: a provgraph suspended while holding the lock (Ctrl-Z) must not
+hang every agent start."""
+WRITE_WAIT = 10.0
+"""Seconds a stamp waits for the lock before it reports it held, as one error line."""
 
 
 class RootError(Exception):
@@ -118,8 +125,12 @@ class Memory:
         elif not trust_cache:
             files.trusts_stat = False
         self.files = files
-        self.state_path = Path(state) if state is not None else self.root / STATE_DIR / "state.json"
-        self._store = StateStore(self.state_path, warn)
+        self._store = StateStore(self.root, state, warn)
+        self.state_path = self._store.state_path
+        """The folder of provgraph's own files: ``ROOT/.provgraph`` or ``state``."""
+        self.lock_path = self._store.lock_path
+        """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
+        self._warn = warn or _warn_stderr
         self._progress = progress
 
     def refresh(self, *, now: datetime | None = None) -> Report:
@@ -171,48 +182,64 @@ class Memory:
         return to_networkx(report.edges, report.stale, report.cycles)
 
     def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:
-        with self._store.locked(), _collector_paused():
-            started_ns = time.time_ns()
-            listing, walk_problems = self.files.walk()
-            walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
-            unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
-            if unchanged is not None:
-                return _with_hints(replace(unchanged, root=str(self.root), scanned_at=now), listing)
-            from .scan import scan  # the no-change path above needs neither
-            from .stamps import reconcile
+        """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
+        answers without it and saves nothing, a stamp reports it held."""
+        wait = WRITE_WAIT if restamp else READ_WAIT
+        try:
+            with self._store.locked(wait), _collector_paused():
+                return self._run(now, restamp, save=True)
+        except LockBusy as busy:
+            if restamp:
+                raise StateError(
+                    self.state_path, f"cannot stamp: the state in {self.state_path} is {busy}; try again"
+                ) from None
+        self._warn(f"the state in {self.state_path} is locked by another provgraph process; this answer is not saved")
+        with self._store.unlocked(), _collector_paused():
+            return self._run(now, restamp, save=False)
 
-            state = self._store.load()
-            racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
-            seen = state.seen if state.settings == self._settings else _without_declarations(state.seen)
-            remembered = {path: tuple(derivation.stamps) for path, derivation in state.derivations.items()}
-            snapshot = scan(
-                self.files,
-                seen,
-                racy_from_ns,
-                (listing, walk_problems),
-                self._progress,
-                remembered,
-                roots=self.roots,
-                sources_heading=self.sources_heading,
-            )
-            not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
-            if not_derived:
-                raise NotDerived(not_derived)
-            derivations, edges = reconcile(state.derivations, snapshot, now.timestamp(), restamp)
-            report = Report(
-                root=str(self.root),
-                scanned_at=now,
-                files=len(snapshot.files),
-                edges=edges,
-                stale=propagate(edges),
-                cycles=find_cycles(edges),
-                problems=snapshot.problems,
-            )
-            seen, refused = dict(snapshot.seen), dict(snapshot.refused)
-            self._store.save(
-                State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
-            )
-            return _with_hints(report, listing)
+    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
+        """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
+        started_ns = time.time_ns()
+        listing, walk_problems = self.files.walk()
+        walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
+        unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
+        if unchanged is not None:
+            return _with_hints(replace(unchanged, root=str(self.root), scanned_at=now), listing)
+        from .scan import scan  # the no-change path above needs neither
+        from .stamps import reconcile
+
+        state = self._store.load()
+        racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
+        seen = state.seen if state.settings == self._settings else _without_declarations(state.seen)
+        remembered = {path: tuple(derivation.stamps) for path, derivation in state.derivations.items()}
+        snapshot = scan(
+            self.files,
+            seen,
+            racy_from_ns,
+            (listing, walk_problems),
+            self._progress,
+            remembered,
+            roots=self.roots,
+            sources_heading=self.sources_heading,
+        )
+        not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
+        if not_derived:
+            raise NotDerived(not_derived)
+        derivations, edges = reconcile(state.derivations, snapshot, now.timestamp(), restamp)
+        report = Report(
+            root=str(self.root),
+            scanned_at=now,
+            files=len(snapshot.files),
+            edges=edges,
+            stale=propagate(edges),
+            cycles=find_cycles(edges),
+            problems=snapshot.problems,
+        )
+        seen, refused = dict(snapshot.seen), dict(snapshot.refused)
+        if save:
+            state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
+            self._store.save(state)
+        return _with_hints(report, listing)
 
     def _unchanged(self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]) -> Report | None:
         """The last result when no file it depends on can have changed, else None.
@@ -225,7 +252,12 @@ class Memory:
         if not self.files.trusts_stat:
             return None
         recall = self._store.recall()
-        if recall is None or walk_problems != recall.walk_problems or recall.settings != self._settings:
+        if (
+            recall is None
+            or walk_problems != recall.walk_problems
+            or recall.settings != self._settings
+            or not self._store.lock_unchanged(recall.lock)
+        ):
             return None
         limit = recall.scan_started_ns - RACY_WINDOW_NS
         if _newest(listing.values()) >= limit or listing_key(listing) != recall.listing:
@@ -322,11 +354,16 @@ def _clock(now: datetime | None) -> datetime:
 
 
 def find_root(path: str | os.PathLike[str]) -> Path | None:
-    """The nearest folder at or above ``path`` that holds ``.provgraph/`` or ``MEMORY.md``."""
+    """The nearest folder at or above ``path`` that holds ``provgraph.lock``, ``.provgraph/``
+    or ``MEMORY.md`` (a plain clone has the lock and no cache)."""
     current = Path(path).absolute()
     if not current.is_dir():
         current = current.parent
     for folder in (current, *current.parents):
-        if (folder / STATE_DIR).is_dir() or (folder / "MEMORY.md").is_file():
+        if (folder / LOCK_NAME).is_file() or (folder / STATE_DIR).is_dir() or (folder / "MEMORY.md").is_file():
             return folder
     return None
+
+
+def _warn_stderr(message: str) -> None:
+    print(f"provgraph: warning: {message}", file=sys.stderr)

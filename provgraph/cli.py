@@ -21,7 +21,7 @@ import orjson
 
 from . import __version__
 from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, RootError, find_root
-from .model import Report
+from .model import Problem, ProblemKind, Report
 from .state import StateError
 
 if TYPE_CHECKING:
@@ -76,13 +76,24 @@ def _status(options: argparse.Namespace) -> int:
 
 
 def _check(options: argparse.Namespace) -> int:
+    """Exit 1 on a stale file, a cycle, or (unless ``--allow-broken``) a declaration that
+    could not be read: a typo in ``derived_from`` must not pass CI quietly."""
     from .render import status_text
 
     report = _open(options).refresh(now=_now())
-    if report.ok:
+    if report.ok and (options.allow_broken or not broken_declarations(report)):
         return EXIT_OK
     sys.stdout.write(status_text(report))
     return EXIT_STALE
+
+
+BROKEN = frozenset({ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY})
+"""Problems that mean a declaration says something provgraph cannot follow."""
+
+
+def broken_declarations(report: Report) -> tuple[Problem, ...]:
+    """The problems that make ``check`` fail unless ``--allow-broken`` is given."""
+    return tuple(problem for problem in report.problems if problem.kind in BROKEN)
 
 
 def _why(options: argparse.Namespace) -> int:
@@ -281,7 +292,9 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
         for file in files:
             found = find_root(Path(file).absolute().parent if not Path(file).is_dir() else file)
             if found is None:
-                raise UsageError(f"no memory root above {file} (no .provgraph/ or MEMORY.md); pass --root")
+                raise UsageError(
+                    f"no memory root above {file} (no provgraph.lock, .provgraph/ or MEMORY.md); pass --root"
+                )
             roots.add(found)
     if len(roots) > 1:
         raise UsageError("the files belong to different memory roots: " + ", ".join(sorted(map(str, roots))))
@@ -313,7 +326,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--state", metavar="PATH", help="state file (default: ROOT/.provgraph/state.json)")
+    common.add_argument(
+        "--state",
+        metavar="DIR",
+        help="folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, "
+        "the cache in ROOT/.provgraph/)",
+    )
     common.add_argument(
         "--sources-heading",
         nargs="?",
@@ -342,7 +360,15 @@ def _parser() -> argparse.ArgumentParser:
     status = command("status", _status, "scan, update state, report stale files, cycles and problems")
     rooted(status)
     status.add_argument("--json", action="store_true", help="one JSON object (schema version 2)")
-    rooted(command("check", _check, "exit 1 if any derived file is stale or any cycle exists (quiet otherwise)"))
+    check = command(
+        "check", _check, "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)"
+    )
+    rooted(check)
+    check.add_argument(
+        "--allow-broken",
+        action="store_true",
+        help="do not fail on bad-frontmatter or bad-entry problems (stale files and cycles still fail)",
+    )
     why = command("why", _why, "explain one file: its sources, each cause and its chain")
     why.add_argument("file", metavar="FILE")
     why.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")

@@ -73,6 +73,7 @@ class LocalFiles:
         self.trusts_stat = trusts_stat
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
+        self._own = (os.path.join(self._real_root, ".provgraph"), os.path.join(self._real_root, "provgraph.lock"))
         self._root_prefix = os.path.join(self.root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
@@ -170,10 +171,15 @@ class LocalFiles:
         return None
 
     def _resolved(self, path: str) -> str:
-        """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root."""
+        """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root.
+        provgraph's own files (its lock, its state folder) are never a source, whatever
+        link leads there: ``NotRegular``, so a stamp can never make its own lock stale."""
         real = os.path.realpath(os.path.join(self.root, *path.split("/")))
         if not self._real_inside(real):
             raise OutsideRoot(path)
+        folder, lock = self._own
+        if real in (lock, folder) or real.startswith(folder + "/"):
+            raise NotRegular(path)
         return real
 
     def stat(self, path: str) -> FileMeta | None:

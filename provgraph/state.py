@@ -1,25 +1,33 @@
-"""Persisting what provgraph remembers: stamps, the scan cache, the last result.
+"""Persisting what provgraph remembers, in two parts that age differently.
 
-The state file is JSON written with orjson, with a format name and a schema
-version.  Writes are atomic (a temporary file beside it, flush, fsync,
-rename), and every read-modify-write of a root happens under an exclusive
-lock, so concurrent processes never lose each other's stamps.  A state file
-that cannot be read back (corrupt, truncated, another version, another
-program's) is moved aside, never deleted, and provgraph starts afresh.
+The **lock** (``provgraph.lock``, see ``lockfile``) holds the stamps: portable
+facts, committed and synced with the memory.  The **cache** (``cache.json`` in
+``.provgraph/``) holds what makes a warm check cheap: what each file's stat
+said when it was read, its hash and declaration, the last result.  It means
+something on one machine only and may be deleted at any time: a scan rebuilds
+it from the files and the lock.  The cache is JSON written with orjson, with a
+format name and a schema version, and records the root and the lock it was
+written with, so it is never used for another folder or another lock.
+
+Writes are atomic (see ``statefolder``), and every read-modify-write of a root
+happens under an exclusive lock, so concurrent processes never lose each
+other's stamps.  A file that cannot be read back (corrupt, truncated, another
+version, another program's) is moved aside, never deleted, and provgraph
+starts afresh.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
-import glob
 import hashlib
+import math
 import os
 import stat
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -28,18 +36,41 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .files import RACY_WINDOW_NS
 from .lineage import propagate
+from .lockfile import LOCK_NAME, LockError, LockRead, Record, decode_lock, encode_lock, is_sync_copy, merge_reads
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
+from .statefolder import Folders, hold, open_folder, read_file, remove_temporaries, set_aside, write_file
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
     from .declarations import Declaration
     from .scan import Seen
     from .stamps import Derivation
 
-__all__ = ["FORMAT", "VERSION", "Recall", "State", "StateError", "StateStore", "listing_key"]
+__all__ = [
+    "CACHE_NAME",
+    "FORMAT",
+    "LOCK_NAME",
+    "STATE_DIR",
+    "VERSION",
+    "LockSeal",
+    "Recall",
+    "State",
+    "StateError",
+    "StateStore",
+    "listing_key",
+]
 
-FORMAT = "provgraph-state"
+FORMAT = "provgraph-cache"
 VERSION = 1
+STATE_DIR = ".provgraph"
+CACHE_NAME = "cache.json"
+FLOCK_NAME = "flock"
+"""The file whose ``flock`` is the root's exclusive lock (it holds no data)."""
+ROOT_NAME = "root"
+"""In a ``--state`` folder: the memory root it belongs to."""
+LEGACY_NAME = "state.json"
+LEGACY_FORMAT = "provgraph-state"
 
 
 class StateError(Exception):
@@ -77,12 +108,15 @@ class State:
 class Recall:
     """What the no-change check needs, read without the per-file tables.
 
-    The last result holds while the memory files listed now have exactly the
-    metadata recorded when they were last read (``listing`` is their
-    ``listing_key``), every source outside them stats as it did then
-    (``watched``), and the walk meets the same problems.
+    The last result holds while the lock is the one it was computed with
+    (``lock``), the memory files listed now have exactly the metadata
+    recorded when they were last read (``listing`` is their ``listing_key``),
+    every source outside them stats as it did then (``watched``), and the
+    walk meets the same problems.
     """
 
+    root: str
+    lock: LockSeal | None
     scan_started_ns: int
     walk_problems: tuple[Problem, ...]
     listing: str
@@ -114,63 +148,246 @@ class _Corrupt(Exception):
     pass
 
 
-class StateStore:
-    """The state file of one root, with its lock."""
+@dataclass(frozen=True, slots=True)
+class LockSeal:
+    """What the lock was when the cache was written: its metadata, the sha256 of its bytes,
+    and when this was recorded.  The last result holds only for that very lock."""
 
-    def __init__(self, path: str | os.PathLike[str], warn=None) -> None:
-        self.path = Path(path)
+    meta: FileMeta
+    sha256: str
+    recorded_ns: int
+
+
+@dataclass
+class _Transaction:
+    """What one transaction opened and read: a ``Memory`` may be used from several threads."""
+
+    folders: Folders | None = None
+    exclusive: bool = False
+    lock_bytes: bytes | None = None
+    """The lock as this transaction loaded it: it is rewritten only when it changes."""
+    migrating: bool = False
+    """A schema-1 ``state.json`` was read: set it aside once the lock is written."""
+
+
+class StateStore:
+    """The lock and the cache of one root, with the exclusive lock that guards them.
+
+    By default the lock is ``ROOT/provgraph.lock`` and the cache folder
+    ``ROOT/.provgraph/``; with ``folder`` (``--state``) both live in that folder,
+    which then records the root it belongs to.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], folder: str | os.PathLike[str] | None = None, warn=None) -> None:
+        self.root = Path(root)
+        self.folder = Path(folder) if folder is not None else None
+        self.state_path = self.folder if self.folder is not None else self.root / STATE_DIR
+        self.lock_path = (self.folder if self.folder is not None else self.root) / LOCK_NAME
+        self.cache_path = self.state_path / CACHE_NAME
         self._warn = warn or _warn_stderr
         self._recalled: tuple[bytes, Recall] | None = None
+        self._local = threading.local()
+
+    @property
+    def _tx(self) -> _Transaction:
+        """This thread's transaction (an idle one outside ``locked`` and ``unlocked``)."""
+        current = getattr(self._local, "transaction", None)
+        if current is None:
+            current = self._local.transaction = _Transaction()
+        return current
+
+    def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
+        self._local.transaction = _Transaction(folders, exclusive)
+
+    # -- the folders and the exclusive lock --
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the root's exclusive lock (blocking) for one read-modify-write."""
-        folder = self.path.parent
+    def locked(self, wait: float = 3600.0) -> Iterator[None]:
+        """Hold the root's exclusive lock for one read-modify-write, waiting at most
+        ``wait`` seconds (``LockBusy`` then)."""
+        folders = self._open(create=True)
+        assert folders is not None
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            descriptor = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise StateError(folder, _cannot("use the state folder", folder, error)) from error
+            try:
+                descriptor = hold(folders.state, FLOCK_NAME, wait)
+            except OSError as error:
+                raise StateError(self.state_path, _cannot("lock", self.state_path / FLOCK_NAME, error)) from error
+            try:
+                self._check_root(folders, write=True)
+                remove_temporaries(folders)
+                self._begin(folders, exclusive=True)
+                yield
+            finally:
+                self._begin(None, exclusive=False)
+                os.close(descriptor)
+        finally:
+            folders.close()
+
+    @contextlib.contextmanager
+    def unlocked(self) -> Iterator[None]:
+        """Read what is there without the lock (another process holds it): files are
+        replaced whole, so what is read is whole; nothing is written or set aside."""
+        folders = self._open(create=False)
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-            self._remove_leftovers()
+            if folders is not None:
+                self._check_root(folders, write=False)
+            self._begin(folders, exclusive=False)
             yield
         finally:
-            os.close(descriptor)
+            self._begin(None, exclusive=False)
+            if folders is not None:
+                folders.close()
 
-    def _remove_leftovers(self) -> None:
-        """Delete the temporary files of writers killed before their rename: every writer
-        holds the lock, so while we hold it no temporary file is in use."""
-        for leftover in self.path.parent.glob(glob.escape(self.path.name) + ".*.tmp"):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
+    def _open(self, *, create: bool) -> Folders | None:
+        """The state folder and the lock's folder, each checked to be a real folder."""
+        try:
+            if self.folder is None:
+                lock = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    state = open_folder(self.root, STATE_DIR, create=create)
+                except BaseException:
+                    os.close(lock)
+                    raise
+                return Folders(-1 if state is None else state, lock, self.state_path, self.root)
+            self._refuse_memory_tree()
+            if create:
+                self.folder.parent.mkdir(parents=True, exist_ok=True)
+            elif not self.folder.parent.is_dir():
+                return None
+            state = open_folder(self.folder.parent, self.folder.name, create=create)
+            return None if state is None else Folders(state, state, self.folder, self.folder)
+        except NotADirectoryError as error:
+            raise StateError(
+                self.state_path,
+                f"{error.filename or self.state_path} is not a real folder (a symlink or a file): provgraph keeps "
+                "its state only in a folder of its own (--state names that folder; for a state.json of an earlier "
+                "version, the folder that holds it)",
+            ) from error
+        except OSError as error:
+            raise StateError(self.state_path, _cannot("use the state folder", self.state_path, error)) from error
+
+    def _refuse_memory_tree(self) -> None:
+        """A ``--state`` folder inside the memory folder must be ``.provgraph`` or below it:
+        anywhere else provgraph could overwrite a memory file."""
+        assert self.folder is not None
+        real, real_root = os.path.realpath(self.folder), os.path.realpath(self.root)
+        own = os.path.join(real_root, STATE_DIR)
+        if _within(real, real_root) and not _within(real, own):
+            raise StateError(
+                self.folder,
+                f"--state {self.folder} lies in the memory folder {self.root}: provgraph keeps its files there "
+                f"only in {STATE_DIR}/",
+            )
+
+    def _check_root(self, folders: Folders, *, write: bool) -> None:
+        """A ``--state`` folder belongs to one memory root: it records it, and refuses another."""
+        if self.folder is None:
+            return
+        recorded = self._read(folders.state, ROOT_NAME, self.state_path)
+        if recorded is None:
+            if write:
+                self._write(folders, folders.state, ROOT_NAME, [os.fsencode(self.root)], "record the root in")
+            return
+        other = os.fsdecode(recorded)
+        if os.path.realpath(other) != os.path.realpath(self.root):
+            raise StateError(
+                self.state_path,
+                f"state folder {self.state_path} belongs to the memory folder {other}, not {self.root}: "
+                "pass another --state folder",
+            )
+
+    # -- reading --
 
     def load(self) -> State:
+        """Stamps from the lock (or from a schema-1 ``state.json`` to convert), the rest
+        from the cache.  Damage is set aside with one warning and rebuilt."""
         self._recalled = None  # a full load follows a change: the kept head is stale
-        try:
-            data = _read_regular(self.path)
-        except FileNotFoundError:
+        self._tx.migrating = False
+        folders = self._tx.folders
+        if folders is None:
             return State()
-        except OSError as error:
-            raise StateError(self.path, _cannot("read the state file", self.path, error)) from error
+        state = self._load_cache(folders)
+        state.derivations = self._load_lock(folders)
+        return state
+
+    def _load_lock(self, folders: Folders) -> dict[str, Derivation]:
+        self._tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        if data is None:
+            return self._load_legacy(folders)
+        try:
+            read = decode_lock(data)
+        except LockError as error:
+            self._set_aside(folders, folders.lock, LOCK_NAME, str(error))
+            return {}
+        if read.damaged:
+            self._set_aside(folders, folders.lock, LOCK_NAME, f"{read.damaged} line(s) are not valid stamps", kept=True)
+        elif read.merged and self._tx.exclusive:
+            self._warn(
+                f"{self.lock_path} holds merged lines ({read.merged} repeated edges or conflict markers); "
+                "took the newest stamp of each edge"
+            )
+        return _derivations(merge_reads(read, self._sync_copies(folders)))
+
+    def _sync_copies(self, folders: Folders) -> list[LockRead]:
+        """The conflict copies a sync tool left beside the lock, read like the lock and
+        merged into it; each is then moved into the state folder, kept."""
+        copies = []
+        for name in sorted(filter(is_sync_copy, _names(folders.lock))):
+            data = self._read(folders.lock, name, folders.lock_path)
+            try:
+                copies.append(decode_lock(data or b""))
+            except LockError as error:
+                self._set_aside(folders, folders.lock, name, str(error))
+                continue
+            if self._tx.exclusive:
+                aside = self._move_aside(folders, folders.lock, name, "merged")
+                self._warn(f"merged {folders.lock_path / name} into {self.lock_path}; the copy is kept as {aside}")
+        return copies
+
+    def _load_legacy(self, folders: Folders) -> dict[str, Derivation]:
+        """A schema-1 ``state.json`` from before the lock: its stamps, converted once."""
+        if folders.state < 0:
+            return {}
+        data = self._read(folders.state, LEGACY_NAME, self.state_path)
+        if data is None:
+            return {}
+        try:
+            derivations = _decode_legacy(orjson.loads(data))
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError) as error:
+            reason = str(error) if isinstance(error, _Corrupt) else "it is not valid provgraph state"
+            self._set_aside(folders, folders.state, LEGACY_NAME, reason)
+            return {}
+        self._tx.migrating = self._tx.exclusive
+        return derivations
+
+    def _load_cache(self, folders: Folders) -> State:
+        data = self._read(folders.state, CACHE_NAME, self.state_path) if folders.state >= 0 else None
+        if data is None:
+            return State()
         try:
             document = orjson.loads(data)
-            del data  # a large folder's state: the bytes and the objects need not coexist
+            del data  # a large folder's cache: the bytes and the objects need not coexist
+            if document.get("root") != os.fsdecode(self.root):
+                return State()  # the folder was copied or moved: another machine's cache
             return _decode(document)
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
-            self._set_aside(error)
+            reason = str(error) if isinstance(error, _Corrupt) else "it is not a valid provgraph cache"
+            self._set_aside(folders, folders.state, CACHE_NAME, reason)
             return State()
 
     def recall(self) -> Recall | None:
-        """The no-change part of the state, or None when there is none to trust.
+        """The no-change part of the cache, or None when there is none to trust.
 
-        The file lists that part first (up to ``derivations``), so only those
-        bytes are parsed; the last answer is kept while they are the same.
-        Anything unexpected is left to ``load``, which reads it all and sets an
+        The cache lists that part first (up to ``seen``), so only those bytes
+        are parsed; the last answer is kept while they are the same.  Anything
+        unexpected is left to ``load``, which reads it all and sets an
         unreadable file aside.
         """
+        folders = self._tx.folders
+        if folders is None or folders.state < 0:
+            return None
         try:
-            head = _read_head(self.path)
+            head = _read_head(folders.state, CACHE_NAME)
         except OSError:
             return None
         if head is None:
@@ -184,69 +401,129 @@ class StateStore:
             recall = _decode_recall(orjson.loads(head[:split] + b"}"), bytes(head[split + len(_REPORT) :]))
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
+        if recall is not None and recall.root != os.fsdecode(self.root):
+            return None
         self._recalled = (bytes(head), recall) if recall is not None else None
         return recall
 
-    def _set_aside(self, error: Exception) -> None:
-        stamp = time.strftime("%Y%m%dT%H%M%S")
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        counter = 1
-        while aside.exists():
-            counter += 1
-            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{counter}")
+    def lock_unchanged(self, seal: LockSeal | None) -> bool:
+        """True when the lock is the one the cache was written with: same metadata, old
+        enough that equal metadata proves equal content, or else the same bytes."""
+        folders = self._tx.folders
+        if folders is None or any(map(is_sync_copy, _names(folders.lock))):
+            return False
         try:
-            os.replace(self.path, aside)
-        except OSError as move_error:
-            raise StateError(
-                self.path, _cannot("move the unreadable state file aside", self.path, move_error)
-            ) from error
-        reason = str(error) if isinstance(error, _Corrupt) else "it is not valid provgraph state"
-        self._warn(f"state file {self.path} could not be read ({reason}); kept as {aside.name}, starting afresh")
+            info = os.stat(LOCK_NAME, dir_fd=folders.lock, follow_symlinks=False)
+        except FileNotFoundError:
+            return seal is None
+        except OSError:
+            return False
+        if seal is None or not stat.S_ISREG(info.st_mode):
+            return False
+        meta = FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+        if meta == seal.meta and max(meta.mtime_ns, meta.ctime_ns) < seal.recorded_ns - RACY_WINDOW_NS:
+            return True
+        try:
+            data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        except StateError:
+            return False
+        return data is not None and hashlib.sha256(data).hexdigest() == seal.sha256
+
+    def _read(self, folder: int, name: str, where: Path) -> bytes | None:
+        try:
+            return read_file(folder, name, where)
+        except OSError as error:
+            raise StateError(where / name, _cannot("read", where / name, error)) from error
+
+    def _set_aside(self, folders: Folders, source: int, name: str, reason: str, *, kept: bool = False) -> None:
+        """Move a damaged file into the state folder, unchanged, and say so in one line."""
+        if not self._tx.exclusive:
+            return
+        where = (folders.lock_path if source == folders.lock else folders.state_path) / name
+        aside = self._move_aside(folders, source, name, "corrupt")
+        rest = "the valid lines were loaded" if kept else "starting afresh"
+        self._warn(f"{where} could not be read ({reason}); kept as {aside}, {rest}")
+
+    def _move_aside(self, folders: Folders, source: int, name: str, why: str) -> Path:
+        where = (folders.lock_path if source == folders.lock else folders.state_path) / name
+        try:
+            return self.state_path / set_aside(folders, source, name, why)
+        except OSError as error:
+            raise StateError(where, _cannot("move aside", where, error)) from error
+
+    # -- writing --
 
     def save(self, state: State) -> None:
-        import tempfile  # only a write needs it
-
+        """Write the lock when a stamp or a date changed, then the cache; a converted
+        ``state.json`` is set aside only once both are written."""
         self._recalled = None
-        folder = self.path.parent
-        temporary = None
+        folders = self._tx.folders
+        if folders is None or not self._tx.exclusive:
+            raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
+        data = _lock_bytes(state.derivations, self._tx.lock_bytes is not None)
+        if data is not None and data != self._tx.lock_bytes:
+            self._write(folders, folders.lock, LOCK_NAME, [data], "write the lock file")
+            self._tx.lock_bytes = data
+        seal = self._seal(folders, data)
+        self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), seal), "write")
+        if self._tx.migrating:
+            self._tx.migrating = False
+            aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
+            self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
+
+    def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
+        if data is None:
+            return None
         try:
-            descriptor, temporary = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=folder)
-            os.fchmod(descriptor, 0o644)
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.writelines(_encoded(state))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, self.path)
-            temporary = None
-            _fsync_folder(folder)
+            info = os.stat(LOCK_NAME, dir_fd=folders.lock, follow_symlinks=False)
+        except OSError:
+            return None
+        meta = FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+        return LockSeal(meta, hashlib.sha256(data).hexdigest(), time.time_ns())
+
+    def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[bytes], what: str) -> None:
+        where = (folders.lock_path if target == folders.lock else folders.state_path) / name
+        try:
+            write_file(folders, target, name, chunks)
         except OSError as error:
-            raise StateError(self.path, _cannot("write the state file", self.path, error)) from error
-        finally:
-            if temporary is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
+            raise StateError(where, _cannot(what, where, error)) from error
 
 
-def _read_regular(path: Path) -> bytes:
-    """The state file's bytes.  Anything but a regular file there (a FIFO would block
-    forever, ``/dev/zero`` never end) is an error, found without reading it."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+def _names(folder: int) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
+    """The lock for these stamps; None when there is none and nothing to put in it (a
+    folder without derived files gets no lock)."""
+    records = [
+        Record(derived, source, stamp, derivation.derived_at)
+        for derived, derivation in derivations.items()
+        for source, stamp in derivation.stamps.items()
+    ]
+    return encode_lock(records) if records or exists else None
+
+
+def _derivations(read: LockRead) -> dict[str, Derivation]:
+    from .stamps import Derivation
+
+    return {derived: Derivation(at, stamps) for derived, (at, stamps) in read.derivations().items()}
+
+
+def _read_head(folder: int, name: str) -> bytearray | None:
+    """The cache's bytes up to its per-file tables (most of a large file), read a chunk
+    at a time; None when there is no such mark."""
+    descriptor = os.open(name, _READ_FLAGS, dir_fd=folder)
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        with os.fdopen(descriptor, "rb", closefd=False) as handle:
-            return handle.read()
-    finally:
-        os.close(descriptor)
-
-
-def _read_head(path: Path) -> bytearray | None:
-    """The state file's bytes up to its per-file tables (most of a large file), read a
-    chunk at a time; None when there is no such mark."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
+            raise OSError(errno.EINVAL, "not a regular file", name)
         head = bytearray()
         while chunk := os.read(descriptor, _HEAD_CHUNK):
             searched = max(0, len(head) - len(_TABLES) + 1)
@@ -261,20 +538,12 @@ def _read_head(path: Path) -> bytearray | None:
 
 
 _HEAD_CHUNK = 256 * 1024
-
-
-def _fsync_folder(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        descriptor = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
 def _cannot(what: str, path: Path, error: OSError) -> str:
     reason = error.strerror or type(error).__name__
-    hint = " (use --state PATH to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
+    hint = " (use --state DIR to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
     return f"cannot {what} {path}: {reason}{hint}"
 
 
@@ -286,44 +555,33 @@ def _warn_stderr(message: str) -> None:
 # Plain lists keep the file small: a state file holds one row per memory file.
 
 
-_TABLES = b',"derivations":'
-"""Where the per-file tables start in a state file, after what ``recall`` reads
+_TABLES = b',"seen":'
+"""Where the per-file tables start in the cache, after what ``recall`` reads
 (inside a JSON string a quote is always escaped, so these bytes mark the key)."""
 _REPORT = b',"report":'
 """Where the last result starts: ``recall`` parses it only once the check passed."""
 
 
-def _encoded(state: State) -> Iterator[bytes]:
+def _encoded(state: State, root: str, seal: LockSeal | None) -> Iterator[bytes]:
     """The state file's bytes, one top-level entry at a time, as ``orjson.dumps`` would
     write the whole object: a large folder's tables are never all held as lists at once."""
     yield b"{"
-    for index, (key, value) in enumerate(_entries(state)):
+    for index, (key, value) in enumerate(_entries(state, root, seal)):
         yield (b',"' if index else b'"') + key.encode() + b'":' + orjson.dumps(value)
     yield b"}"
 
 
-def _entries(state: State) -> Iterator[tuple[str, object]]:
+def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[str, object]]:
     """Each top-level entry, built only when it is written; the no-change check's part first."""
     yield "format", FORMAT
     yield "version", VERSION
+    yield "root", root
+    yield "lock", None if seal is None else [*seal.meta, seal.sha256, seal.recorded_ns]
     yield "scan_started_ns", state.scan_started_ns
     yield "settings", state.settings
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
     yield from _encode_recall(state).items()
     yield "report", None if state.report is None else _encode_report(state.report)
-    yield (
-        "derivations",
-        {
-            path: {
-                "derived_at": derivation.derived_at,
-                "stamps": {
-                    source: [stamp.sha256, stamp.stamped_at, stamp.mismatch_since]
-                    for source, stamp in derivation.stamps.items()
-                },
-            }
-            for path, derivation in state.derivations.items()
-        },
-    )
     yield (
         "seen",
         {path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()},
@@ -381,11 +639,11 @@ def _encode_report(report: Report) -> dict:
     }
 
 
-def _check_format(data: dict) -> None:
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise _Corrupt("it is not a provgraph state file")
+def _check_format(data: dict, format: str = FORMAT) -> None:
+    if not isinstance(data, dict) or data.get("format") != format:
+        raise _Corrupt(f"it is not a {format} file")
     if data.get("version") != VERSION:
-        raise _Corrupt(f"unknown state version {data.get('version')!r}, this provgraph reads version {VERSION}")
+        raise _Corrupt(f"unknown version {data.get('version')!r}, this provgraph reads version {VERSION}")
 
 
 def _decode_recall(data: dict, report: bytes) -> Recall | None:
@@ -394,6 +652,8 @@ def _decode_recall(data: dict, report: bytes) -> Recall | None:
         return None
     watched = tuple((_text(path), _decode_outcome(outcome)) for path, outcome in data["watched"])
     return Recall(
+        _text(data["root"]),
+        _decode_seal(data["lock"]),
         int(data["scan_started_ns"]),
         tuple(_decode_problem(row) for row in data["walk_problems"]),
         _text(data["listing"]),
@@ -411,16 +671,30 @@ def _decode_outcome(outcome: object) -> tuple[int, ...] | str | None:
     return tuple(int(number) for number in outcome)
 
 
-def _decode(data: dict) -> State:
+def _decode_seal(data: object) -> LockSeal | None:
+    if data is None:
+        return None
+    if not isinstance(data, list) or len(data) != 6:
+        raise _Corrupt("the lock's seal must hold its metadata, its sha256 and a time")
+    size, mtime_ns, ctime_ns, inode, sha256, recorded_ns = data
+    return LockSeal(FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode)), _text(sha256), int(recorded_ns))
+
+
+def _decode_legacy(data: dict) -> dict[str, Derivation]:
+    """The stamps of a schema-1 ``state.json``, the state file before the lock."""
     from .stamps import Derivation
 
+    _check_format(data, LEGACY_FORMAT)
+    return {
+        _text(path): Derivation(_optional_text(record["derived_at"]), _decode_stamps(record["stamps"]))
+        for path, record in data["derivations"].items()
+    }
+
+
+def _decode(data: dict) -> State:
     _check_format(data)
     # each table is taken out of the document as it is decoded, so its lists go at once
     return State(
-        derivations={
-            _text(path): Derivation(_optional_text(record["derived_at"]), _decode_stamps(record["stamps"]))
-            for path, record in data.pop("derivations").items()
-        },
         seen=_decode_seen(data.pop("seen")),
         scan_started_ns=int(data["scan_started_ns"]),
         walk_problems=tuple(_decode_problem(row) for row in data["walk_problems"]),
@@ -433,7 +707,7 @@ def _decode(data: dict) -> State:
 def _decode_stamps(stamps: dict) -> dict[str, Stamp]:
     decoded = {}
     for source, (sha, at, since) in stamps.items():
-        decoded[_text(source)] = Stamp(_optional_text(sha), float(at), None if since is None else float(since))
+        decoded[_text(source)] = Stamp(_optional_text(sha), _date(at), None if since is None else _date(since))
     return decoded
 
 
@@ -485,13 +759,25 @@ def _decode_edges(rows: list) -> tuple[Edge, ...]:
     for source, derived, status, at, since, moved_to in rows:
         if type(source) is not str or type(derived) is not str:
             raise _Corrupt("an edge must join two paths")
-        at = None if at is None else float(at)
-        since = None if since is None else float(since)
+        at = None if at is None else _date(at)
+        since = None if since is None else _date(since)
         edges.append(Edge(source, derived, status_of[status], at, since, _optional_text(moved_to)))
     return tuple(edges)
 
 
 _EDGE_STATUS = {status.value: status for status in EdgeStatus}
+
+
+_LATEST = 253402300799.0
+"""The last second of year 9999: a later (or negative) date cannot be shown."""
+
+
+def _date(value: object) -> float:
+    """Epoch seconds that a date can be made of; anything else is damage."""
+    number = float(value)  # type: ignore[arg-type]
+    if not (math.isfinite(number) and 0 <= number <= _LATEST):
+        raise _Corrupt(f"a date out of range: {value!r}")
+    return number
 
 
 def _text(value: object) -> str:

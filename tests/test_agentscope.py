@@ -163,7 +163,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {
         path.relative_to(folder).as_posix(): path.read_bytes()
         for path in sorted(folder.rglob("*"))
-        if path.is_file() and ".provgraph" not in path.parts
+        if path.is_file() and ".provgraph" not in path.parts and path.name != "provgraph.lock"
     }
 
 
@@ -208,7 +208,7 @@ def test_fresh_memory_leaves_the_prompt_byte_for_byte(workdir: Path, monkeypatch
 
     assert both.system_prompts == alone.system_prompts
     assert again.system_prompts == alone.system_prompts
-    assert (workdir / "Memory" / ".provgraph" / "state.json").is_file()  # it did look, and adopted the profile
+    assert (workdir / "Memory" / "provgraph.lock").is_file()  # it did look, and adopted the profile
 
 
 def test_stale_derived_file_is_marked_after_the_snapshot_and_its_truncation(
@@ -672,7 +672,7 @@ def test_a_remote_backend_gives_the_local_result(
     assert appended(remote_model.system_prompts[0], remote_only) == local_block
     assert remote_model.system_prompts[1] == remote_only
     assert backend.files == before  # nothing written into the sandbox
-    assert (tmp_path / "remote-state.json").is_file()
+    assert (tmp_path / "remote-state.json" / "provgraph.lock").is_file()
 
 
 def test_a_remote_failure_keeps_the_prompt_and_the_stamps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -704,7 +704,7 @@ def test_remote_state_defaults_to_the_cache_folder_keyed_by_the_memory_path(
 
     assert first.state_path == default_state_path(backend, "/sandbox/work/Memory")
     assert first.state_path.is_relative_to(tmp_path / "cache")
-    assert first.state_path.is_file()
+    assert (first.state_path / "provgraph.lock").is_file()
     assert second.state_path != first.state_path
 
 

@@ -46,7 +46,7 @@ def sandbox(tmp_path: Path) -> tuple[SandboxBackend, Path]:
 
 
 def middleware(backend, workdir: Path, tmp_path: Path, **options) -> ProvenanceMiddleware:
-    return ProvenanceMiddleware(workdir=str(workdir), backend=backend, state=tmp_path / "state.json", **options)
+    return ProvenanceMiddleware(workdir=str(workdir), backend=backend, state=tmp_path / "state", **options)
 
 
 def prompt(provenance: ProvenanceMiddleware) -> str:
@@ -128,7 +128,8 @@ def test_a_failed_listing_keeps_the_prompt_and_every_stamp(
 ) -> None:
     backend, workdir = sandbox
     provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
-    state_before = (tmp_path / "state.json").read_bytes()
+    lock = tmp_path / "state" / "provgraph.lock"
+    state_before = (snapshot(tmp_path / "state"), lock.read_bytes())
 
     backend.failing = True
     with caplog.at_level(logging.WARNING):
@@ -137,7 +138,7 @@ def test_a_failed_listing_keeps_the_prompt_and_every_stamp(
 
     assert during == ["prompt"] * 3
     assert "could not check the memory folder" in caplog.text
-    assert (tmp_path / "state.json").read_bytes() == state_before
+    assert (snapshot(tmp_path / "state"), lock.read_bytes()) == state_before
     assert MARKER in prompt(provenance).splitlines()  # not re-adopted as fresh
 
 
@@ -172,7 +173,7 @@ def test_a_listing_without_a_shell_that_fails_is_not_an_empty_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
     backend = remote_workdir()
-    provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state.json")
+    provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state")
     asyncio.run(adopt(provenance, monkeypatch))
     backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
 
@@ -229,7 +230,7 @@ def test_a_file_whose_read_hangs_in_a_backend_without_a_shell_is_abandoned(
 ) -> None:
     backend = remote_workdir()
     provenance = ProvenanceMiddleware(
-        workdir="/sandbox/work", backend=backend, state=tmp_path / "state.json", backend_timeout=0.2
+        workdir="/sandbox/work", backend=backend, state=tmp_path / "state", backend_timeout=0.2
     )
     asyncio.run(adopt(provenance, monkeypatch))
     backend.put("/sandbox/work/Memory/notes.md", "", OLD)
@@ -243,7 +244,7 @@ def test_the_agent_works_through_a_sandbox(
 ) -> None:
     backend, workdir = sandbox
     memory = memory_middleware(workdir, backend)
-    provenance = ProvenanceMiddleware.from_memory_middleware(memory, state=tmp_path / "state.json")
+    provenance = ProvenanceMiddleware.from_memory_middleware(memory, state=tmp_path / "state")
     asyncio.run(adopt(provenance, monkeypatch))
     write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
 

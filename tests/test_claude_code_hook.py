@@ -151,17 +151,17 @@ def test_reads_of_a_session_turn_into_a_suggested_declaration_never_written(simp
     assert "  derived_from: facts.md, prefs.md" in context(out).splitlines()
     assert other == (0, "", "")  # another session read nothing
     assert files_of(simple.root) == before
-    assert (simple.root / ".provgraph" / "state.claude-code-reads.json").is_file()
+    assert (simple.root / ".provgraph" / "claude-code-reads.json").is_file()
 
 
-def test_with_state_elsewhere_the_reads_live_beside_it_and_the_root_is_untouched(memory, tmp_path) -> None:
+def test_with_state_elsewhere_the_reads_live_in_that_folder_and_the_root_is_untouched(memory, tmp_path) -> None:
     memory.write("facts.md", "v1\n")
-    state = tmp_path / "elsewhere" / "state.json"
+    state = tmp_path / "elsewhere"
     hook(memory.root, tool_use("Read", memory.path("facts.md")), "--state", str(state))
     memory.write("summary.md", "Summary.\n")
     code, out, _ = hook(memory.root, tool_use("Write", memory.path("summary.md")), "--state", str(state))
     assert "  derived_from: facts.md" in context(out).splitlines()
-    assert (tmp_path / "elsewhere" / "state.claude-code-reads.json").is_file()
+    assert (tmp_path / "elsewhere" / "claude-code-reads.json").is_file()
     assert not (memory.root / ".provgraph").exists()
 
 
@@ -256,10 +256,10 @@ def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
 
 
 def test_the_session_reads_stay_bounded(tmp_path) -> None:
-    default = SessionReads.beside(tmp_path / "state.json")
+    default = SessionReads.beside(tmp_path)
     assert (default.max_sessions, default.max_reads, default.max_age) == (20, 200, 7 * 86_400)
     now = [1_000_000.0]
-    reads = SessionReads.beside(tmp_path / "state.json", max_sessions=3, max_reads=2, max_age=100, clock=lambda: now[0])
+    reads = SessionReads.beside(tmp_path, max_sessions=3, max_reads=2, max_age=100, clock=lambda: now[0])
     for session in range(5):
         for path in ("a.md", "b.md", "c.md", "a.md"):
             reads.record(f"s{session}", path)
@@ -270,13 +270,13 @@ def test_the_session_reads_stay_bounded(tmp_path) -> None:
     reads.record("s9", "z.md")
     assert reads.reads("s4") == frozenset() and reads.reads("s9") == {"z.md"}
     assert sorted(path.name for path in tmp_path.iterdir()) == [
-        "state.claude-code-reads.json",
-        "state.claude-code-reads.json.lock",
+        "claude-code-reads.json",
+        "claude-code-reads.json.lock",
     ]
 
 
 def test_an_unreadable_reads_file_only_costs_the_suggestions(tmp_path) -> None:
-    reads = SessionReads.beside(tmp_path / "state.json")
+    reads = SessionReads.beside(tmp_path)
     reads.path.write_bytes(b"\x00 not json")
     assert reads.reads("s1") == frozenset()
     reads.record("s1", "a.md")

@@ -118,12 +118,12 @@ def test_status_for_people_lists_stale_files_with_their_dates(lineage, run) -> N
     assert "loop-a.md" in out and "escape.md" in out
 
 
-def test_status_takes_a_root_argument_and_a_state_path(simple, run, tmp_path) -> None:
-    elsewhere = tmp_path / "elsewhere" / "state.json"
+def test_status_takes_a_root_argument_and_a_state_folder(simple, run, tmp_path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "state"
     code, out, err = run("status", "--json", simple.root, "--state", elsewhere, cwd=tmp_path, now=at(0))
     assert (code, err) == (0, "")
     assert json.loads(out)["root"] == str(simple.root)
-    assert elsewhere.is_file()
+    assert (elsewhere / "provgraph.lock").is_file() and (elsewhere / "cache.json").is_file()
 
 
 # -- check ---------------------------------------------------------------------------------
@@ -146,6 +146,24 @@ def test_check_exits_one_on_a_cycle(memory, run) -> None:
     code, out, _ = run("check", cwd=memory.root, now=at(0))
     assert code == 1
     assert "a.md" in out and "b.md" in out
+
+
+@pytest.mark.parametrize(
+    ("declaration", "kind"),
+    [("derived_from: {a: b}", "bad-frontmatter"), ("derived_from: https://example.com/a.md", "bad-entry")],
+)
+def test_check_fails_on_a_broken_declaration_unless_allowed(memory, run, declaration, kind) -> None:
+    memory.write("facts.md", "v1")
+    memory.write_bytes("typo.md", f"---\n{declaration}\n---\nbody\n".encode())
+    code, out, err = run("check", cwd=memory.root, now=at(0))
+    assert (code, err) == (1, "")
+    assert kind in out and "typo.md" in out
+    assert run("check", "--allow-broken", cwd=memory.root, now=at(0)) == (0, "", "")
+
+
+def test_allow_broken_still_fails_on_a_stale_file(simple, run) -> None:
+    change(simple)
+    assert run("check", "--allow-broken", simple.root, cwd=simple.root.parent, now=at(1))[0] == 1
 
 
 # -- why -----------------------------------------------------------------------------------

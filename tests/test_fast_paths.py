@@ -176,7 +176,7 @@ def test_damaged_tables_are_set_aside_at_the_next_full_scan(memory, clock, trust
     memory.write("profile.md", derived_from="facts.md")
     api = memory.open()
     api.refresh(now=clock.now)
-    state = api.state_path
+    state = api.state_path / "cache.json"
     data = state.read_bytes()
     start = data.index(b'"seen":')
     state.write_bytes(data[:start] + b'"seen":[1,2],' + data[data.index(b'"refused":') :])

@@ -129,7 +129,7 @@ def test_other_absolute_paths_of_the_folder_are_given_to_the_api(memory) -> None
     memory.write("profile.md", derived_from="/workspace/Memory/facts.md")
     plain = memory.open()
     assert sources(plain, "profile.md") == [("workspace/Memory/facts.md", EdgeStatus.MISSING)]
-    known = Memory(memory.root, state=memory.root / "aka.json", also_known_as=("/workspace/Memory/",))
+    known = Memory(memory.root, state=memory.root.parent / "aka", also_known_as=("/workspace/Memory/",))
     assert sources(known, "profile.md") == [("facts.md", EdgeStatus.CLEAN)]
 
 

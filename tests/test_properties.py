@@ -602,15 +602,18 @@ def test_saved_state_loads_back_equal_and_gives_the_same_report(scenario):
         memory.refresh(now=T0)
         apply(folder, plan, T0)
         report = memory.refresh(now=T0 + DAY)
-        loaded = StateStore(memory.state_path).load()
+        store = StateStore(folder.root)
+        with store.locked():
+            loaded = store.load()
         # the date of a stored result is not kept: a reused result gets the date of its refresh
         assert loaded == replace(saved[-1], report=replace(saved[-1].report, scanned_at=EPOCH))
         assert loaded.report == replace(report, scanned_at=EPOCH)
-        copy = StateStore(folder.root.parent / "copy.json")
-        copy.save(loaded)
-        assert copy.load() == loaded
+        copy = StateStore(folder.root, folder.root.parent / "copy")
+        with copy.locked():
+            copy.save(loaded)
+            assert copy.load() == loaded
         assert Memory(folder.root).refresh(now=T0 + DAY) == report
-        assert Memory(folder.root, state=copy.path).refresh(now=T0 + DAY) == report
+        assert Memory(folder.root, state=copy.state_path).refresh(now=T0 + DAY) == report
 
 
 # -- 6. order independence ------------------------------------------------------------------------
@@ -793,12 +796,12 @@ def test_status_json_is_identical_under_different_hash_seeds(tmp_path):
         )
         return result.stdout
 
-    status(tmp_path / "state.json", "0")
+    status(tmp_path / "state", "0")
     folder.edit("facts.md", T0)
     folder.edit("prefs.txt", T0)
     for seed in seeds:
-        shutil.copy(tmp_path / "state.json", tmp_path / f"state-{seed}.json")
-    outputs = {status(tmp_path / f"state-{seed}.json", seed) for seed in seeds}
+        shutil.copytree(tmp_path / "state", tmp_path / f"state-{seed}")
+    outputs = {status(tmp_path / f"state-{seed}", seed) for seed in seeds}
     assert len(outputs) == 1
     document_ = json.loads(outputs.pop())
     assert document_["counts"]["stale"] == len(sources) - 2 and document_["cycles"]

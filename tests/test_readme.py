@@ -62,4 +62,4 @@ def test_the_python_api_examples_run(demo_memory: Path) -> None:
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the README's own examples
     assert "digest.md" in printed.getvalue()
     assert [entry.path for entry in namespace["memory"].stale_after_editing("user-facts.md")] == []
-    assert os.path.exists("path/to/Memory/.provgraph/state.json")
+    assert os.path.exists("path/to/Memory/provgraph.lock")

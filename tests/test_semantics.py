@@ -508,7 +508,7 @@ def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
     return {
         path.relative_to(root).as_posix(): (path.read_bytes(), path.stat().st_mtime_ns)
         for path in root.rglob("*")
-        if path.is_file() and ".provgraph" not in path.parts
+        if path.is_file() and ".provgraph" not in path.parts and path != root / "provgraph.lock"
     }
 
 

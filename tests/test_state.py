@@ -1,10 +1,12 @@
-"""The state file (SPEC 4): lossless, atomic, set aside when unreadable, and kept where it is asked."""
+"""The state (SPEC 4, issue 12): a portable lock and a disposable cache, lossless,
+atomic, set aside when unreadable, and kept where it is asked."""
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -14,6 +16,7 @@ import orjson
 import pytest
 
 from provgraph import Memory, StateError
+from provgraph.lockfile import decode_lock
 from provgraph.state import State, StateStore
 
 
@@ -33,58 +36,95 @@ def lived(memory, clock) -> Memory:
     return api
 
 
-def aside_files(state_path: Path) -> list[Path]:
-    """Every file beside the state file other than the state file and its lock."""
-    own = {state_path.name, state_path.name + ".lock"}
-    return sorted(path for path in state_path.parent.iterdir() if path.name not in own)
+def loaded(api: Memory) -> State:
+    store = StateStore(api.root, None if api.state_path == api.root / ".provgraph" else api.state_path)
+    with store.locked():
+        return store.load()
+
+
+def saved_bytes(api: Memory) -> tuple[bytes, bytes]:
+    return api.lock_path.read_bytes(), (api.state_path / "cache.json").read_bytes()
+
+
+def aside_files(api: Memory) -> list[Path]:
+    """Every file in the state folder that provgraph did not write there itself."""
+    own = {"cache.json", "flock", "root", "provgraph.lock"}
+    return sorted(path for path in api.state_path.iterdir() if path.name not in own)
 
 
 # -- round trip and atomic writes ----------------------------------------------------------
 
 
 def test_state_round_trips_losslessly(lived) -> None:
-    store = StateStore(lived.state_path)
-    loaded = store.load()
-    assert loaded.derivations and loaded.seen and loaded.report is not None and loaded.report.stale
-    original = lived.state_path.read_bytes()
-    store.save(loaded)
-    assert lived.state_path.read_bytes() == original
-    assert store.load() == loaded
+    store = StateStore(lived.root)
+    with store.locked():
+        state = store.load()
+        assert state.derivations and state.seen and state.report is not None and state.report.stale
+        original = saved_bytes(lived)
+        store.save(state)
+        assert saved_bytes(lived)[0] == original[0]
+        assert store.load() == state
 
 
 def test_the_saved_report_is_the_one_returned(lived, clock) -> None:
     report = lived.refresh(now=clock.advance(days=1))
-    saved = StateStore(lived.state_path).load().report
+    saved = loaded(lived).report
     assert saved is not None
     assert dataclasses.replace(saved, scanned_at=report.scanned_at) == report
 
 
+def test_the_lock_is_sorted_text_one_edge_per_line_with_nothing_of_this_machine(lived) -> None:
+    header, *lines = lived.lock_path.read_text(encoding="utf-8").splitlines()
+    assert header.startswith("# provgraph lock 1:")
+    records = [orjson.loads(line) for line in lines]
+    assert lines == sorted(lines) and len({(row[0], row[1]) for row in records}) == len(lines)
+    assert {(row[0], row[1]) for row in records} == {(edge.derived, edge.source) for edge in lived.refresh().edges}
+    text = lived.lock_path.read_text(encoding="utf-8")
+    assert str(lived.root) not in text and str(os.stat(lived.root / "facts.md").st_ino) not in text
+
+
+def test_the_lock_is_rewritten_only_when_a_stamp_or_a_date_changes(lived, memory, clock) -> None:
+    before = os.stat(lived.lock_path)
+    memory.write("notes.md", "a new plain file")
+    memory.write("facts.md", "v3")  # already stale since day 1: the date does not move
+    os.utime(lived.root / "profile.md")
+    lived.refresh(now=clock.advance(days=1))
+    after = os.stat(lived.lock_path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    lived.stamp(["profile.md"], now=clock.advance(days=1))
+    assert os.stat(lived.lock_path).st_ino != before.st_ino
+
+
 def test_a_rebuilt_state_object_saves_the_same_bytes(lived) -> None:
-    store = StateStore(lived.state_path)
-    loaded = store.load()
-    rebuilt = State(
-        derivations=dict(loaded.derivations),
-        seen=dict(loaded.seen),
-        scan_started_ns=loaded.scan_started_ns,
-        report=loaded.report,
-        walk_problems=loaded.walk_problems,
-        settings=loaded.settings,
-    )
-    original = lived.state_path.read_bytes()
-    store.save(rebuilt)
-    assert lived.state_path.read_bytes() == original
+    store = StateStore(lived.root)
+    with store.locked():
+        state = store.load()
+        rebuilt = State(
+            derivations=dict(state.derivations),
+            seen=dict(state.seen),
+            scan_started_ns=state.scan_started_ns,
+            report=state.report,
+            walk_problems=state.walk_problems,
+            settings=state.settings,
+        )
+        original = lived.lock_path.read_bytes()
+        store.save(rebuilt)
+    assert lived.lock_path.read_bytes() == original
 
 
 def test_writes_leave_no_temporary_files(lived, clock) -> None:
     for day in range(5):
         lived.refresh(now=clock.advance(days=day))
         lived.stamp(["profile.md"], now=clock.now)
-    assert sorted(path.name for path in lived.state_path.parent.iterdir()) == ["state.json", "state.json.lock"]
+    assert sorted(path.name for path in lived.state_path.iterdir()) == ["cache.json", "flock"]
+    assert sorted(path.name for path in lived.root.iterdir() if path.is_file() and path.suffix != ".md") == [
+        "provgraph.lock"
+    ]
 
 
 def test_a_reader_always_sees_a_whole_file(lived) -> None:
-    store = StateStore(lived.state_path)
-    big = store.load()
+    store = StateStore(lived.root)
+    big = loaded(lived)
     small = State()
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -92,7 +132,9 @@ def test_a_reader_always_sees_a_whole_file(lived) -> None:
     def write() -> None:
         try:
             for round_ in range(150):
-                store.save(big if round_ % 2 else small)
+                with store.locked():
+                    store.load()
+                    store.save(big if round_ % 2 else small)
         except BaseException as error:  # noqa: BLE001 - reported by the main thread
             failures.append(error)
         finally:
@@ -102,85 +144,195 @@ def test_a_reader_always_sees_a_whole_file(lived) -> None:
     writer.start()
     reads = 0
     while not stop.is_set() or reads == 0:
-        document = orjson.loads(lived.state_path.read_bytes())
-        assert document["format"] == "provgraph-state"
+        document = orjson.loads((lived.state_path / "cache.json").read_bytes())
+        assert document["format"] == "provgraph-cache"
+        assert decode_lock(lived.lock_path.read_bytes()).damaged == 0
         reads += 1
     writer.join()
     assert not failures
-    assert aside_files(lived.state_path) == []
+    assert aside_files(lived) == []
 
 
-def test_a_failed_write_keeps_the_old_state(lived, monkeypatch) -> None:
-    original = lived.state_path.read_bytes()
+def test_a_failed_write_keeps_the_old_state(lived, clock, memory, monkeypatch) -> None:
+    original = saved_bytes(lived)
 
     def no_space(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", no_space)
     with pytest.raises(StateError) as raised:
-        StateStore(lived.state_path).save(State())
-    assert str(lived.state_path) in str(raised.value)
+        lived.stamp(["profile.md"], now=clock.advance(days=1))
+    assert str(lived.lock_path) in str(raised.value)
     assert "No space left on device" in str(raised.value)
-    assert lived.state_path.read_bytes() == original
-    assert aside_files(lived.state_path) == []
+    assert saved_bytes(lived) == original
+    assert aside_files(lived) == []
+
+
+# -- deleting the cache, deleting the lock ---------------------------------------------------
+
+
+def test_deleting_the_cache_never_changes_an_answer(lived, memory, clock) -> None:
+    memory.write("facts.md", "v3")
+    warm = lived.refresh(now=clock.advance(days=1))
+    shutil.rmtree(lived.state_path)
+    assert memory.open().refresh(now=clock.now) == warm
+
+
+def test_deleting_the_lock_is_a_fresh_start(lived, memory, clock, tmp_path) -> None:
+    lived.lock_path.unlink()
+    again = memory.open().refresh(now=clock.advance(days=1))
+    first_use = memory.open(state=tmp_path / "fresh").refresh(now=clock.now)
+    assert again.stale == first_use.stale
+    assert "facts.md" not in {cause.source for entry in again.stale for cause in entry.causes}
 
 
 # -- unreadable state is set aside ---------------------------------------------------------
 
 
-def truncated(data: bytes) -> bytes:
-    return data[: len(data) // 2]
+def truncated_line(data: bytes) -> bytes:
+    header, first, *rest = data.splitlines(keepends=True)
+    return b"".join([header, first[: len(first) // 2] + b"\n", *rest])
 
 
-def other_version(data: bytes) -> bytes:
-    return orjson.dumps({**orjson.loads(data), "version": 99})
+def out_of_range(data: bytes) -> bytes:
+    header, first, *rest = data.splitlines(keepends=True)
+    row = orjson.loads(first)
+    row[3] = 1e300
+    return b"".join([header, orjson.dumps(row) + b"\n", *rest])
 
 
-def wrong_shape(data: bytes) -> bytes:
-    return orjson.dumps({**orjson.loads(data), "derivations": [1, 2, 3]})
+def bad_sha(data: bytes) -> bytes:
+    header, first, *rest = data.splitlines(keepends=True)
+    row = orjson.loads(first)
+    row[2] = "sha"
+    return b"".join([header, orjson.dumps(row) + b"\n", *rest])
 
 
-def wrong_stamp(data: bytes) -> bytes:
-    document = orjson.loads(data)
-    document["derivations"]["profile.md"]["stamps"]["facts.md"] = "sha"
-    return orjson.dumps(document)
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: b"{not a lock at all", id="corrupt"),
+        pytest.param(lambda data: b"", id="empty"),
+        pytest.param(lambda data: data.replace(b"lock 1:", b"lock 99:"), id="unknown-version"),
+        pytest.param(lambda data: b'{"hello": "world"}', id="foreign-json"),
+        pytest.param(lambda data: b"\xff\xfe\x00binary", id="binary"),
+    ],
+)
+def test_an_unreadable_lock_is_kept_aside_and_rebuilt(lived, memory, clock, capsys, tmp_path, damage) -> None:
+    bad = damage(lived.lock_path.read_bytes())
+    lived.lock_path.write_bytes(bad)
+    capsys.readouterr()
+    report = memory.open().refresh(now=clock.advance(days=1))
+    (aside,) = aside_files(lived)
+    assert aside.read_bytes() == bad and aside.name.startswith("provgraph.lock.corrupt-")
+    warning = capsys.readouterr().err
+    assert len(warning.splitlines()) == 1
+    assert "warning" in warning and str(lived.lock_path) in warning and aside.name in warning
+    first_use = memory.open(state=tmp_path / "fresh").refresh(now=clock.now)
+    assert "profile.md" in {entry.path for entry in first_use.stale}  # missing.md never existed
+    assert report.stale == first_use.stale
+    assert {path: d.stamps for path, d in loaded(lived).derivations.items()} == {
+        path: d.stamps for path, d in loaded(memory.open(state=tmp_path / "fresh")).derivations.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(truncated_line, id="truncated-line"),
+        pytest.param(out_of_range, id="date-out-of-range"),
+        pytest.param(bad_sha, id="wrong-stamp"),
+    ],
+)
+def test_a_lock_with_damaged_lines_is_kept_aside_and_its_valid_lines_load(lived, memory, clock, capsys, damage):
+    good = lived.lock_path.read_bytes()
+    bad = damage(good)
+    lived.lock_path.write_bytes(bad)
+    capsys.readouterr()
+    memory.open().refresh(now=clock.advance(days=1))
+    (aside,) = aside_files(lived)
+    assert aside.read_bytes() == bad
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    first = orjson.loads(good.splitlines()[1])
+    damaged = (first[0], first[1])
+    kept = decode_lock(lived.lock_path.read_bytes()).records
+    before = decode_lock(good).records
+    assert {key: kept[key] for key in kept if key != damaged} == {key: before[key] for key in before if key != damaged}
+    assert kept[damaged].stamp.stamped_at == clock.epoch  # adopted again, as on first sight
 
 
 @pytest.mark.parametrize(
     "damage",
     [
         pytest.param(lambda data: b"{not json at all", id="corrupt"),
-        pytest.param(truncated, id="truncated"),
-        pytest.param(lambda data: b"", id="empty"),
-        pytest.param(other_version, id="unknown-version"),
-        pytest.param(lambda data: b'{"hello": "world"}', id="foreign-json"),
+        pytest.param(lambda data: data[: len(data) // 2], id="truncated"),
+        pytest.param(lambda data: orjson.dumps({**orjson.loads(data), "version": 99}), id="unknown-version"),
         pytest.param(lambda data: b"[1, 2, 3]", id="json-list"),
-        pytest.param(wrong_shape, id="wrong-shape"),
-        pytest.param(wrong_stamp, id="wrong-stamp"),
-        pytest.param(lambda data: b"\xff\xfe\x00binary", id="binary"),
+        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2],'), id="wrong-shape"),
     ],
 )
-def test_unreadable_state_is_kept_aside_and_rebuilt(lived, memory, clock, capsys, tmp_path, damage) -> None:
-    bad = damage(lived.state_path.read_bytes())
-    lived.state_path.write_bytes(bad)
+def test_an_unreadable_cache_is_kept_aside_and_the_answer_is_the_same(lived, memory, clock, capsys, damage) -> None:
+    cache = lived.state_path / "cache.json"
+    expected = lived.refresh(now=clock.advance(days=1))
+    bad = damage(cache.read_bytes())
+    cache.write_bytes(bad)
+    memory.write("new.md", "a change, so that the next refresh loads everything")
     capsys.readouterr()
-    report = memory.open().refresh(now=clock.advance(days=1))
-    (aside,) = aside_files(lived.state_path)
+    report = memory.open().refresh(now=clock.now)
+    (aside,) = aside_files(lived)
     assert aside.read_bytes() == bad
-    warning = capsys.readouterr().err
-    assert "warning" in warning and str(lived.state_path) in warning and aside.name in warning
-    first_use = memory.open(state=tmp_path / "fresh.json").refresh(now=clock.now)
-    assert "profile.md" in {entry.path for entry in first_use.stale}  # missing.md never existed
-    assert report.stale == first_use.stale
-    assert StateStore(lived.state_path).load().derivations == StateStore(tmp_path / "fresh.json").load().derivations
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert report.stale == expected.stale and report.edges == expected.edges
 
 
 def test_state_set_aside_twice_keeps_both_copies(lived, memory, clock, capsys) -> None:
     for attempt in (b"first damage", b"second damage"):
-        lived.state_path.write_bytes(attempt)
+        lived.lock_path.write_bytes(attempt)
         memory.open().refresh(now=clock.advance(days=1))
-    assert sorted(path.read_bytes() for path in aside_files(lived.state_path)) == [b"first damage", b"second damage"]
+    assert sorted(path.read_bytes() for path in aside_files(lived)) == [b"first damage", b"second damage"]
     assert len(capsys.readouterr().err.strip().splitlines()) == 2
+
+
+# -- a schema-1 state file is converted ----------------------------------------------------------
+
+
+def _schema_1(derivations) -> dict:
+    """A state file as provgraph wrote it before the lock (only what conversion reads)."""
+    return {
+        "format": "provgraph-state",
+        "version": 1,
+        "derivations": {
+            path: {
+                "derived_at": derivation.derived_at,
+                "stamps": {
+                    source: [stamp.sha256, stamp.stamped_at, stamp.mismatch_since]
+                    for source, stamp in derivation.stamps.items()
+                },
+            }
+            for path, derivation in derivations.items()
+        },
+    }
+
+
+def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(lived, memory, clock, capsys):
+    expected = lived.refresh(now=clock.advance(days=1))
+    derivations = loaded(lived).derivations
+    legacy = _schema_1(derivations)
+    lived.lock_path.unlink()
+    shutil.rmtree(lived.state_path)
+    lived.state_path.mkdir()
+    data = orjson.dumps(legacy)
+    (lived.state_path / "state.json").write_bytes(data)
+    capsys.readouterr()
+
+    report = memory.open().refresh(now=clock.now)
+
+    assert report.stale == expected.stale and report.edges == expected.edges
+    assert loaded(lived).derivations == derivations
+    (aside,) = aside_files(lived)
+    assert aside.name.startswith("state.json.migrated-") and aside.read_bytes() == data
+    assert "converted" in capsys.readouterr().err
+    assert not (lived.state_path / "state.json").exists()
 
 
 # -- where state lives ---------------------------------------------------------------------
@@ -190,13 +342,13 @@ def test_state_path_puts_state_elsewhere_and_never_writes_into_the_root(memory, 
     memory.write("facts.md", "v1")
     memory.write("profile.md", derived_from="facts.md")
     before = sorted(path.relative_to(memory.root) for path in memory.root.rglob("*"))
-    elsewhere = tmp_path / "state" / "nested" / "memory-state.json"
+    elsewhere = tmp_path / "state" / "nested" / "memory-state"
     api = memory.open(state=elsewhere)
     api.refresh(now=clock.now)
     memory.write("facts.md", "v2")
     assert api.refresh(now=clock.advance(days=1)).stale
     api.stamp(["profile.md"], now=clock.advance(days=1))
-    assert elsewhere.is_file()
+    assert (elsewhere / "provgraph.lock").is_file() and (elsewhere / "cache.json").is_file()
     assert sorted(path.relative_to(memory.root) for path in memory.root.rglob("*")) == before
     assert Memory(memory.root, state=elsewhere).refresh(now=clock.advance(days=1)).stale == ()
 
@@ -256,14 +408,14 @@ def test_a_read_only_state_folder_is_a_clear_state_error(read_only_root) -> None
     assert not (read_only_root.root / ".provgraph").exists()
 
 
-def test_a_read_only_state_file_folder_is_a_clear_state_error(memory, tmp_path) -> None:
+def test_a_read_only_state_folder_given_with_state_is_a_clear_state_error(memory, tmp_path) -> None:
     memory.write("profile.md", derived_from="facts.md")
     folder = tmp_path / "frozen"
     folder.mkdir()
-    assert refresh_unprivileged(memory.root, folder / "state.json") == ["ok"]
+    assert refresh_unprivileged(memory.root, folder) == ["ok"]
     folder.chmod(0o555)
     try:
-        kind, path, message = refresh_unprivileged(memory.root, folder / "state.json")
+        kind, path, message = refresh_unprivileged(memory.root, folder)
     finally:
         folder.chmod(0o755)
     assert kind == "StateError"
@@ -271,6 +423,88 @@ def test_a_read_only_state_file_folder_is_a_clear_state_error(memory, tmp_path) 
 
 
 def test_a_read_only_memory_root_works_with_state_elsewhere(read_only_root, tmp_path) -> None:
-    assert refresh_unprivileged(read_only_root.root, tmp_path / "state.json") == ["ok"]
-    assert (tmp_path / "state.json").is_file()
+    assert refresh_unprivileged(read_only_root.root, tmp_path / "state") == ["ok"]
+    assert (tmp_path / "state" / "provgraph.lock").is_file()
     assert not (read_only_root.root / ".provgraph").exists()
+
+
+def test_one_memory_shared_by_threads_loses_no_stamp(memory, clock) -> None:
+    """Each transaction keeps what it opened to itself, so threads may share a ``Memory``."""
+    for index in range(8):
+        memory.write(f"s{index}.md", "v1")
+        memory.write(f"d{index}.md", derived_from=f"s{index}.md")
+    shared = memory.open()
+    shared.refresh(now=clock.now)
+    for index in range(8):
+        memory.write(f"s{index}.md", "v2")
+    failures: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            shared.refresh(now=clock.now)
+            shared.stamp([f"d{index}.md"], now=clock.now)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert shared.refresh(now=clock.advance(days=1)).stale == ()
+
+
+def test_a_state_json_given_with_state_points_to_its_folder_and_is_converted(lived, memory, clock, tmp_path) -> None:
+    """``--state`` used to name the state file; it names its folder now, and the file there
+    is converted on first use."""
+    legacy = tmp_path / "kept" / "state.json"
+    legacy.parent.mkdir()
+    derivations = loaded(lived).derivations
+    legacy.write_bytes(orjson.dumps(_schema_1(derivations)))
+    with pytest.raises(StateError, match="the folder that holds it"):
+        memory.open(state=legacy).refresh(now=clock.now)
+    converted = memory.open(state=legacy.parent)
+    converted.refresh(now=clock.now)
+    assert loaded(converted).derivations == derivations
+
+
+WRITTEN_BY_0_1 = (
+    b'{"format":"provgraph-state","version":1,"scan_started_ns":1796120495401827589,"walk_problems":[],"li'
+    b'sting":"f86d312689099dbec4c80c9d33338ac26a8b2c90d49071095b3ac8817c5c499e","watched":[["gone.md",null'
+    b']],"report":{"root":"/tmp/v1demo","files":3,"edges":[["profile.md","digest.md","clean",1794301200.0,'
+    b'null,null],["facts.md","profile.md","changed",1794301200.0,1794470400.0,null],["gone.md","profile.md'
+    b'","missing",1794301200.0,1794301200.0,null]],"cycles":[],"problems":[]},"derivations":{"digest.md":{'
+    b'"derived_at":null,"stamps":{"profile.md":["987d4ffed1003613551e5ff756a2cccd129eb869ba79222ab7ef246ca'
+    b'ab0ebcb",1794301200.0,null]}},"profile.md":{"derived_at":"2026-11-10","stamps":{"facts.md":["2d27fbd'
+    b'f4e8ca207afbfa388ca9172fbcc6c70e534af2476b3b704f87debadcf",1794301200.0,1794470400.0],"gone.md":[nul'
+    b'l,1794301200.0,1794301200.0]}}},"seen":{"digest.md":[33,1796120492001518952,1796120492001518952,2179'
+    b'004,"a41b29862bc519c1742fc7ec2aca70d0aa7ac3430c6bcdd5de9c9712e64f487b",[["profile.md"],null,[]]],"fa'
+    b'cts.md":[3,1794470400000000000,1796120492135429553,2179000,"81db67b6a5702b9b68f0016f061c409bf3fb16d0'
+    b'62fc854d1b424bb4e9c28c56",[]],"profile.md":[63,1796120492001518952,1796120492001518952,2179002,"987d'
+    b'4ffed1003613551e5ff756a2cccd129eb869ba79222ab7ef246caab0ebcb",[["facts.md","gone.md"],"2026-11-10",['
+    b']]]},"refused":{}}'
+)
+"""``.provgraph/state.json`` as provgraph 0.1 wrote it for the folder below: facts.md changed
+on 2026-11-12, gone.md missing since 2026-11-10 (the stat cache in it belongs to another disk)."""
+
+
+def test_a_state_json_written_by_the_previous_version_gives_the_same_answer(memory, clock) -> None:
+    memory.write("facts.md", "v2\n")
+    memory.write("profile.md", derived_from="facts.md, gone.md", derived_at="2026-11-10")
+    memory.write("digest.md", derived_from="profile.md")
+    memory.write_bytes(".provgraph/state.json", WRITTEN_BY_0_1)
+
+    report = memory.open().refresh(now=clock.now)
+
+    changed, missing = 1794470400.0, 1794301200.0  # 2026-11-12 08:00 and 2026-11-10 09:00 UTC
+    assert {
+        entry.path: (entry.since, {(cause.source, cause.kind.value, cause.since) for cause in entry.causes})
+        for entry in report.stale
+    } == {
+        path: (missing, {("facts.md", "changed", changed), ("gone.md", "missing", missing)})
+        for path in ("profile.md", "digest.md")
+    }
+    assert [path.name.split("-")[0] for path in (memory.root / ".provgraph").iterdir() if "migrated" in path.name] == [
+        "state.json.migrated"
+    ]

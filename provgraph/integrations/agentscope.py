@@ -816,11 +816,12 @@ def default_state_path(backend: BackendBase, memory_path: str) -> Path:
     """Where the state of a remote memory folder is kept when no ``state=`` is given.
 
     A folder under the user's cache folder named by a hash of the backend
-    class and the memory folder's path in the backend.
+    class and the memory folder's path in the backend; it holds the lock and
+    the cache, like ``--state``.
     """
     key = f"{type(backend).__module__}.{type(backend).__qualname__}\0{memory_path}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    return _cache_home() / "provgraph" / "agentscope" / digest / "state.json"
+    return _cache_home() / "provgraph" / "agentscope" / digest
 
 
 def _cache_home() -> Path:

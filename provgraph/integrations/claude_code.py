@@ -198,9 +198,9 @@ class SessionReads:
         self._clock = clock
 
     @classmethod
-    def beside(cls, state_path: Path, **options) -> SessionReads:
-        """The reads file that goes with a state file (``state.json`` -> ``state.claude-code-reads.json``)."""
-        return cls(state_path.with_name(state_path.stem + ".claude-code-reads.json"), **options)
+    def beside(cls, state_folder: Path, **options) -> SessionReads:
+        """The reads file in provgraph's state folder (``ROOT/.provgraph`` or ``--state DIR``)."""
+        return cls(state_folder / "claude-code-reads.json", **options)
 
     def reads(self, session: str) -> frozenset[str]:
         entry = self._load().get(session)

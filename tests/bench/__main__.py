@@ -172,6 +172,7 @@ def bench_cli(workload: Workload, runs: int) -> CliResult:
 
     def cold() -> Sample:
         shutil.rmtree(workload.root / ".provgraph", ignore_errors=True)
+        (workload.root / "provgraph.lock").unlink(missing_ok=True)
         return run(status)
 
     run(hash_floor), run(stat_floor), cold()  # fill the page cache and the bytecode caches

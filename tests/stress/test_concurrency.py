@@ -1,5 +1,5 @@
 """Many processes and threads refreshing and stamping one root at once: no stamp is ever
-lost, and no reader ever sees a partial state file."""
+lost, and no reader ever sees a partial lock or cache."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from provgraph import Memory
+from provgraph.lockfile import decode_lock
 from provgraph.state import FORMAT, StateStore
 
 from .helpers import NOW, TIMEOUT, assert_clean, derived, environment, provgraph, write
@@ -27,15 +28,19 @@ ROUNDS = 3
 
 READER = """
 import sys, time, orjson
-path, seconds = sys.argv[1], float(sys.argv[2])
+from provgraph.lockfile import decode_lock
+path, lock, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
 reads, end = 0, time.monotonic() + seconds
 while time.monotonic() < end:
     try:
         data = open(path, "rb").read()
+        locked = open(lock, "rb").read()
     except FileNotFoundError:
         continue
     document = orjson.loads(data)
-    assert document["format"] == "provgraph-state", document.get("format")
+    assert document["format"] == "provgraph-cache", document.get("format")
+    read = decode_lock(locked)
+    assert read.damaged == read.merged == 0
     reads += 1
 print(reads)
 """
@@ -63,10 +68,12 @@ def _read_while(state: Path, running: threading.Event, failures: list[BaseExcept
         while running.is_set():
             try:
                 data = state.read_bytes()
+                locked = (state.parent.parent / "provgraph.lock").read_bytes()
             except FileNotFoundError:
                 continue
             document = orjson.loads(data)  # a partial file fails here
             assert document["format"] == FORMAT
+            assert decode_lock(locked).damaged == 0
 
     return read
 
@@ -76,7 +83,7 @@ def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_file
     for index in range(PAIRS):
         write(root, f"s{index}.md", "v0\n")
         write(root, f"d{index}.md", derived(f"s{index}.md"))
-    state = root / ".provgraph" / "state.json"
+    state = root / ".provgraph" / "cache.json"
     assert_clean(provgraph("status", root), 0)
 
     for round_ in range(1, ROUNDS + 1):
@@ -87,7 +94,9 @@ def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_file
         running.set()
         readers = [
             subprocess.Popen(
-                [sys.executable, "-c", READER, os.fspath(state), "2"], env=environment(), stdout=subprocess.PIPE
+                [sys.executable, "-c", READER, os.fspath(state), os.fspath(root / "provgraph.lock"), "2"],
+                env=environment(),
+                stdout=subprocess.PIPE,
             )
             for _ in range(2)
         ]
@@ -124,11 +133,13 @@ def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_file
         assert failures == []
 
         warnings: list[str] = []
-        saved = StateStore(state, warn=warnings.append).load()
+        store = StateStore(root, warn=warnings.append)
+        with store.locked():
+            saved = store.load()
         assert warnings == []
         for index in range(PAIRS):
             (stamp,) = saved.derivations[f"d{index}.md"].stamps.values()
             assert stamp.stamped_at == _moment(round_, index).timestamp(), (round_, index)
             assert stamp.sha256 == hashlib.sha256(f"v{round_}\n".encode()).hexdigest()
         assert Memory(root).refresh(now=NOW + timedelta(days=10)).stale == ()
-        assert sorted(path.name for path in state.parent.iterdir()) == ["state.json", "state.json.lock"]
+        assert sorted(path.name for path in state.parent.iterdir()) == ["cache.json", "flock"]

@@ -1,6 +1,7 @@
-"""Faults: a process killed while it writes the state, a full disk, a read-only state
-folder, a corrupt state file.  The state on disk is always the previous or the next
-whole state; errors are one line and exit 2; an unreadable state is kept and rebuilt."""
+"""Faults: a process killed while it writes the lock or the cache, a full disk, a
+read-only state folder, a corrupt lock or cache.  What is on disk is always the previous
+or the next whole file; errors are one line and exit 2; an unreadable file is kept and
+rebuilt."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -21,7 +23,8 @@ from hypothesis import strategies as st
 
 from provgraph import Memory
 from provgraph.cli import cli
-from provgraph.state import FORMAT, VERSION, State, StateStore
+from provgraph.lockfile import decode_lock
+from provgraph.state import FORMAT, State, StateStore
 
 from .helpers import (
     IS_ROOT,
@@ -51,31 +54,35 @@ def _folder(root: Path, files: int) -> None:
     write(root, "MEMORY.md", "- [d](d.md)\n")
 
 
-def _load(path: Path) -> State:
-    """The state on disk, which must be whole: loading it warns about nothing."""
+def _load(root: Path) -> State:
+    """The lock and the cache on disk, which must be whole: loading them warns about nothing."""
     warnings: list[str] = []
-    state = StateStore(path, warn=warnings.append).load()
+    store = StateStore(root, warn=warnings.append)
+    with store.locked():
+        state = store.load()
     assert warnings == []
     return state
 
 
-def _stamped_at(path: Path) -> float | None:
-    """When ``d.md`` was last stamped according to the state file (None: no state yet)."""
-    if not path.exists():
+def _stamped_at(lock: Path) -> float | None:
+    """When ``d.md`` was last stamped according to the lock (None: no lock yet)."""
+    if not lock.exists():
         return None
-    state = _load(path)
-    times = {stamp.stamped_at for stamp in state.derivations["d.md"].stamps.values()}
-    assert len(times) == 1 and len(state.derivations["d.md"].stamps) == SOURCES
+    read = decode_lock(lock.read_bytes())
+    assert read.damaged == read.merged == 0
+    times = {record.stamp.stamped_at for key, record in read.records.items() if key[0] == "d.md"}
+    assert len(times) == 1 and len(read.records) == SOURCES
     return times.pop()
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return sorted(path.name for path in folder.iterdir() if path.name not in ("state.json", "state.json.lock"))
+    """What is in the state folder besides the cache and the lock's lock file."""
+    return sorted(path.name for path in folder.iterdir() if path.name not in ("cache.json", "flock"))
 
 
 def test_kill_9_at_random_moments_leaves_the_previous_or_the_next_state(root: Path) -> None:
     _folder(root, 12_000)
-    state = root / ".provgraph" / "state.json"
+    state = root / "provgraph.lock"
     assert_clean(provgraph("stamp", root / "d.md"), 0)
     started = time.monotonic()
     assert_clean(provgraph("stamp", root / "d.md"), 0)
@@ -96,7 +103,7 @@ def test_kill_9_at_random_moments_leaves_the_previous_or_the_next_state(root: Pa
         previous = recorded
 
     assert_clean(provgraph("status", root), 0)
-    assert _leftovers(state.parent) == []  # temporaries of killed writers are cleaned up, nothing set aside
+    assert _leftovers(root / ".provgraph") == []  # temporaries of killed writers are cleaned up, nothing set aside
 
 
 PAUSE = """
@@ -110,19 +117,22 @@ def pause():
 if point == "before-sync":
     os.fsync = lambda descriptor: pause()
 elif point == "after-rename":
-    rename = os.replace
-    def replace(source, target):
-        rename(source, target)
+    rename = os.rename
+    def renamed(*args, **options):
+        rename(*args, **options)
         pause()
-    os.replace = replace
-else:  # mid-write: the temporary file holds half of the new state when the process dies
-    import tempfile
-    mkstemp = tempfile.mkstemp
+    os.rename = renamed
+else:  # mid-write: the temporary file holds half of the new lock when the process dies
+    fdopen = os.fdopen
     def half_written(*args, **options):
-        descriptor, name = mkstemp(*args, **options)
-        os.write(descriptor, b'{"format": "provgraph-state", "version": 1, "derivations": {')
-        pause()
-    tempfile.mkstemp = half_written
+        handle = fdopen(*args, **options)
+        def writelines(chunks):
+            handle.write(b"# provgraph lock 1: half\\n[\\"d.md\\", ")
+            handle.flush()
+            pause()
+        handle.writelines = writelines
+        return handle
+    os.fdopen = half_written
 
 from provgraph.cli import cli
 sys.exit(cli(*argv))
@@ -135,7 +145,7 @@ sys.exit(cli(*argv))
 def test_kill_9_at_each_step_of_a_write_leaves_a_whole_state(point: str, keeps: str, root: Path) -> None:
     """The deterministic counterpart of the random kills: the writer dies at a known step."""
     _folder(root, SOURCES)
-    state = root / ".provgraph" / "state.json"
+    state = root / "provgraph.lock"
     assert_clean(provgraph("stamp", root / "d.md"), 0)
     previous = _stamped_at(state)
     now = NOW + timedelta(days=1)
@@ -147,29 +157,31 @@ def test_kill_9_at_each_step_of_a_write_leaves_a_whole_state(point: str, keeps: 
 
     assert _stamped_at(state) == (previous if keeps == "previous" else now.timestamp())
     assert_clean(provgraph("status", root), 0)
-    assert _leftovers(state.parent) == []
+    assert _leftovers(root / ".provgraph") == []
 
 
 # -- full disk and read-only state ---------------------------------------------------------------
 
 
 def _lived(root: Path) -> Path:
-    """A root with a state file, then a change, so that the next scan must write."""
+    """A root with a lock, then a change, so that the next scan must write the lock."""
     _folder(root, SOURCES)
     assert_clean(provgraph("status", root), 0)
     write(root, "f/0.md", "changed\n")
-    return root / ".provgraph" / "state.json"
+    return root / "provgraph.lock"
 
 
 def _refuse_state_files(monkeypatch: pytest.MonkeyPatch, folder: Path, code: int, *, writes_only: bool) -> None:
-    """``os.open`` fails with ``code`` for files of ``folder``: new files only (a full disk),
-    or any open for writing (a read-only file system)."""
+    """``os.open`` fails with ``code`` for files opened in ``folder``: new files only (a full
+    disk), or any open for writing (a read-only file system)."""
     open_ = os.open
 
     def refusing(path: str | os.PathLike[str], flags: int, *args: object, **options: object) -> int:
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
-        creating = flags & os.O_CREAT and not os.path.exists(path)
-        if os.path.dirname(os.fspath(path)) == os.fspath(folder) and (creating or (writing and not writes_only)):
+        creating = flags & os.O_EXCL
+        dir_fd = options.get("dir_fd")
+        where = os.readlink(f"/proc/self/fd/{dir_fd}") if dir_fd is not None else os.path.dirname(path)
+        if where == os.fspath(folder) and (creating or (writing and not writes_only)):
             raise OSError(code, os.strerror(code), os.fspath(path))
         return open_(path, flags, *args, **options)  # type: ignore[arg-type]
 
@@ -203,7 +215,7 @@ def test_a_full_disk_is_one_error_line_and_the_old_state_is_kept(
     elif where == "handle-write":
         _fail_handle_writes(monkeypatch)
     else:
-        _refuse_state_files(monkeypatch, state.parent, errno.ENOSPC, writes_only=True)
+        _refuse_state_files(monkeypatch, root / ".provgraph", errno.ENOSPC, writes_only=True)
     monkeypatch.setenv("PROVGRAPH_NOW", NOW.isoformat())
 
     code = cli("status", str(root))
@@ -212,7 +224,7 @@ def test_a_full_disk_is_one_error_line_and_the_old_state_is_kept(
     line = assert_one_error_line(Done(code, captured.out, captured.err))
     assert os.strerror(errno.ENOSPC) in line and str(state) in line
     assert state.read_bytes() == before
-    assert _leftovers(state.parent) == []
+    assert _leftovers(root / ".provgraph") == []
 
 
 FILE_SIZE_LIMIT = """
@@ -238,9 +250,9 @@ def test_a_write_cut_short_by_the_system_is_one_error_line_and_the_old_state_is_
     )
     stderr = done.stderr.decode()
     assert done.returncode == 2 and len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
-    assert stderr.startswith("provgraph: error: cannot write the state file") and os.strerror(errno.EFBIG) in stderr
+    assert stderr.startswith("provgraph: error: cannot write the lock file") and os.strerror(errno.EFBIG) in stderr
     assert state.read_bytes() == before
-    assert _leftovers(state.parent) == []
+    assert _leftovers(root / ".provgraph") == []
 
 
 def test_a_read_only_state_folder_is_one_error_line_and_state_elsewhere_works(
@@ -248,7 +260,7 @@ def test_a_read_only_state_folder_is_one_error_line_and_state_elsewhere_works(
 ) -> None:
     state = _lived(root)
     before = state.read_bytes()
-    _refuse_state_files(monkeypatch, state.parent, errno.EROFS, writes_only=False)
+    _refuse_state_files(monkeypatch, root / ".provgraph", errno.EROFS, writes_only=False)
     monkeypatch.setenv("PROVGRAPH_NOW", NOW.isoformat())
 
     code = cli("status", str(root))
@@ -257,7 +269,7 @@ def test_a_read_only_state_folder_is_one_error_line_and_state_elsewhere_works(
     assert os.strerror(errno.EROFS) in err and "--state" in err
     assert state.read_bytes() == before
 
-    assert cli("status", "--state", str(tmp_path / "elsewhere.json"), str(root)) == 0
+    assert cli("status", "--state", str(tmp_path / "elsewhere"), str(root)) == 0
     assert state.read_bytes() == before
 
 
@@ -265,11 +277,11 @@ def test_a_read_only_state_folder_is_one_error_line_and_state_elsewhere_works(
 def test_a_state_folder_of_mode_555_is_one_error_line(root: Path) -> None:
     state = _lived(root)
     before = state.read_bytes()
-    state.parent.chmod(0o555)
+    (root / ".provgraph").chmod(0o555)
     try:
         line = assert_one_error_line(provgraph("status", root))
     finally:
-        state.parent.chmod(0o755)
+        (root / ".provgraph").chmod(0o755)
     assert os.strerror(errno.EACCES) in line and "--state" in line
     assert state.read_bytes() == before
 
@@ -278,18 +290,19 @@ def test_a_state_folder_of_mode_555_is_one_error_line(root: Path) -> None:
 
 
 def _damaged(valid: bytes) -> dict[str, bytes]:
-    document = orjson.loads(valid)
+    header, first, *rest = valid.splitlines(keepends=True)
     return {
-        "garbage": b"\x00\xff\xfe not json at all",
+        "garbage": b"\x00\xff\xfe not a lock at all",
         "truncated": valid[: len(valid) // 2],
         "empty": b"",
         "foreign": b'{"name": "another program", "version": 1}',
         "array": b"[1, 2, 3]",
-        "future-version": orjson.dumps({**document, "version": VERSION + 1}),
-        "wrong-types": orjson.dumps({**document, "derivations": "everything"}),
-        "wrong-rows": orjson.dumps({**document, "seen": {"d.md": [1, 2]}}),
-        "deep-nesting": b"[" * 100_000,
-        "huge-number": valid.replace(b'"scan_started_ns":', b'"scan_started_ns":1e999999,"x":', 1),
+        "future-version": valid.replace(b"# provgraph lock 1:", b"# provgraph lock 2:"),
+        "wrong-types": b"".join([header, b'["d.md", 3, {}, "x", [], 1]\n', *rest]),
+        "wrong-rows": b"".join([header, first[:-3] + b"]\n", *rest]),
+        "deep-nesting": b"".join([header, b"[" * 100_000 + b"\n", *rest]),
+        "huge-number": b"".join([header, first.replace(b'",1', b'",1e999999', 1), *rest]),
+        "out-of-range-date": b"".join([header, first.replace(b'",1', b'",99999999999', 1), *rest]),
     }
 
 
@@ -306,12 +319,13 @@ def _damaged(valid: bytes) -> dict[str, bytes]:
         "wrong-rows",
         "deep-nesting",
         "huge-number",
+        "out-of-range-date",
     ],
 )
-def test_a_damaged_state_file_is_kept_aside_and_rebuilt_with_one_warning(damage: str, root: Path) -> None:
+def test_a_damaged_lock_is_kept_aside_and_rebuilt_with_one_warning(damage: str, root: Path) -> None:
     _folder(root, SOURCES)
     assert_clean(provgraph("status", root), 0)
-    state = root / ".provgraph" / "state.json"
+    state = root / "provgraph.lock"
     content = _damaged(state.read_bytes())[damage]
     state.write_bytes(content)
 
@@ -319,8 +333,8 @@ def test_a_damaged_state_file_is_kept_aside_and_rebuilt_with_one_warning(damage:
 
     assert_clean(done, 0)
     (warning,) = done.stderr.splitlines()
-    assert warning.startswith(f"provgraph: warning: state file {state} could not be read")
-    (kept,) = [path for path in state.parent.iterdir() if ".corrupt-" in path.name]
+    assert warning.startswith(f"provgraph: warning: {state} could not be read")
+    (kept,) = [path for path in (root / ".provgraph").iterdir() if ".corrupt-" in path.name]
     assert kept.read_bytes() == content and kept.name in warning
     assert json.loads(done.stdout)["counts"] == {
         "files": SOURCES + 2,
@@ -329,7 +343,7 @@ def test_a_damaged_state_file_is_kept_aside_and_rebuilt_with_one_warning(damage:
         "cycles": 0,
         "problems": 0,
     }
-    assert _load(state).derivations.keys() == {"d.md"}
+    assert _load(root).derivations.keys() == {"d.md"}
 
 
 _JSON = st.recursive(
@@ -370,33 +384,37 @@ def lived_state(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     write(root, "b.md", derived("a.md", "gone.md", "../outside.md"))
     write(root, "c.md", derived("b.md", "d.md"))
     write(root, "d.md", derived("c.md"))
-    memory = Memory(root, state=root.parent / "state.json")
+    memory = Memory(root, state=root.parent / "state")
     memory.refresh(now=NOW)
     write(root, "a.md", "changed\n")
     memory.refresh(now=NOW + timedelta(days=1))
-    return root, (root.parent / "state.json").read_bytes()
+    return root, (root.parent / "state" / "cache.json").read_bytes()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_any_damage_to_a_state_document_loads_or_is_set_aside(
+def test_any_damage_to_a_cache_document_loads_or_is_set_aside(
     data: st.DataObject, lived_state: tuple[Path, bytes], tmp_path: Path
 ) -> None:
-    """Replace any one value of a real state document by any JSON value: loading never raises,
+    """Replace any one value of a real cache document by any JSON value: loading never raises,
     and whatever loads can be scanned with."""
     root, valid = lived_state
     document = orjson.loads(valid)
     where = data.draw(st.sampled_from(_paths(document)))
     damaged = _replaced(document, where, data.draw(_JSON))
-    path = tmp_path / f"state-{os.getpid()}-{time.monotonic_ns()}.json"
+    folder = tmp_path / f"state-{os.getpid()}-{time.monotonic_ns()}"
+    shutil.copytree(root.parent / "state", folder)
+    path = folder / "cache.json"
     path.write_bytes(orjson.dumps(damaged))
     warnings: list[str] = []
 
-    loaded = StateStore(path, warn=warnings.append).load()
+    store = StateStore(root, folder, warn=warnings.append)
+    with store.locked():
+        loaded = store.load()
 
     assert isinstance(loaded, State)
     assert path.exists() != bool(warnings)  # set aside exactly when it could not be read
-    report = Memory(root, state=path, warn=warnings.append).refresh(now=NOW + timedelta(days=2))
+    report = Memory(root, state=folder, warn=warnings.append).refresh(now=NOW + timedelta(days=2))
     assert report.files == 4
 
 
@@ -412,13 +430,14 @@ def test_a_state_of_another_format_is_never_overwritten_in_place(root: Path) -> 
     assert kept.read_bytes() == original
 
 
+@pytest.mark.parametrize("name", ["provgraph.lock", ".provgraph/cache.json"])
 @pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero", "folder"])
-def test_a_state_path_that_is_not_a_regular_file_is_one_error_line_not_a_hang(kind: str, root: Path) -> None:
-    """A FIFO at the state path would block a reader forever and ``/dev/zero`` never end:
-    neither is read, whoever planted it in the memory folder."""
+def test_a_state_path_that_is_not_a_regular_file_is_one_error_line_not_a_hang(kind: str, name: str, root: Path) -> None:
+    """A FIFO at the lock or the cache would block a reader forever and ``/dev/zero`` never
+    end: neither is read, whoever planted it in the memory folder."""
     write(root, "a.md", "a\n")
-    state = root / ".provgraph" / "state.json"
-    state.parent.mkdir()
+    state = root / name
+    (root / ".provgraph").mkdir()
     if kind == "fifo":
         os.mkfifo(state)
     elif kind == "folder":

@@ -427,6 +427,7 @@ def _snapshot(root: Path) -> dict[str, tuple]:
     found = {}
     for folder, folders, files in os.walk(root):
         folders[:] = [name for name in folders if name != ".provgraph"]
+        files = [name for name in files if (folder, name) != (os.fspath(root), "provgraph.lock")]
         for name in folders + files:
             path = os.path.join(folder, name)
             info = os.lstat(path)
@@ -445,7 +446,7 @@ def _snapshot(root: Path) -> dict[str, tuple]:
 
 def test_no_command_changes_anything_in_the_memory_folder(root: Path, tmp_path: Path) -> None:
     """Informational only: every command, a stamp and a rebuilt state included, leaves every
-    memory file, folder and link exactly as it was (provgraph writes only in .provgraph)."""
+    memory file, folder and link exactly as it was (provgraph writes only its lock and in .provgraph)."""
     _special_folder(root, tmp_path / "outside")
     write(root, "MEMORY.md", "- [d](d.md)\n")
     write(root, "e.md", derived("a.md"))

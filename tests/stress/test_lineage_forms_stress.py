@@ -23,7 +23,7 @@ def test_switching_the_sources_heading_reads_the_files_again(memory) -> None:
     memory.write("a.md", "A")
     memory.write("digest.md", DIGEST.replace("plan.md", "a.md"))
     files = OldFiles(memory.root)
-    state = memory.root / "state.json"
+    state = memory.root.parent / "state"
     assert Memory(memory.root, state=state, files=files).refresh(now=NOW).derived == ()
     with_heading = Memory(memory.root, state=state, files=files, sources_heading="## Sources")
     assert with_heading.refresh(now=NOW).derived == ("digest.md",)

@@ -1,0 +1,172 @@
+"""The folders provgraph writes in, opened once and then used only by name.
+
+Every file provgraph reads or writes for its own state is named relative to a
+folder descriptor that was opened with ``O_NOFOLLOW`` and checked to be a real
+folder, and opened itself with ``O_NOFOLLOW``: a symlink planted at
+``.provgraph``, at the lock or at the cache can never send a write (or a
+rename, or a delete) anywhere else.  Temporary files are created with
+``O_EXCL`` and renamed into place from one folder descriptor to the other, so
+a reader never sees a partial file and a crash leaves the old or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Folders", "LockBusy", "hold", "open_folder", "read_file", "write_file"]
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+TEMPORARY = ".tmp"
+
+
+class LockBusy(Exception):
+    """Another process holds the exclusive lock for longer than the wait allowed."""
+
+    def __init__(self, waited: float) -> None:
+        super().__init__(f"locked by another provgraph process (waited {waited:g} s)")
+        self.waited = waited
+
+
+@dataclass(frozen=True)
+class Folders:
+    """Open descriptors: ``state`` holds the cache, the lock's temporaries and what is set
+    aside (-1 when it does not exist yet); ``lock`` holds ``provgraph.lock`` (the memory
+    root, or the state folder itself)."""
+
+    state: int
+    lock: int
+    state_path: Path
+    lock_path: Path
+
+    def close(self) -> None:
+        for descriptor in {self.state, self.lock} - {-1}:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+
+
+def open_folder(parent: Path, name: str, *, create: bool) -> int | None:
+    """``parent/name`` as a real folder (never through a symlink), made when ``create``;
+    None when it does not exist and ``create`` is false.  ``NotADirectoryError`` when
+    something else is there (a symlink, a file)."""
+    parent_descriptor = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=parent_descriptor)
+        try:
+            return os.open(name, _DIRECTORY, dir_fd=parent_descriptor)
+        except FileNotFoundError:
+            if create:
+                raise
+            return None
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise NotADirectoryError(errno.ENOTDIR, "not a real folder", str(parent / name)) from None
+            raise
+    finally:
+        os.close(parent_descriptor)
+
+
+def read_file(folder: int, name: str, where: Path) -> bytes | None:
+    """The bytes of the regular file ``name``; None when there is none.  A symlink or
+    anything but a regular file there is an error, found without reading it."""
+    try:
+        descriptor = os.open(name, _READ, dir_fd=folder)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symlink, which provgraph does not follow", str(where / name)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(where / name))
+        chunks = []
+        while chunk := os.read(descriptor, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
+
+
+def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes]) -> None:
+    """Replace ``name`` in the folder ``target`` atomically: a new temporary file in the
+    state folder, written, synced, renamed over it.  Nothing is left behind on failure."""
+    temporary = f"{name}.{secrets.token_hex(6)}{TEMPORARY}"
+    descriptor = os.open(temporary, _NEW, 0o644, dir_fd=folders.state)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.writelines(chunks)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.rename(temporary, name, src_dir_fd=folders.state, dst_dir_fd=target)
+        temporary = ""
+        with contextlib.suppress(OSError):
+            os.fsync(target)
+    finally:
+        if temporary:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=folders.state)
+
+
+def set_aside(folders: Folders, source: int, name: str, suffix: str) -> str:
+    """Move ``name`` from the folder ``source`` into the state folder as
+    ``name.<suffix>-<time>``, never over another file; the new name."""
+    moment = time.strftime("%Y%m%dT%H%M%S")
+    for counter in range(1, 1000):
+        aside = f"{name}.{suffix}-{moment}" + (f"-{counter}" if counter > 1 else "")
+        try:
+            os.stat(aside, dir_fd=folders.state, follow_symlinks=False)
+        except FileNotFoundError:
+            os.rename(name, aside, src_dir_fd=source, dst_dir_fd=folders.state)
+            return aside
+    raise FileExistsError(errno.EEXIST, "too many files set aside", str(folders.state_path / name))
+
+
+def remove_temporaries(folders: Folders) -> None:
+    """Delete the temporary files of writers killed before their rename: every writer
+    holds the lock, so while it is held no temporary file is in use."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folders.state):
+            if name.endswith(TEMPORARY):
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=folders.state)
+
+
+def hold(folder: int, name: str, wait: float) -> int:
+    """Take the exclusive lock on ``name`` (a regular file, made if needed), waiting at
+    most ``wait`` seconds; the descriptor that holds it.  ``LockBusy`` after that."""
+    try:
+        descriptor = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symlink, which provgraph does not follow", name) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", name)
+        deadline = time.monotonic() + wait
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return descriptor
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockBusy(wait) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+    except BaseException:
+        os.close(descriptor)
+        raise
