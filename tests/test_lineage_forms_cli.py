@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from conftest import PROVGRAPH
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -243,3 +247,22 @@ def test_repair_order_puts_direct_files_first_then_nearest(items: list[tuple[boo
     keys = [(not entry.direct, len(entry.causes[0].via), entry.since) for entry in ordered]
     assert keys == sorted(keys)
     assert _report(stale).stale == stale  # the report itself stays sorted by path for status and JSON
+
+
+def test_the_prompts_list_them_all_command_works_pasted_and_keeps_the_heading(tmp_path, run) -> None:
+    """The block's last line names a command that lists every stale file, read as the block was."""
+    root = tmp_path / "my memory" / "it's"
+    root.mkdir(parents=True)
+    (root / "daily.md").write_text("Rotate keys monthly.\n")
+    for name in ("a", "b", "c"):
+        (root / f"{name}.md").write_text(f"# {name}\n\n## Sources\n\n- [[daily]]\n")
+    assert run("prompt", root, "--sources-heading", cwd="/", now="2024-03-01T12:00:00+00:00") == (0, "", "")
+    (root / "daily.md").write_text("Rotate keys daily.\n")
+
+    code, out, _ = run("prompt", root, "--max-lines", "1", "--sources-heading", cwd="/", now=LATER)
+
+    [command] = re.findall(r"run `(provgraph status [^`]*)` to list them all", out)
+    shell = {**os.environ, "PATH": f"{PROVGRAPH.parent}:{os.environ['PATH']}", "PROVGRAPH_NOW": LATER}
+    done = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=shell, capture_output=True, text=True)
+    assert (code, done.returncode, done.stderr) == (0, 0, "")
+    assert done.stdout.startswith("4 memory files, 3 derived, 3 stale, 0 cycles, 0 problems")
