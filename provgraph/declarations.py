@@ -55,12 +55,16 @@ _ITEM = re.compile(r"( *)- (.*)")
 _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 _WIKI = re.compile(r"!?\[\[([^\[\]\n]+)\]\]")
 _WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
-_INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?derived_from::(.*)")
+_INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?([*~`]{0,2})derived_from\1::(.*)")
+"""A whole-line field; Dataview lets Markdown emphasis wrap its key (``**derived_from**::``)."""
+_FIELD = re.compile(r"derived_from[*~`]{0,2}::")
+_FIELD_BYTES = re.compile(_FIELD.pattern.encode())
 _BRACKETED = re.compile(r"[\[(]derived_from::")
 _BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
 _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
+_FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +155,32 @@ def _parse(text: str) -> Declaration:
     lines = text.splitlines()
     top = _parse_lines(lines, text)
     nested = _metadata_lines(lines) if "metadata:" in text else None
-    if nested is None:
+    if nested is not None:
+        inner = _parse_lines(nested, "\n".join(nested))
+    elif _FLOW_METADATA.search(text):
+        inner = _flow_metadata(text)
+    else:
         return top
-    inner = _parse_lines(nested, "\n".join(nested))
     return Declaration(
         top.entries + inner.entries,
         top.derived_at if top.derived_at is not None else inner.derived_at,
         top.problems + inner.problems,
     )
+
+
+def _flow_metadata(text: str) -> Declaration:
+    """``metadata: {type: user, derived_from: [a.md]}``: a flow mapping, which only YAML reads."""
+    parsed = _yaml_mapping(text)
+    metadata = parsed.get("metadata") if parsed is not None else None
+    if not isinstance(metadata, dict):
+        return NOTHING
+    at = metadata.get("derived_at")
+    derived_at = str(at) if at is not None and str(at) else None
+    try:
+        entries = _entries_from_value(metadata.get("derived_from"), text)
+    except _NotStrings as error:
+        return _wrong_type(error, derived_at)
+    return Declaration(entries=entries, derived_at=derived_at)
 
 
 def _metadata_lines(lines: list[str]) -> list[str] | None:
@@ -186,16 +208,20 @@ def _parse_lines(lines: list[str], text: str) -> Declaration:
     try:
         entries = _entries(key_lines, text)
     except _NotStrings as error:
-        detail = f"derived_from must be a string or a list of strings, not {error}"
-        return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
+        return _wrong_type(error, derived_at)
     return Declaration(entries=entries, derived_at=derived_at)
+
+
+def _wrong_type(error: _NotStrings, derived_at: str | None) -> Declaration:
+    detail = f"derived_from must be a string or a list of strings, not {error}"
+    return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
 
 
 def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[str, ...]:
     """Entries the body (``head`` from ``start``) declares: ``derived_from::`` fields, and
     the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
-    if head.find(b"derived_from::", start) < 0 and (wanted is None or head.find(wanted, start) < 0):
+    if _FIELD_BYTES.search(head, start) is None and (wanted is None or head.find(wanted, start) < 0):
         return ()
     entries: list[str] = []
     section: int | None = None
@@ -203,7 +229,7 @@ def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[st
         heading = _HEADING.match(line)
         if heading is not None:
             section = _section_after(len(heading.group(1)), line, section, sources_heading)
-        elif "derived_from::" in line:
+        elif "derived_from" in line and _FIELD.search(line):
             entries += _inline_entries(line)
         elif section is not None:
             entries += [link for link in _BODY_LINK.findall(line) if not _URL.match(_link_target(link))]
@@ -232,7 +258,7 @@ def _inline_entries(line: str) -> list[str]:
     """``derived_from:: a, b`` as a whole line (after an optional list or quote mark),
     or Dataview's ``[derived_from:: a]`` and ``(derived_from:: a)`` anywhere in it."""
     whole = _INLINE.fullmatch(line)
-    values = [whole.group(1)] if whole is not None else _bracketed_values(line)
+    values = [whole.group(2)] if whole is not None else _bracketed_values(line)
     return [entry for value in values for entry in _split(value.strip())]
 
 

@@ -126,6 +126,8 @@ def test_wiki_links_that_cannot_be_honoured_are_problems(value: str, kind: Probl
             id="not-yaml",
         ),
         pytest.param(["derived_from: a.md", "metadata:", "  derived_from: b.md"], id="merged-with-the-top"),
+        pytest.param(["metadata: {type: user, derived_from: [a.md, b.md]}"], id="flow-mapping"),
+        pytest.param(["metadata: {derived_from: [[[a]], [[b]]]}", "name: x"], id="flow-mapping-wiki-links"),
     ],
 )
 def test_derived_from_under_metadata_counts_as_at_the_top(lines: list[str]) -> None:
@@ -139,8 +141,14 @@ def test_derived_at_under_metadata_counts_too() -> None:
     assert read_declaration(text.encode()).derived_at == "2026-11-12"
 
 
-def test_a_wrong_type_under_metadata_is_a_problem() -> None:
-    assert declared(frontmatter("metadata:", "  derived_from: 42")) == ((), [ProblemKind.BAD_FRONTMATTER])
+def test_derived_at_in_a_metadata_flow_mapping_counts_too() -> None:
+    text = frontmatter("metadata: {derived_from: a.md, derived_at: 2026-11-10}")
+    assert read_declaration(text.encode()).derived_at == "2026-11-10"
+
+
+@pytest.mark.parametrize("metadata", ["metadata:\n  derived_from: 42", "metadata: {derived_from: 42}"])
+def test_a_wrong_type_under_metadata_is_a_problem(metadata: str) -> None:
+    assert declared(frontmatter(metadata)) == ((), [ProblemKind.BAD_FRONTMATTER])
 
 
 def test_a_nested_mapping_other_than_metadata_declares_nothing() -> None:
@@ -157,6 +165,19 @@ def test_an_inline_field_declares_sources_without_frontmatter() -> None:
 def test_inline_fields_merge_with_the_frontmatter() -> None:
     text = frontmatter("derived_from: a.md", body="Text.\n- derived_from:: [[notes/b.md]]\n")
     assert declared(text) == (BOTH, [])
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["**derived_from**:: [[a]], [[b]]", "- *derived_from*:: [[a]], [[b]]", "> `derived_from`:: [[a]], [[b]]"],
+    ids=["bold", "italic-list-item", "code-quote"],
+)
+def test_an_inline_field_key_may_carry_markdown_emphasis_as_dataview_allows(line: str) -> None:
+    assert declared(f"# Digest\n\n{line}\n") == (BOTH, [])
+
+
+def test_an_unbalanced_emphasis_is_no_field() -> None:
+    assert declared("**derived_from*:: [[a]]\n") == ((), [])
 
 
 def test_every_inline_field_line_counts() -> None:
@@ -314,3 +335,16 @@ def test_a_bare_wiki_name_follows_the_rules_whatever_files_exist(
         assert all(path in problem.detail for path in named)
     else:
         assert (sources, problems) == ((f"{name}.md",), ())
+
+
+def test_the_one_line_forms_in_the_readmes_text_declare_what_they_say() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index("\n## Declaring a derivation\n")
+    section = " ".join(readme[start : readme.index("\n## ", start + 1)].split())
+    spans = re.findall(r"`(metadata: \{[^`]*\}|[^`\s]*derived_from[^`\s]*:: \[\[user-facts\]\]\]?)`", section)
+    assert len(spans) == 3, spans
+    lookup = Lookup(frozenset({"user-facts.md"}))
+    for span in spans:
+        text = f"---\n{span}\n---\n" if span.startswith("metadata:") else f"Text.\n{span}\n"
+        entries = read_declaration(text.encode()).entries
+        assert resolve_entries("profile.md", entries, lookup) == (("user-facts.md",), ()), span

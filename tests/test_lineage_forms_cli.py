@@ -84,6 +84,24 @@ def test_metadata_and_inline_fields_through_status_json(memory, run) -> None:
     assert stale == {"nested.md", "inline.md", "both.md", "not-yaml.md"}
 
 
+def test_a_new_derived_at_under_metadata_re_stamps_through_the_cli(memory, run) -> None:
+    memory.write("a.md", "A")
+    memory.write("b.md", "B")
+    block = "---\nmetadata:\n  type: user\n  derived_from: a.md\n  derived_at: 2024-03-01\n---\nBody\n"
+    flow = "---\nmetadata: {type: user, derived_from: [b.md], derived_at: 2024-03-01}\n---\n"
+    memory.write_bytes("nested.md", block.encode())
+    memory.write_bytes("flow.md", flow.encode())
+    memory.write_bytes("bold.md", b"# Digest\n\n**derived_from**:: [[a]]\n")
+    status(run, memory.root)
+    memory.write("a.md", "A changed")
+    memory.write("b.md", "B changed")
+    stale = status(run, memory.root, now=LATER)["stale"]
+    assert [entry["path"] for entry in stale] == ["bold.md", "flow.md", "nested.md"]
+    memory.write_bytes("nested.md", block.replace("2024-03-01", "2024-03-09").encode())
+    memory.write_bytes("flow.md", flow.replace("2024-03-01", "2024-03-09").encode())
+    assert [entry["path"] for entry in status(run, memory.root, now=LATER)["stale"]] == ["bold.md"]
+
+
 def test_inline_fields_are_searched_in_the_first_64_kib_only(memory, run) -> None:
     memory.write("a.md", "A")
     filler = "x" * 70 + "\n"
