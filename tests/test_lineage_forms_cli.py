@@ -284,3 +284,13 @@ def test_the_prompts_list_them_all_command_works_pasted_and_keeps_the_heading(tm
     done = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=shell, capture_output=True, text=True)
     assert (code, done.returncode, done.stderr) == (0, 0, "")
     assert done.stdout.startswith("4 memory files, 3 derived, 3 stale, 0 cycles, 0 problems")
+
+
+def test_a_run_without_the_heading_forgets_the_heading_sources(memory, run) -> None:
+    """Why the README asks for one setting everywhere: the change below is never reported."""
+    memory.write("daily.md", "Rotate keys monthly.\n")
+    memory.write("digest.md", "# Digest\n\n## Sources\n\n- [[daily]]\n")
+    status(run, memory.root, "--sources-heading")
+    memory.write("daily.md", "Rotate keys daily.\n")
+    assert status(run, memory.root, now=LATER)["counts"]["derived"] == 0
+    assert status(run, memory.root, "--sources-heading", now=LATER)["stale"] == []
