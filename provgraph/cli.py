@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["cli", "main"]
 
 EXIT_OK, EXIT_STALE, EXIT_ERROR = 0, 1, 2
+DEFAULT_MAX_LINES = 20
+"""Stale files the printed block lists at most."""
 
 
 class UsageError(Exception):
@@ -135,7 +137,8 @@ def _hook(options: argparse.Namespace) -> int:
 
     if options.settings:
         root = os.path.abspath(os.path.expanduser(options.root))
-        sys.stdout.write(claude_code.settings_json(root, _printed_options(options)))
+        lines = ("--max-lines", str(options.max_lines)) if options.max_lines != DEFAULT_MAX_LINES else ()
+        sys.stdout.write(claude_code.settings_json(root, _printed_options(options) + lines))
         return EXIT_OK
     data = _stdin_event()
     try:
@@ -378,7 +381,7 @@ def _parser() -> argparse.ArgumentParser:
     rooted(claude)
     claude.add_argument("--settings", action="store_true", help="print the settings JSON that installs the hooks")
     claude.add_argument(
-        "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
+        "--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N", help="stale files listed at most (default 20)"
     )
     command("demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
     return parser

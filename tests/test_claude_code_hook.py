@@ -319,6 +319,8 @@ def test_the_settings_carry_the_sources_heading_and_the_state(tmp_path) -> None:
     default = json.loads(hook(root, None, "--settings")[1])
     assert "--sources-heading" not in json.dumps(default) and "--state" not in json.dumps(default)
     shown = re.search(r"installs\nhooks that run `(provgraph hook claude-code ROOT [^`]*)`", README.read_text())
+    capped = json.loads(hook(root, None, "--settings", "--max-lines", "5")[1])
+    assert capped["hooks"]["SessionStart"][0]["hooks"][0]["command"].endswith(" --max-lines 5")
     heading_only = json.loads(hook(root, None, "--settings", "--sources-heading")[1])
     installed = heading_only["hooks"]["PostToolUse"][0]["hooks"][0]["command"]
     assert shown is not None and installed == shown.group(1).replace("ROOT", shlex.quote(str(root)))
