@@ -573,20 +573,33 @@ def _wiki_target(inner: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
     The alias (``|text``) and the heading or block (``#...``) are dropped; the
     path is relative to the root; ``.md`` is added when the name has no
     extension; a bare name not found at the root is the one memory file of
-    that name anywhere below it, and several such files are a problem."""
+    that name anywhere below it, and several such files are a problem.  Like
+    Obsidian, a name that no file has exactly finds one whose name differs
+    only in case."""
     name = inner.split("|", 1)[0].split("#", 1)[0].strip()
     if not name:
         return ""
     target = _under_root(name, lookup.roots) if name.startswith("/") else name
     path = posixpath.normpath(target.lstrip("/"))
     with_md = path if path.endswith(".md") else path + ".md"
-    if path in lookup.files or with_md in lookup.files or "/" in target.strip("/"):
-        chosen = path if path in lookup.files else with_md if with_md in lookup.files else _default(path)
-        return "/" + chosen
-    found = lookup.by_name.get(posixpath.basename(with_md), ())
+    exact = [candidate for candidate in (path, with_md) if candidate in lookup.files]
+    if exact:
+        return "/" + exact[0]
+    found = _candidates(path, with_md, bare="/" not in target.strip("/"), lookup=lookup)
     if len(found) > 1:
         return ProblemKind.BAD_ENTRY, f"[[{inner}]] matches several files: {', '.join(found)}"
     return "/" + (found[0] if found else _default(path))
+
+
+def _candidates(path: str, with_md: str, *, bare: bool, lookup: Lookup) -> tuple[str, ...]:
+    """The files a wiki link that names no file exactly may mean, best guess first: a bare
+    name's namesakes anywhere, then the same path in another case, then (bare names only)
+    namesakes in another case anywhere."""
+    folded = lookup.by_folded.get(path.casefold(), ()) or lookup.by_folded.get(with_md.casefold(), ())
+    if not bare:
+        return folded
+    name = posixpath.basename(with_md)
+    return lookup.by_name.get(name, ()) or folded or lookup.by_folded_name.get(name.casefold(), ())
 
 
 def _default(path: str) -> str:

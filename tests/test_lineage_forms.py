@@ -97,6 +97,30 @@ def test_two_files_of_the_name_are_a_bad_entry_naming_both() -> None:
     assert "x/facts.md" in problem.detail and "y/facts.md" in problem.detail
 
 
+@pytest.mark.parametrize(
+    ("files", "value", "expected"),
+    [
+        ({"Log.md"}, "[[log]]", "Log.md"),
+        ({"Ext.md"}, "[[Ext.MD]]", "Ext.md"),
+        ({"Notes/Plan.md"}, "[[notes/plan]]", "Notes/Plan.md"),
+        ({"x/deep/Log.md"}, "[[LOG]]", "x/deep/Log.md"),
+        ({"log.md", "Log.md"}, "[[Log]]", "Log.md"),
+        ({"Log.md", "x/log.md"}, "[[log]]", "x/log.md"),
+    ],
+    ids=["root", "extension", "path", "elsewhere", "exact-wins", "exact-name-wins-over-case"],
+)
+def test_a_wiki_name_in_another_case_finds_its_file_as_in_obsidian(files: set[str], value: str, expected: str) -> None:
+    assert declared(frontmatter(f"derived_from: {value}"), Lookup(frozenset(files))) == ((expected,), [])
+
+
+def test_two_files_in_other_cases_are_a_bad_entry_naming_both() -> None:
+    lookup = Lookup(frozenset({"x/Log.md", "y/LOG.md"}))
+    declaration = read_declaration(frontmatter("derived_from: [[log]]").encode())
+    sources, (problem,) = resolve_entries("profile.md", declaration.entries, lookup)
+    assert sources == () and problem.kind is ProblemKind.BAD_ENTRY
+    assert "x/Log.md" in problem.detail and "y/LOG.md" in problem.detail
+
+
 def test_a_wiki_link_to_nothing_names_the_md_file_at_the_root() -> None:
     assert declared(frontmatter("derived_from: [[nowhere]]")) == (("nowhere.md",), [])
     assert declared(frontmatter("derived_from: [[img/diagram.png]]")) == (("img/diagram.png",), [])
@@ -324,27 +348,17 @@ def test_a_bare_wiki_name_follows_the_rules_whatever_files_exist(
 ) -> None:
     files = frozenset(f"{folder}{stem}.md" for folder, stem in present)
     sources, problems = resolve_entries(declaring, (f"[[{name}]]",), Lookup(files))
-    named = sorted(path for path in files if path.rsplit("/", 1)[-1] == f"{name}.md")
-    if f"{name}.md" in files:
-        assert (sources, problems) == ((f"{name}.md",), ())
-    elif len(named) == 1:
-        assert (sources, problems) == ((named[0],), ())
-    elif named:
+    wanted = f"{name}.md"
+    tiers = [  # the first tier that holds a file decides, as the README says
+        [wanted] if wanted in files else [],
+        sorted(path for path in files if path.rsplit("/", 1)[-1] == wanted),
+        sorted(path for path in files if path.casefold() == wanted.casefold()),
+        sorted(path for path in files if path.rsplit("/", 1)[-1].casefold() == wanted.casefold()),
+    ]
+    chosen = next((tier for tier in tiers if tier), [wanted])
+    if len(chosen) == 1:
+        assert (sources, problems) == ((chosen[0],), ())
+    else:
         (problem,) = problems
         assert sources == () and problem.kind is ProblemKind.BAD_ENTRY
-        assert all(path in problem.detail for path in named)
-    else:
-        assert (sources, problems) == ((f"{name}.md",), ())
-
-
-def test_the_one_line_forms_in_the_readmes_text_declare_what_they_say() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    start = readme.index("\n## Declaring a derivation\n")
-    section = " ".join(readme[start : readme.index("\n## ", start + 1)].split())
-    spans = re.findall(r"`(metadata: \{[^`]*\}|[^`\s]*derived_from[^`\s]*:: \[\[user-facts\]\]\]?)`", section)
-    assert len(spans) == 3, spans
-    lookup = Lookup(frozenset({"user-facts.md"}))
-    for span in spans:
-        text = f"---\n{span}\n---\n" if span.startswith("metadata:") else f"Text.\n{span}\n"
-        entries = read_declaration(text.encode()).entries
-        assert resolve_entries("profile.md", entries, lookup) == (("user-facts.md",), ()), span
+        assert all(path in problem.detail for path in chosen)
