@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["cli", "main"]
 
 EXIT_OK, EXIT_STALE, EXIT_ERROR = 0, 1, 2
+DEFAULT_MAX_LINES = 20
+"""Stale files the printed block lists at most."""
 
 
 class UsageError(Exception):
@@ -136,7 +138,7 @@ def _prompt(options: argparse.Namespace) -> int:
     from .render import prompt_block
 
     report = _open(options).refresh(now=_now())
-    sys.stdout.write(prompt_block(report, max_lines=options.max_lines, more_hint=_more_hint(report)))
+    sys.stdout.write(prompt_block(report, max_lines=options.max_lines, more_hint=_more_hint(report, options)))
     return EXIT_OK
 
 
@@ -145,7 +147,9 @@ def _hook(options: argparse.Namespace) -> int:
     from .integrations import claude_code
 
     if options.settings:
-        sys.stdout.write(claude_code.settings_json(os.path.abspath(os.path.expanduser(options.root))))
+        root = os.path.abspath(os.path.expanduser(options.root))
+        lines = ("--max-lines", str(options.max_lines)) if options.max_lines != DEFAULT_MAX_LINES else ()
+        sys.stdout.write(claude_code.settings_json(root, _printed_options(options) + lines))
         return EXIT_OK
     data = _stdin_event()
     try:
@@ -157,7 +161,8 @@ def _hook(options: argparse.Namespace) -> int:
         return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
     if event is None or event.name == "SessionStart":
         report = _open(options).refresh(now=_now())
-        sys.stdout.write(claude_code.session_start_output(report, max_lines=options.max_lines))
+        printed = _printed_options(options)
+        sys.stdout.write(claude_code.session_start_output(report, max_lines=options.max_lines, options=printed))
     elif event.name == "PostToolUse":
         _hook_tool_use(options, event)
     return EXIT_OK
@@ -177,7 +182,8 @@ def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
             reads.record(event.session, path)
         return
     report = memory.refresh(now=_now())
-    sys.stdout.write(claude_code.post_tool_use_output(report, path, reads.reads(event.session)))
+    output = claude_code.post_tool_use_output(report, path, reads.reads(event.session), _printed_options(options))
+    sys.stdout.write(output)
 
 
 STDIN_WAIT = 3.0
@@ -206,8 +212,17 @@ def _demo(options: argparse.Namespace) -> int:
 # -- helpers -----------------------------------------------------------------
 
 
-def _more_hint(report: Report) -> str:
-    return f"run `provgraph status {report.root}` to list them all"
+def _more_hint(report: Report, options: argparse.Namespace) -> str:
+    from .shell import status_command
+
+    return f"run `{status_command(report.root, _printed_options(options))}` to list them all"
+
+
+def _printed_options(options: argparse.Namespace) -> tuple[str, ...]:
+    """The options a printed command repeats, so that it reads the folder as this command did."""
+    from .shell import command_options
+
+    return command_options(options.state, _sources_heading(options))
 
 
 def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
@@ -401,7 +416,7 @@ def _parser() -> argparse.ArgumentParser:
     rooted(claude)
     claude.add_argument("--settings", action="store_true", help="print the settings JSON that installs the hooks")
     claude.add_argument(
-        "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
+        "--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N", help="stale files listed at most (default 20)"
     )
     command("demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
     return parser

@@ -57,12 +57,16 @@ _ITEM = re.compile(r"( *)- (.*)")
 _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 _WIKI = re.compile(r"!?\[\[([^\[\]\n]+)\]\]")
 _WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
-_INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?derived_from::(.*)")
+_INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?([*~`]{0,2})derived_from\1::(.*)")
+"""A whole-line field; Dataview lets Markdown emphasis wrap its key (``**derived_from**::``)."""
+_FIELD = re.compile(r"derived_from[*~`]{0,2}::")
+_FIELD_BYTES = re.compile(_FIELD.pattern.encode())
 _BRACKETED = re.compile(r"[\[(]derived_from::")
 _BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
 _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
+_FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,14 +167,35 @@ def _parse(text: str) -> Declaration:
     lines = text.splitlines()
     top = _parse_lines(lines, text)
     nested = _metadata_lines(lines) if "metadata:" in text else None
-    if nested is None:
+    if nested is not None:
+        inner = _parse_lines(nested, "\n".join(nested))
+    elif _FLOW_METADATA.search(text):
+        inner = _flow_metadata(text)
+    else:
         return top
-    inner = _parse_lines(nested, "\n".join(nested))
     return Declaration(
         top.entries + inner.entries,
         top.derived_at if top.derived_at is not None else inner.derived_at,
         top.problems + inner.problems,
     )
+
+
+def _flow_metadata(text: str) -> Declaration:
+    """``metadata: {type: user, derived_from: [a.md]}``: a flow mapping, which only YAML reads."""
+    try:
+        parsed = _yaml_mapping(text)
+    except _References as error:
+        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, f"metadata: {error}"),))
+    metadata = parsed.get("metadata") if parsed is not None else None
+    if not isinstance(metadata, dict):
+        return NOTHING
+    at = metadata.get("derived_at")
+    derived_at = str(at) if at is not None and str(at) else None
+    try:
+        entries = _entries_from_value(metadata.get("derived_from"), text)
+    except _NotStrings as error:
+        return _wrong_type(error, derived_at)
+    return Declaration(entries=entries, derived_at=derived_at)
 
 
 def _metadata_lines(lines: list[str]) -> list[str] | None:
@@ -198,18 +223,22 @@ def _parse_lines(lines: list[str], text: str) -> Declaration:
     try:
         entries = _entries(key_lines, text)
     except _NotStrings as error:
-        detail = f"derived_from must be a string or a list of strings, not {error}"
-        return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
+        return _wrong_type(error, derived_at)
     except _References as error:
         return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, f"derived_from: {error}"),))
     return Declaration(entries=entries, derived_at=derived_at)
+
+
+def _wrong_type(error: _NotStrings, derived_at: str | None) -> Declaration:
+    detail = f"derived_from must be a string or a list of strings, not {error}"
+    return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
 
 
 def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[str, ...]:
     """Entries the body (``head`` from ``start``) declares: ``derived_from::`` fields, and
     the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
-    if head.find(b"derived_from::", start) < 0 and (wanted is None or head.find(wanted, start) < 0):
+    if _FIELD_BYTES.search(head, start) is None and (wanted is None or head.find(wanted, start) < 0):
         return ()
     entries: list[str] = []
     section: int | None = None
@@ -217,7 +246,7 @@ def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[st
         heading = _HEADING.match(line)
         if heading is not None:
             section = _section_after(len(heading.group(1)), line, section, sources_heading)
-        elif "derived_from::" in line:
+        elif "derived_from" in line and _FIELD.search(line):
             entries += _inline_entries(line)
         elif section is not None:
             entries += [link for link in _BODY_LINK.findall(line) if not _URL.match(_link_target(link))]
@@ -246,7 +275,7 @@ def _inline_entries(line: str) -> list[str]:
     """``derived_from:: a, b`` as a whole line (after an optional list or quote mark),
     or Dataview's ``[derived_from:: a]`` and ``(derived_from:: a)`` anywhere in it."""
     whole = _INLINE.fullmatch(line)
-    values = [whole.group(1)] if whole is not None else _bracketed_values(line)
+    values = [whole.group(2)] if whole is not None else _bracketed_values(line)
     return [entry for value in values for entry in _split(value.strip())]
 
 
@@ -585,20 +614,33 @@ def _wiki_target(inner: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
     The alias (``|text``) and the heading or block (``#...``) are dropped; the
     path is relative to the root; ``.md`` is added when the name has no
     extension; a bare name not found at the root is the one memory file of
-    that name anywhere below it, and several such files are a problem."""
+    that name anywhere below it, and several such files are a problem.  Like
+    Obsidian, a name that no file has exactly finds one whose name differs
+    only in case."""
     name = inner.split("|", 1)[0].split("#", 1)[0].strip()
     if not name:
         return ""
     target = _under_root(name, lookup.roots) if name.startswith("/") else name
     path = posixpath.normpath(target.lstrip("/"))
     with_md = path if path.endswith(".md") else path + ".md"
-    if path in lookup.files or with_md in lookup.files or "/" in target.strip("/"):
-        chosen = path if path in lookup.files else with_md if with_md in lookup.files else _default(path)
-        return "/" + chosen
-    found = lookup.by_name.get(posixpath.basename(with_md), ())
+    exact = [candidate for candidate in (path, with_md) if candidate in lookup.files]
+    if exact:
+        return "/" + exact[0]
+    found = _candidates(path, with_md, bare="/" not in target.strip("/"), lookup=lookup)
     if len(found) > 1:
         return ProblemKind.BAD_ENTRY, f"[[{inner}]] matches several files: {', '.join(found)}"
     return "/" + (found[0] if found else _default(path))
+
+
+def _candidates(path: str, with_md: str, *, bare: bool, lookup: Lookup) -> tuple[str, ...]:
+    """The files a wiki link that names no file exactly may mean, best guess first: a bare
+    name's namesakes anywhere, then the same path in another case, then (bare names only)
+    namesakes in another case anywhere."""
+    folded = lookup.by_folded.get(path.casefold(), ()) or lookup.by_folded.get(with_md.casefold(), ())
+    if not bare:
+        return folded
+    name = posixpath.basename(with_md)
+    return lookup.by_name.get(name, ()) or folded or lookup.by_folded_name.get(name.casefold(), ())
 
 
 def _default(path: str) -> str:

@@ -54,6 +54,8 @@ class Advice:
     """The instruction for any of several files: "call `record_memory_rederivation` with its path"."""
     list_all: Callable[[str], str]
     """How to see every file derived from a path: "call `memory_lineage` with `facts.md`"."""
+    read_when: str = "earlier in this reply"
+    """When the reads it remembers happened: AgentScope keeps a reply's, Claude Code a session's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +86,7 @@ def edit_notes(
     sections = []
     for lines in (
         _impact(report, edit.path, advice, max_lines, budget),
-        _suggestion(report, edit),
+        _suggestion(report, edit, advice.read_when),
         _rederivation(report, edit, advice),
     ):
         lines = [clip(line) for line in lines]
@@ -144,7 +146,7 @@ def _chain_text(chain: tuple[str, ...]) -> str:
 # -- a traced derivation, suggested -----------------------------------------------------------
 
 
-def _suggestion(report: Report, edit: EditContext) -> list[str]:
+def _suggestion(report: Report, edit: EditContext, when: str) -> list[str]:
     """The ``derived_from`` line to add when the file declares none of the memory files just read."""
     if edit.path == INDEX or not edit.path.endswith(".md"):
         return []
@@ -158,9 +160,9 @@ def _suggestion(report: Report, edit: EditContext) -> list[str]:
         return []  # a line that cannot be shown whole is no exact suggestion; so many reads suggest no derivation
     names = ", ".join(safe_name(name) for name in read)
     if declared:
-        situation = f"declares other sources, but not {names}, read earlier in this reply"
+        situation = f"declares other sources, but not {names}, read {when}"
     else:
-        situation = f"declares no sources, but you read {names} earlier in this reply"
+        situation = f"declares no sources, but you read {names} {when}"
     return [
         f"- {safe_name(edit.path)} {situation}. If it was written from them, put this line in its frontmatter "
         "(provgraph does not edit memory files):",

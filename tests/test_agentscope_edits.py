@@ -227,3 +227,35 @@ def test_a_write_through_a_remote_backend_gets_the_same_notes(tmp_path: Path, mo
         backend.files["/sandbox/work/Memory/user-facts.md"][0]
         == MOVED.replace("moved to Oslo", "lives in Oslo").encode()
     )
+
+
+def test_an_entry_added_by_a_write_is_adopted_then_and_the_files_own_edit_never_restamps(
+    workdir: Path, provenance: ProvenanceMiddleware
+) -> None:
+    folder = workdir / "Memory"
+    extended = FILES["profile.md"].replace("derived_from: user-facts.md", "derived_from: user-facts.md, preferences.md")
+    assert extended != FILES["profile.md"]
+    calls = [
+        read(folder, "profile.md"),
+        written(folder, "profile.md", extended),
+        *edited(folder, "preferences.md", "tea", "coffee"),
+        read(folder, "profile.md"),
+        written(folder, "profile.md", extended.replace("living in", "who lives in")),
+    ]
+    model = asyncio.run(reply([provenance], calls))
+    after_edit, after_rewrite = results(model)[4], results(model)[-1]
+    assert "- 1 memory file derived from preferences.md now rests on its old content:" in after_edit.splitlines()
+    assert "- You rewrote profile.md after reading what changed in its sources (preferences.md)." in after_rewrite
+    assert [entry.path for entry in asyncio.run(provenance.refresh()).stale] == ["profile.md"]
+
+
+def test_a_failed_check_leaves_the_writes_result_untouched(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = workdir / "Memory"
+    blocker = workdir / "not-a-folder"
+    blocker.write_text("a file where the state folder should be")
+    broken = ProvenanceMiddleware(workdir=str(workdir), state=blocker / "state.json")
+    calls = [read(folder, "user-facts.md"), written(folder, "summary.md", SUMMARY)]
+    with_broken = results(asyncio.run(reply([broken], calls)))
+    (folder / "summary.md").unlink()
+    without = results(asyncio.run(reply([], calls)))
+    assert with_broken == without and not any(HEADING in text for text in with_broken)

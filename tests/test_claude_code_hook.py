@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import PROVGRAPH
 
-from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads
+from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads, stamp_command
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -281,3 +282,107 @@ def test_an_unreadable_reads_file_only_costs_the_suggestions(tmp_path) -> None:
     assert reads.reads("s1") == frozenset()
     reads.record("s1", "a.md")
     assert reads.reads("s1") == {"a.md"}
+
+
+# -- one setting for the hook and the commands it prints ----------------------------------------------
+
+DIGEST = "---\nname: digest\n---\n# Digest\n\nderived_from:: [[profile]]\n\n## Sources\n\n- [[daily/2026-11-10]]\n"
+
+
+def sh(command: str, cwd: Path, now: str, stdin: str = "") -> subprocess.CompletedProcess:
+    """Run a printed command as a user pastes it: through the shell, with provgraph on the PATH."""
+    environment = {**os.environ, "PATH": f"{PROVGRAPH.parent}:{os.environ['PATH']}", "PROVGRAPH_NOW": now}
+    return subprocess.run(["sh", "-c", command], cwd=cwd, env=environment, input=stdin, capture_output=True, text=True)
+
+
+def test_the_settings_carry_the_sources_heading_and_the_state(tmp_path) -> None:
+    root = tmp_path / "my memory" / "it's"
+    (root / "daily").mkdir(parents=True)
+    (root / "daily/2026-11-10.md").write_text("Rotate keys every 30 days.\n")
+    (root / "profile.md").write_text("A profile.\n")
+    (root / "digest.md").write_text(DIGEST)
+    code, out, err = hook(root, None, "--settings", "--sources-heading", "--state", "state", cwd=tmp_path)
+    assert (code, err) == (0, "")
+    settings = json.loads(out)
+    commands = {group[0]["hooks"][0]["command"] for group in settings["hooks"].values()}
+    (command,) = commands
+    assert "'--sources-heading=## Sources'" in command and f"--state {tmp_path}/state" in command
+    start = json.dumps(event("SessionStart"))
+    assert sh(command, tmp_path / "my memory", at(0), start).returncode == 0
+    (root / "daily/2026-11-10.md").write_text("Rotate keys every day.\n")
+
+    done = sh(command, Path("/"), at(1), start)
+
+    block = context(done.stdout, "SessionStart")
+    assert "- digest.md: source(s) changed since derived (2024-03-02): daily/2026-11-10.md changed" in block
+    assert (tmp_path / "state" / "provgraph.lock").is_file() and not (root / ".provgraph").exists()
+    default = json.loads(hook(root, None, "--settings")[1])
+    assert "--sources-heading" not in json.dumps(default) and "--state" not in json.dumps(default)
+    shown = re.search(r"installs\nhooks that run `(provgraph hook claude-code ROOT [^`]*)`", README.read_text())
+    capped = json.loads(hook(root, None, "--settings", "--max-lines", "5")[1])
+    assert capped["hooks"]["SessionStart"][0]["hooks"][0]["command"].endswith(" --max-lines 5")
+    heading_only = json.loads(hook(root, None, "--settings", "--sources-heading")[1])
+    installed = heading_only["hooks"]["PostToolUse"][0]["hooks"][0]["command"]
+    assert shown is not None and installed == shown.group(1).replace("ROOT", shlex.quote(str(root)))
+
+
+def test_the_commands_the_hook_prints_read_the_folder_as_the_hook_does(tmp_path) -> None:
+    """A pasted stamp that dropped the heading would forget the heading's sources and lose their change."""
+    root = tmp_path / "memory"
+    (root / "daily").mkdir(parents=True)
+    (root / "daily/2026-11-10.md").write_text("Rotate keys every 30 days.\n")
+    (root / "profile.md").write_text("A profile.\n")
+    (root / "digest.md").write_text(DIGEST)
+    assert hook(root, event("SessionStart"), "--sources-heading", now=at(0)) == (0, "", "")
+    (root / "daily/2026-11-10.md").write_text("Rotate keys every day.\n")
+    hook(root, tool_use("Read", root / "daily/2026-11-10.md"), "--sources-heading")
+    (root / "digest.md").write_text(DIGEST.replace("# Digest", "# Digest, daily rotation"))
+
+    _, out, _ = hook(root, tool_use("Write", root / "digest.md"), "--sources-heading", now=at(2))
+    [command] = re.findall(r"run `(provgraph stamp [^`]*)`", context(out))
+    assert command == f"provgraph stamp --root {root} '--sources-heading=## Sources' digest.md"
+    _, start, _ = hook(root, event("SessionStart"), "--sources-heading", now=at(2))
+    assert f"`provgraph stamp --root {root} '--sources-heading=## Sources' FILE`" in context(start, "SessionStart")
+
+    assert sh(command, tmp_path, at(3)).returncode == 0
+    daily = root / "daily/2026-11-10.md"
+    daily.write_text("Rotate keys every hour.\n")
+    _, out, _ = hook(root, tool_use("Edit", daily), "--sources-heading", now=at(4))
+    assert "- 1 memory file derived from daily/2026-11-10.md now rests on its old content:" in context(out)
+
+
+def test_a_write_that_extends_a_declaration_adopts_the_new_source_and_never_restamps(simple) -> None:
+    simple.write("profile.md", "Profile, with tastes.\n", derived_from="facts.md, prefs.md")
+    assert hook(simple.root, tool_use("Write", simple.path("profile.md")), now=at(1))[0] == 0
+    simple.write("prefs.md", "coffee\n")
+    code, out, _ = hook(simple.root, tool_use("Edit", simple.path("prefs.md")), now=at(1.1))
+    assert "- 2 memory files derived from prefs.md now rest on its old content:" in context(out)
+    simple.write("profile.md", "Profile, reworded.\n", derived_from="facts.md, prefs.md")
+    _, out, _ = hook(simple.root, tool_use("Write", simple.path("profile.md")), now=at(1.2))
+    assert "- 1 memory file derived from profile.md now rests on its old content:" in context(out)
+    _, start, _ = hook(simple.root, event("SessionStart"), now=at(1.3))
+    assert "- profile.md: source(s) changed since derived (2024-03-02): prefs.md changed" in context(
+        start, "SessionStart"
+    )
+
+
+def test_the_suggestion_speaks_of_the_session_whose_reads_it_remembers(simple) -> None:
+    assert hook(simple.root, tool_use("Read", simple.path("prefs.md"))) == (0, "", "")
+    simple.write("summary.md", "Summary.\n")
+    _, out, _ = hook(simple.root, tool_use("Write", simple.path("summary.md")))
+    assert "summary.md declares no sources, but you read prefs.md earlier in this session." in context(out)
+
+
+@pytest.mark.parametrize("sent", [None, event("SessionStart"), "tool-use"])
+def test_a_memory_folder_that_does_not_exist_yet_gets_no_output_and_is_not_created(tmp_path, sent) -> None:
+    root = tmp_path / "projects" / "memory"
+    if sent == "tool-use":
+        sent = tool_use("Write", root / "profile.md")
+    assert hook(root, sent) == (0, "", "")
+    assert not (tmp_path / "projects").exists()
+
+
+def test_the_readmes_example_command_is_what_the_hook_prints() -> None:
+    section = README.read_text().split("### Claude Code\n", 1)[1].split("\n### ", 1)[0]
+    [example] = re.findall(r"`(provgraph stamp --root '/home/me/my memory'[^`]*)`", section)
+    assert example == stamp_command("/home/me/my memory", "profile.md")

@@ -97,6 +97,30 @@ def test_two_files_of_the_name_are_a_bad_entry_naming_both() -> None:
     assert "x/facts.md" in problem.detail and "y/facts.md" in problem.detail
 
 
+@pytest.mark.parametrize(
+    ("files", "value", "expected"),
+    [
+        ({"Log.md"}, "[[log]]", "Log.md"),
+        ({"Ext.md"}, "[[Ext.MD]]", "Ext.md"),
+        ({"Notes/Plan.md"}, "[[notes/plan]]", "Notes/Plan.md"),
+        ({"x/deep/Log.md"}, "[[LOG]]", "x/deep/Log.md"),
+        ({"log.md", "Log.md"}, "[[Log]]", "Log.md"),
+        ({"Log.md", "x/log.md"}, "[[log]]", "x/log.md"),
+    ],
+    ids=["root", "extension", "path", "elsewhere", "exact-wins", "exact-name-wins-over-case"],
+)
+def test_a_wiki_name_in_another_case_finds_its_file_as_in_obsidian(files: set[str], value: str, expected: str) -> None:
+    assert declared(frontmatter(f"derived_from: {value}"), Lookup(frozenset(files))) == ((expected,), [])
+
+
+def test_two_files_in_other_cases_are_a_bad_entry_naming_both() -> None:
+    lookup = Lookup(frozenset({"x/Log.md", "y/LOG.md"}))
+    declaration = read_declaration(frontmatter("derived_from: [[log]]").encode())
+    sources, (problem,) = resolve_entries("profile.md", declaration.entries, lookup)
+    assert sources == () and problem.kind is ProblemKind.BAD_ENTRY
+    assert "x/Log.md" in problem.detail and "y/LOG.md" in problem.detail
+
+
 def test_a_wiki_link_to_nothing_names_the_md_file_at_the_root() -> None:
     assert declared(frontmatter("derived_from: [[nowhere]]")) == (("nowhere.md",), [])
     assert declared(frontmatter("derived_from: [[img/diagram.png]]")) == (("img/diagram.png",), [])
@@ -126,6 +150,8 @@ def test_wiki_links_that_cannot_be_honoured_are_problems(value: str, kind: Probl
             id="not-yaml",
         ),
         pytest.param(["derived_from: a.md", "metadata:", "  derived_from: b.md"], id="merged-with-the-top"),
+        pytest.param(["metadata: {type: user, derived_from: [a.md, b.md]}"], id="flow-mapping"),
+        pytest.param(["metadata: {derived_from: [[[a]], [[b]]]}", "name: x"], id="flow-mapping-wiki-links"),
     ],
 )
 def test_derived_from_under_metadata_counts_as_at_the_top(lines: list[str]) -> None:
@@ -139,8 +165,14 @@ def test_derived_at_under_metadata_counts_too() -> None:
     assert read_declaration(text.encode()).derived_at == "2026-11-12"
 
 
-def test_a_wrong_type_under_metadata_is_a_problem() -> None:
-    assert declared(frontmatter("metadata:", "  derived_from: 42")) == ((), [ProblemKind.BAD_FRONTMATTER])
+def test_derived_at_in_a_metadata_flow_mapping_counts_too() -> None:
+    text = frontmatter("metadata: {derived_from: a.md, derived_at: 2026-11-10}")
+    assert read_declaration(text.encode()).derived_at == "2026-11-10"
+
+
+@pytest.mark.parametrize("metadata", ["metadata:\n  derived_from: 42", "metadata: {derived_from: 42}"])
+def test_a_wrong_type_under_metadata_is_a_problem(metadata: str) -> None:
+    assert declared(frontmatter(metadata)) == ((), [ProblemKind.BAD_FRONTMATTER])
 
 
 def test_a_nested_mapping_other_than_metadata_declares_nothing() -> None:
@@ -157,6 +189,19 @@ def test_an_inline_field_declares_sources_without_frontmatter() -> None:
 def test_inline_fields_merge_with_the_frontmatter() -> None:
     text = frontmatter("derived_from: a.md", body="Text.\n- derived_from:: [[notes/b.md]]\n")
     assert declared(text) == (BOTH, [])
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["**derived_from**:: [[a]], [[b]]", "- *derived_from*:: [[a]], [[b]]", "> `derived_from`:: [[a]], [[b]]"],
+    ids=["bold", "italic-list-item", "code-quote"],
+)
+def test_an_inline_field_key_may_carry_markdown_emphasis_as_dataview_allows(line: str) -> None:
+    assert declared(f"# Digest\n\n{line}\n") == (BOTH, [])
+
+
+def test_an_unbalanced_emphasis_is_no_field() -> None:
+    assert declared("**derived_from*:: [[a]]\n") == ((), [])
 
 
 def test_every_inline_field_line_counts() -> None:
@@ -303,14 +348,17 @@ def test_a_bare_wiki_name_follows_the_rules_whatever_files_exist(
 ) -> None:
     files = frozenset(f"{folder}{stem}.md" for folder, stem in present)
     sources, problems = resolve_entries(declaring, (f"[[{name}]]",), Lookup(files))
-    named = sorted(path for path in files if path.rsplit("/", 1)[-1] == f"{name}.md")
-    if f"{name}.md" in files:
-        assert (sources, problems) == ((f"{name}.md",), ())
-    elif len(named) == 1:
-        assert (sources, problems) == ((named[0],), ())
-    elif named:
+    wanted = f"{name}.md"
+    tiers = [  # the first tier that holds a file decides, as the README says
+        [wanted] if wanted in files else [],
+        sorted(path for path in files if path.rsplit("/", 1)[-1] == wanted),
+        sorted(path for path in files if path.casefold() == wanted.casefold()),
+        sorted(path for path in files if path.rsplit("/", 1)[-1].casefold() == wanted.casefold()),
+    ]
+    chosen = next((tier for tier in tiers if tier), [wanted])
+    if len(chosen) == 1:
+        assert (sources, problems) == ((chosen[0],), ())
+    else:
         (problem,) = problems
         assert sources == () and problem.kind is ProblemKind.BAD_ENTRY
-        assert all(path in problem.detail for path in named)
-    else:
-        assert (sources, problems) == ((f"{name}.md",), ())
+        assert all(path in problem.detail for path in chosen)

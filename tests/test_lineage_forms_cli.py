@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from conftest import PROVGRAPH
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -78,6 +82,24 @@ def test_metadata_and_inline_fields_through_status_json(memory, run) -> None:
     memory.write("a.md", "A changed")
     stale = {entry["path"] for entry in status(run, memory.root, now=LATER)["stale"]}
     assert stale == {"nested.md", "inline.md", "both.md", "not-yaml.md"}
+
+
+def test_a_new_derived_at_under_metadata_re_stamps_through_the_cli(memory, run) -> None:
+    memory.write("a.md", "A")
+    memory.write("b.md", "B")
+    block = "---\nmetadata:\n  type: user\n  derived_from: a.md\n  derived_at: 2024-03-01\n---\nBody\n"
+    flow = "---\nmetadata: {type: user, derived_from: [b.md], derived_at: 2024-03-01}\n---\n"
+    memory.write_bytes("nested.md", block.encode())
+    memory.write_bytes("flow.md", flow.encode())
+    memory.write_bytes("bold.md", b"# Digest\n\n**derived_from**:: [[a]]\n")
+    status(run, memory.root)
+    memory.write("a.md", "A changed")
+    memory.write("b.md", "B changed")
+    stale = status(run, memory.root, now=LATER)["stale"]
+    assert [entry["path"] for entry in stale] == ["bold.md", "flow.md", "nested.md"]
+    memory.write_bytes("nested.md", block.replace("2024-03-01", "2024-03-09").encode())
+    memory.write_bytes("flow.md", flow.replace("2024-03-01", "2024-03-09").encode())
+    assert [entry["path"] for entry in status(run, memory.root, now=LATER)["stale"]] == ["bold.md"]
 
 
 def test_inline_fields_are_searched_in_the_first_64_kib_only(memory, run) -> None:
@@ -245,3 +267,32 @@ def test_repair_order_puts_direct_files_first_then_nearest(items: list[tuple[boo
     keys = [(not entry.direct, entry.causes[0].depth, entry.since) for entry in ordered]
     assert keys == sorted(keys)
     assert _report(stale).stale == stale  # the report itself stays sorted by path for status and JSON
+
+
+def test_the_prompts_list_them_all_command_works_pasted_and_keeps_the_heading(tmp_path, run) -> None:
+    """The block's last line names a command that lists every stale file, read as the block was."""
+    root = tmp_path / "my memory" / "it's"
+    root.mkdir(parents=True)
+    (root / "daily.md").write_text("Rotate keys monthly.\n")
+    for name in ("a", "b", "c"):
+        (root / f"{name}.md").write_text(f"# {name}\n\n## Sources\n\n- [[daily]]\n")
+    assert run("prompt", root, "--sources-heading", cwd="/", now="2024-03-01T12:00:00+00:00") == (0, "", "")
+    (root / "daily.md").write_text("Rotate keys daily.\n")
+
+    code, out, _ = run("prompt", root, "--max-lines", "1", "--sources-heading", cwd="/", now=LATER)
+
+    [command] = re.findall(r"run `(provgraph status [^`]*)` to list them all", out)
+    shell = {**os.environ, "PATH": f"{PROVGRAPH.parent}:{os.environ['PATH']}", "PROVGRAPH_NOW": LATER}
+    done = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=shell, capture_output=True, text=True)
+    assert (code, done.returncode, done.stderr) == (0, 0, "")
+    assert done.stdout.startswith("4 memory files, 3 derived, 3 stale, 0 cycles, 0 problems")
+
+
+def test_a_run_without_the_heading_forgets_the_heading_sources(memory, run) -> None:
+    """Why the README asks for one setting everywhere: the change below is never reported."""
+    memory.write("daily.md", "Rotate keys monthly.\n")
+    memory.write("digest.md", "# Digest\n\n## Sources\n\n- [[daily]]\n")
+    status(run, memory.root, "--sources-heading")
+    memory.write("daily.md", "Rotate keys daily.\n")
+    assert status(run, memory.root, now=LATER)["counts"]["derived"] == 0
+    assert status(run, memory.root, "--sources-heading", now=LATER)["stale"] == []

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ import orjson
 from ..edits import Advice, EditContext, edit_notes
 from ..model import Report
 from ..render import prompt_block
+from ..shell import hook_command, stamp_command, status_command
 
 __all__ = [
     "CONTEXT_LIMIT",
@@ -117,25 +117,23 @@ def memory_path(root: Path, file_path: str) -> str | None:
 # -- what the hook prints ------------------------------------------------------------------------
 
 
-def stamp_command(root: str, path: str = "FILE") -> str:
-    """The ``provgraph stamp`` command for ``path``, to paste in a shell from any folder."""
-    file = path if path == "FILE" else shlex.quote(path)
-    return f"provgraph stamp --root {shlex.quote(root)} {file}"
-
-
-def edit_advice(root: str) -> Advice:
-    """The notes' instructions as shell commands on this root."""
+def edit_advice(root: str, options: tuple[str, ...] = ()) -> Advice:
+    """The notes' instructions as shell commands on this root, with the hook's own ``options``."""
     return Advice(
-        record_file=lambda path: f"run `{stamp_command(root, path)}`",
-        record_any=f"record it with `{stamp_command(root)}`",
-        list_all=lambda path: f"run `provgraph status {shlex.quote(root)}`",
+        record_file=lambda path: f"run `{stamp_command(root, path, options)}`",
+        record_any=f"record it with `{stamp_command(root, options=options)}`",
+        list_all=lambda path: f"run `{status_command(root, options)}`",
+        read_when="earlier in this session",
     )
 
 
-def session_start_output(report: Report, *, max_lines: int = 20) -> str:
-    """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale."""
-    hint = f"run `provgraph status {shlex.quote(report.root)}` to list them all"
-    advice = f"After re-deriving one, record it with `{stamp_command(report.root)}`."
+def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[str, ...] = ()) -> str:
+    """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale.
+
+    ``options`` (``provgraph.shell.command_options``) are the hook's own, repeated in the
+    commands it prints so that they read the folder as the hook does."""
+    hint = f"run `{status_command(report.root, options)}` to list them all"
+    advice = f"After re-deriving one, record it with `{stamp_command(report.root, options=options)}`."
     block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint)
     while len(block) > CONTEXT_LIMIT and max_lines > 0:
         max_lines = max_lines // 2
@@ -143,9 +141,9 @@ def session_start_output(report: Report, *, max_lines: int = 20) -> str:
     return _output("SessionStart", block)
 
 
-def post_tool_use_output(report: Report, path: str, reads: frozenset[str]) -> str:
+def post_tool_use_output(report: Report, path: str, reads: frozenset[str], options: tuple[str, ...] = ()) -> str:
     """The hook's stdout after a write of ``path``: the notes, or "" when nothing applies."""
-    notes = edit_notes(report, EditContext(path, reads), edit_advice(report.root))
+    notes = edit_notes(report, EditContext(path, reads), edit_advice(report.root, options))
     return _output("PostToolUse", notes)
 
 
@@ -156,9 +154,12 @@ def _output(event: str, context: str) -> str:
     return orjson.dumps(payload).decode() + "\n"
 
 
-def settings_json(root: str) -> str:
-    """The ``hooks`` settings that install every provgraph hook for the memory folder ``root``."""
-    command = {"type": "command", "command": f"provgraph hook claude-code {shlex.quote(root)}"}
+def settings_json(root: str, options: tuple[str, ...] = ()) -> str:
+    """The ``hooks`` settings that install every provgraph hook for the memory folder ``root``.
+
+    The hooks run with ``options`` (the state and the sources heading the user gave), the
+    same setting the command line and the API take."""
+    command = {"type": "command", "command": hook_command(root, options)}
     settings = {
         "hooks": {
             "SessionStart": [{"matcher": SESSION_MATCHER, "hooks": [command]}],

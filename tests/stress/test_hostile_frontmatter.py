@@ -143,6 +143,7 @@ REFERENCES = {
     "anchor-only": b"---\nderived_from: &list [a.md, 'b.md']\n---\n",
     "merge-key": b"---\nbase: {a: 1}\nderived_from: {<<: {a: 1}}\n---\n",
     "elsewhere": b"---\nname: &n x: y\nother: [*n]\nderived_from: ['a.md']\n---\n",
+    "metadata-flow": b"---\nmetadata: {type: &t user, derived_from: [*t]}\n---\n",
 }
 
 
