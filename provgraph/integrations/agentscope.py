@@ -27,8 +27,6 @@ import re
 import sys
 import threading
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,12 +35,19 @@ from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, ToolResponse
 
-from ..api import Explanation, Memory, NotDerived
+from ..answers import LINEAGE_MAX_CHARS, LIST_TOOL, RECORD_TOOL, lineage_text
+from ..answers import MORE_RESERVE as _MORE_RESERVE
+from ..answers import NAME_SHOWN as _NAME_SHOWN
+from ..answers import fit_lines as _fit
+from ..answers import named as _named
+from ..answers import stale_phrase as _stale_phrase
+from ..api import Memory, NotDerived
+from ..clock import pinned_now as _now
 from ..edits import Advice, EditContext, edit_notes
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, EdgeStatus, NodeStatus, Report, StaleEntry
-from ..queries import Relative
-from ..render import causes_text, clip, day, prompt_block, safe_name, status_phrase
+from ..model import Edge, EdgeStatus, Report, StaleEntry
+from ..queries import FileLineage
+from ..render import causes_text, clip, prompt_block, safe_name
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
 
 __all__ = [
@@ -56,11 +61,7 @@ __all__ = [
     "default_state_path",
 ]
 
-RECORD_TOOL = "record_memory_rederivation"
-LIST_TOOL = "list_stale_derived_memories"
 LINEAGE_TOOL = "memory_lineage"
-LINEAGE_MAX_CHARS = 4000
-"""Characters of one ``memory_lineage`` answer at most, whatever the names and the line cap."""
 
 _ADVICE = (
     f"After you update one of them from its sources, or check that it still holds, "
@@ -261,7 +262,7 @@ class ProvenanceMiddleware(MiddlewareBase):
             found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
             return f"Could not check the lineage of {_named(candidates[0])}: {_one_line(error)}"
-        return _lineage_text(found, max_lines=self.max_lines)
+        return lineage_text(found, max_lines=self.max_lines)
 
     async def list_stale_derived_memories(self, offset: int = 0) -> str:
         """List the derived memory files whose sources changed since they were derived, with the cause, page by page.
@@ -568,128 +569,14 @@ def _note(entry: StaleEntry) -> str:
     return clip(f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
 
 
-def _stale_phrase(entry: StaleEntry) -> str:
-    return f"source(s) changed since derived ({day(entry.since)})"
-
-
 # -- the lineage tool's answer -------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Lineage:
-    """What ``memory_lineage`` knows about one file: read in the worker, rendered after."""
-
-    explanation: Explanation
-    descendants: tuple[Relative, ...]
-    stale: dict[str, StaleEntry]
-    exists: bool
-
-
-def _look_up(memory: Memory, path: str) -> _Lineage:
-    report = memory.refresh(now=_now())
-    explanation = memory.explain(path, report)
-    descendants = memory.derived_from(path, transitive=True, report=report)
-    exists = explanation.status is not None or _exists(memory, path)
-    return _Lineage(explanation, descendants, {entry.path: entry for entry in report.stale}, exists)
-
-
-def _look_up_first(memory: Memory, candidates: list[str]) -> _Lineage:
+def _look_up_first(memory: Memory, candidates: list[str]) -> FileLineage:
     """The lineage of the first candidate that is a memory file or a declared source, else of the first."""
-    found = [_look_up(memory, path) for path in candidates]
+    report = memory.refresh(now=_now())
+    found = [memory.lineage(path, report) for path in candidates]
     return next((one for one in found if one.exists), found[0])
-
-
-def _exists(memory: Memory, path: str) -> bool:
-    try:
-        return memory.files.stat(path) is not None
-    except (NotRegular, OutsideRoot):
-        return True
-
-
-_CHAIN_SHOWN = 6
-_MORE_RESERVE = 200
-"""Characters kept free for the closing lines of a lineage answer."""
-
-
-def _lineage_text(found: _Lineage, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
-    """The answer of ``memory_lineage``: a few lines the agent can act on, bounded in lines and characters."""
-    explanation = found.explanation
-    name = safe_name(explanation.path)
-    if explanation.status is None:
-        name = _named(explanation.path)
-        if not found.exists:
-            return f"{name} does not exist in the memory folder, and no memory file names it as a source."
-        return f"{name} takes no part in any derivation: it declares no sources and no memory file is derived from it."
-    head = [clip(f"{name}: {_own_status(explanation)}")]
-    if explanation.sources:
-        head.append(clip("Sources: " + ", ".join(_source_text(explanation, edge) for edge in explanation.sources)))
-    if explanation.in_cycles:
-        cycle = explanation.in_cycles[0]
-        head.append(clip("In a cycle (files derived from each other): " + _chain_text((*cycle, cycle[0]))))
-    ordered = sorted(found.descendants, key=lambda relative: relative.status is not NodeStatus.STALE)
-    stale_count = sum(relative.status is NodeStatus.STALE for relative in ordered)
-    if ordered:
-        files = "1 memory file is" if len(ordered) == 1 else f"{len(ordered)} memory files are"
-        head.append(f"{files} derived from it, directly or through others; {stale_count} stale:")
-    else:
-        head.append("No memory file is derived from it.")
-    tail = [_RECORD_ADVICE] if stale_count or explanation.stale else []
-    budget = max_chars - sum(len(line) + 1 for line in head + tail) - _MORE_RESERVE
-    shown = _fit([_descendant_text(relative, found.stale) for relative in ordered], max_lines, budget)
-    more = _more_text(ordered[len(shown) :])
-    return "\n".join(head + shown + more + tail)
-
-
-_RECORD_ADVICE = (
-    f"After you update a stale file from its sources, or check that it still holds, call `{RECORD_TOOL}` with its path."
-)
-
-
-def _own_status(explanation: Explanation) -> str:
-    if explanation.stale is not None:
-        return f"stale: {_stale_phrase(explanation.stale)}: {causes_text(explanation.stale)}"
-    return status_phrase(explanation.status)
-
-
-def _source_text(explanation: Explanation, edge: Edge) -> str:
-    if edge.status is EdgeStatus.CLEAN:
-        state = "unchanged, itself stale" if edge.source in explanation.stale_sources else "unchanged"
-    else:
-        state = f"{edge.status.value} since {day(edge.since or 0.0)}"
-    return f"{safe_name(edge.source)} ({state})"
-
-
-def _descendant_text(relative: Relative, stale: dict[str, StaleEntry]) -> str:
-    entry = stale.get(relative.path)
-    status = f"stale, {_stale_phrase(entry)}" if entry is not None else relative.status.value
-    return clip(f"- {safe_name(relative.path)}: {status}; chain: {_chain_text(relative.chain)}")
-
-
-def _chain_text(chain: tuple[str, ...]) -> str:
-    names = [safe_name(name) for name in chain]
-    if len(names) > _CHAIN_SHOWN:
-        names = names[: _CHAIN_SHOWN - 2] + ["…"] + names[-1:]
-    return " -> ".join(names)
-
-
-def _fit(lines: list[str], max_lines: int, budget: int) -> list[str]:
-    """The first lines that fit both caps."""
-    shown: list[str] = []
-    for line in lines[: max(0, max_lines)]:
-        budget -= len(line) + 1
-        if budget < 0:
-            break
-        shown.append(line)
-    return shown
-
-
-def _more_text(hidden: list[Relative]) -> list[str]:
-    if not hidden:
-        return []
-    stale = sum(relative.status is NodeStatus.STALE for relative in hidden)
-    if not stale:
-        return [f"- … and {len(hidden)} more derived files, all fresh."]
-    return [f"- … and {len(hidden)} more derived files ({stale} stale); call `{LIST_TOOL}` to list every stale file."]
 
 
 def _recorded(path: str, report: Report) -> str:
@@ -736,14 +623,6 @@ def _missing_text(edge: Edge) -> str:
 
 _PAGE_LINES = 20
 """Stale files on a page of ``list_stale_derived_memories`` at least, when the block lists fewer."""
-
-_NAME_SHOWN = 200
-"""Characters of a name echoed in a tool answer at most: an answer never repeats a huge argument whole."""
-
-
-def _named(name: str) -> str:
-    return clip(safe_name(name), _NAME_SHOWN)
-
 
 _ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
 
@@ -801,15 +680,6 @@ def _relative_to(memory_path: str, path: str) -> str | None:
     if relative in (".", "..") or relative.startswith("../"):
         return None
     return relative
-
-
-def _now() -> datetime | None:
-    """``PROVGRAPH_NOW`` (ISO 8601) when set, as every entry point reads it."""
-    value = os.environ.get("PROVGRAPH_NOW")
-    if not value:
-        return None
-    parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo is not None else parsed.astimezone()
 
 
 def default_state_path(backend: BackendBase, memory_path: str) -> Path:
