@@ -22,6 +22,7 @@ from . import __version__
 from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, RootError, find_root
 from .clock import pinned_now as _now
 from .model import Report
+from .paths import parts_under
 from .state import StateError
 
 if TYPE_CHECKING:
@@ -292,18 +293,10 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
 
 
 def _relative(root: Path, file: str) -> str:
-    absolute = Path(os.path.abspath(file))
-    for base, target in (
-        (root, absolute),
-        (Path(os.path.realpath(root)), Path(os.path.realpath(absolute.parent)) / absolute.name),
-    ):
-        try:
-            relative = target.relative_to(base)
-        except ValueError:
-            continue
-        if relative.parts and relative.parts[0] != ".provgraph":
-            return relative.as_posix()
-    raise UsageError(f"{file} is not under the memory root {root}")
+    parts = parts_under(root, file)
+    if parts is None or parts[0] == ".provgraph":
+        raise UsageError(f"{file} is not under the memory root {root}")
+    return "/".join(parts)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,5 +17,5 @@ def test_the_code_map_names_only_modules_that_exist_and_every_agentscope_role() 
     integrations = {path.name for path in package.glob("integrations/*.py")}
 
     assert named <= core | integrations
-    assert {"queries.py", "render.py", "answers.py", "clock.py", "cli.py"} <= named
+    assert {"queries.py", "render.py", "answers.py", "clock.py", "paths.py", "cli.py"} <= named
     assert integrations - {"__init__.py"} <= named

@@ -10,7 +10,6 @@ every name it shows is accepted back.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
@@ -27,6 +26,7 @@ from ..answers import stale_phrase as _stale_phrase
 from ..api import Memory, NotDerived
 from ..clock import pinned_now as _now
 from ..model import Edge, EdgeStatus, Report, StaleEntry
+from ..paths import relative_to
 from ..queries import FileLineage
 from ..render import causes_text, clip, safe_name
 
@@ -240,22 +240,3 @@ def _stale_line(entry: StaleEntry) -> str:
 def _one_line(error: Exception) -> str:
     """An error message as one safe line: a tool answer stays short and cannot inject anything."""
     return clip(safe_name(" ".join(str(error).split())), _NAME_SHOWN) or type(error).__name__
-
-
-def relative_to(memory_path: str, path: str) -> str | None:
-    """The memory-folder-relative POSIX path the agent meant, or None when it points elsewhere.
-
-    Accepts the path as the block lists it, or the full path that retrieval
-    hints show.
-    """
-    windows = "\\" in memory_path  # there a backslash separates folders; elsewhere it may be in a name
-    text = path.strip().replace("\\", "/") if windows else path.strip()
-    folder = memory_path.replace("\\", "/").rstrip("/") + "/"
-    if text.startswith(folder):
-        text = text[len(folder) :]
-    elif posixpath.isabs(text):
-        return None
-    relative = posixpath.normpath(text)
-    if relative in (".", "..") or relative.startswith("../"):
-        return None
-    return relative
