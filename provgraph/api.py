@@ -176,6 +176,13 @@ class Memory:
         """The stale files downstream of ``source``: what to re-check after editing it."""
         return queries.stale_after_editing(report or self.refresh(), source)
 
+    def lineage(self, path: str, report: Report | None = None) -> queries.FileLineage:
+        """What ``provgraph lineage`` prints: the file's status and sources, and everything derived from it."""
+        report = report or self.refresh()
+        explanation = self.explain(path, report)
+        exists = explanation.status is not None or _exists(self.files, path)
+        return queries.file_lineage(report, explanation, exists=exists)
+
     def graph(self, report: Report | None = None) -> nx.DiGraph:
         """The lineage as a networkx DiGraph (see ``lineage.to_networkx``)."""
         report = report or self.refresh()
@@ -280,6 +287,14 @@ class Memory:
         if meta is None:
             return recorded is None
         return meta == recorded and max(meta.mtime_ns, meta.ctime_ns) < limit
+
+
+def _exists(files: FileSource, path: str) -> bool:
+    """Whether ``path`` is there at all: a folder or a link out of the root is there, though never read."""
+    try:
+        return files.stat(path) is not None
+    except (NotRegular, OutsideRoot):
+        return True
 
 
 def _known_roots(root: Path, also_known_as: Iterable[str]) -> tuple[str, ...]:

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
@@ -21,7 +20,9 @@ import orjson
 
 from . import __version__
 from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, RootError, find_root
+from .clock import pinned_now as _now
 from .model import Problem, ProblemKind, Report
+from .paths import parts_under
 from .state import StateError
 
 if TYPE_CHECKING:
@@ -110,6 +111,20 @@ def _why(options: argparse.Namespace) -> int:
         print(f"{safe_name(path)} does not exist under {root} and no file names it as a source.")
     else:
         sys.stdout.write(explanation_text(explanation))
+    return EXIT_OK
+
+
+def _lineage(options: argparse.Namespace) -> int:
+    """What an agent's ``memory_lineage`` tool answers for the same file, word for word (or as data)."""
+    from .answers import lineage_document, lineage_text
+
+    root, (path,) = _locate(options, [options.file])
+    memory = _open(options, root)
+    found = memory.lineage(path, memory.refresh(now=_now()))
+    if options.json:
+        sys.stdout.write(orjson.dumps(lineage_document(found), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(lineage_text(found, max_lines=options.max_lines))
     return EXIT_OK
 
 
@@ -285,18 +300,6 @@ class Progress:
             self._shown = 0
 
 
-def _now() -> datetime | None:
-    """``PROVGRAPH_NOW`` (ISO 8601) when set: tests and replays pin the clock with it."""
-    value = os.environ.get("PROVGRAPH_NOW")
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise UsageError(f"PROVGRAPH_NOW={value!r} is not an ISO 8601 date or timestamp") from None
-    return parsed if parsed.tzinfo is not None else parsed.astimezone()
-
-
 def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, list[str]]:
     """The memory root of ``files`` and their root-relative POSIX paths."""
     roots = set()
@@ -318,18 +321,10 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
 
 
 def _relative(root: Path, file: str) -> str:
-    absolute = Path(os.path.abspath(file))
-    for base, target in (
-        (root, absolute),
-        (Path(os.path.realpath(root)), Path(os.path.realpath(absolute.parent)) / absolute.name),
-    ):
-        try:
-            relative = target.relative_to(base)
-        except ValueError:
-            continue
-        if relative.parts and relative.parts[0] != ".provgraph":
-            return relative.as_posix()
-    raise UsageError(f"{file} is not under the memory root {root}")
+    parts = parts_under(root, file)
+    if parts is None or parts[0] == ".provgraph":
+        raise UsageError(f"{file} is not under the memory root {root}")
+    return "/".join(parts)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -388,6 +383,15 @@ def _parser() -> argparse.ArgumentParser:
     why.add_argument("file", metavar="FILE")
     why.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")
     why.add_argument("--json", action="store_true", help="one JSON object")
+    lineage = command("lineage", _lineage, "one file's status and sources, and every file derived from it")
+    lineage.add_argument("file", metavar="FILE")
+    lineage.add_argument(
+        "--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)"
+    )
+    lineage.add_argument("--json", action="store_true", help="one JSON object, every derived file listed")
+    lineage.add_argument(
+        "--max-lines", type=int, default=20, metavar="N", help="derived files listed at most (default 20)"
+    )
     stamp = command("stamp", _stamp, "record that derived files were just re-derived from their sources")
     stamp.add_argument("files", nargs="+", metavar="FILE")
     stamp.add_argument(

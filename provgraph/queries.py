@@ -10,11 +10,15 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .lineage import children_of, node_statuses
 from .model import NodeStatus, Report, StaleEntry
 
-__all__ = ["Relative", "derived_from", "sources_of", "stale_after_editing"]
+if TYPE_CHECKING:
+    from .api import Explanation
+
+__all__ = ["FileLineage", "Relative", "derived_from", "file_lineage", "sources_of", "stale_after_editing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +86,32 @@ def stale_after_editing(report: Report, source: str) -> tuple[StaleEntry, ...]:
     """
     downstream = {relative.path for relative in derived_from(report, source, transitive=True)}
     return tuple(entry for entry in report.stale if entry.path in downstream)
+
+
+@dataclass(frozen=True, slots=True)
+class FileLineage:
+    """Everything ``provgraph lineage`` and an agent's lineage tool say about one file.
+
+    The file's own explanation, then what derives from it: what an edit of
+    the file will affect, and what to re-check after it.
+    """
+
+    explanation: Explanation
+    descendants: tuple[Relative, ...]
+    """Every file derived from it, directly or through others, nearest first."""
+    stale: Mapping[str, StaleEntry]
+    """The stale entry of each stale descendant, by path."""
+    exists: bool
+    """False when the file is not there and nothing names it as a source."""
+
+
+def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> FileLineage:
+    """The lineage of ``explanation.path`` in ``report``.
+
+    Whether the file exists is asked of the folder by the caller: a file that
+    takes no part in any derivation is in no report.
+    """
+    descendants = derived_from(report, explanation.path, transitive=True)
+    paths = {relative.path for relative in descendants}
+    stale = {entry.path: entry for entry in report.stale if entry.path in paths}
+    return FileLineage(explanation, descendants, stale, exists)

@@ -10,8 +10,10 @@ marks a retrieved memory file's hint when that file is stale, and ends the
 result of a memory write with what the write left resting on old content
 (``provgraph.edits``).  It never withholds or edits a memory file.
 
-Backend access lives in ``agentscope_backend``; these two are the only
-provgraph modules that import AgentScope.
+This module holds the hooks: the prompt block, the notes in retrieval hints
+and after memory writes.  The tools and their answers live in
+``agentscope_tools``, backend access in ``agentscope_backend``; these three
+are the only provgraph modules that import AgentScope.
 """
 
 from __future__ import annotations
@@ -22,28 +24,31 @@ import hashlib
 import json
 import logging
 import os
-import posixpath
 import re
 import sys
 import threading
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from agentscope.message import HintBlock, TextBlock, ToolResultState
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
-from agentscope.permission import PermissionBehavior, PermissionDecision
-from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, ToolResponse
+from agentscope.tool import BackendBase, LocalBackend, ToolBase, ToolResponse
 
-from ..api import Explanation, Memory, NotDerived
+from ..answers import LINEAGE_MAX_CHARS, LIST_TOOL, RECORD_TOOL
+from ..answers import stale_phrase as _stale_phrase
+from ..api import Memory
+from ..clock import pinned_now as _now
 from ..edits import Advice, EditContext, edit_notes
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, EdgeStatus, NodeStatus, Report, StaleEntry
-from ..queries import Relative
-from ..render import causes_text, clip, day, prompt_block, safe_name, status_phrase
+from ..model import Report, StaleEntry
+from ..render import causes_text, clip, prompt_block, safe_name
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
+from .agentscope_tools import ADVICE as _ADVICE
+from .agentscope_tools import LINEAGE_TOOL, ProvenanceTools
+from .agentscope_tools import MORE_HINT as _MORE_HINT
+from .agentscope_tools import relative_to as _relative_to
+from .agentscope_tools import tools_of as _tools
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
@@ -56,20 +61,6 @@ __all__ = [
     "default_state_path",
 ]
 
-RECORD_TOOL = "record_memory_rederivation"
-LIST_TOOL = "list_stale_derived_memories"
-LINEAGE_TOOL = "memory_lineage"
-LINEAGE_MAX_CHARS = 4000
-"""Characters of one ``memory_lineage`` answer at most, whatever the names and the line cap."""
-
-_ADVICE = (
-    f"After you update one of them from its sources, or check that it still holds, "
-    f"call `{RECORD_TOOL}` with its path as listed here. "
-    f"Before or after editing a memory file, `{LINEAGE_TOOL}` shows what derives from it."
-)
-_MORE_HINT = f"call `{LIST_TOOL}` to list them all"
-_NOTHING_STALE = "No derived memory file has changed sources."
-
 _EXAMINED_KEPT = 10_000
 """Hint ids remembered at most: far more than the hints of the replies in progress at once."""
 
@@ -77,7 +68,7 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class ProvenanceMiddleware(MiddlewareBase):
+class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     """Marks derived memory files whose sources changed, in the agent's system prompt.
 
     Place it after ``AgenticMemoryMiddleware`` in ``middlewares`` so that the
@@ -211,80 +202,6 @@ class ProvenanceMiddleware(MiddlewareBase):
     async def refresh(self) -> Report:
         """Scan every memory file (not only the newest the retrieval selector sees) and report."""
         return await self._in_worker(lambda memory: memory.refresh(now=_now()))
-
-    async def record_memory_rederivation(self, path: str) -> str:
-        """Record that a derived memory file was just re-derived from its current sources.
-
-        Call it after you updated a file listed under "Derived memories with
-        changed sources" from its sources, or checked that it still holds;
-        its marker then goes away. The file itself is not changed.
-
-        Args:
-            path (`str`):
-                The file's path inside the memory folder, as listed (e.g. `profile.md`).
-        """
-        candidates = self._candidates(path)
-        if not candidates:
-            return (
-                f"Nothing recorded: {_named(path)} is not a path inside the memory folder {_named(self.memory_path)}."
-            )
-        for relative in candidates:
-            try:
-                report, missing = await self._in_worker(lambda memory, relative=relative: _record(memory, relative))
-            except NotDerived:
-                continue
-            except Exception as error:  # a tool answers in words; it never raises into the agent loop
-                return f"Could not record the re-derivation of {_named(relative)}: {_one_line(error)}"
-            return _missing_sources(relative, missing) if missing else _recorded(relative, report)
-        return (
-            f"Nothing recorded: {_named(candidates[0])} is not a derived memory file "
-            "(it does not exist, or its frontmatter has no derived_from)."
-        )
-
-    async def memory_lineage(self, path: str) -> str:
-        """Show what derives from a memory file and which of those are stale; call it before or after editing one.
-
-        Answers with the file's own status (and its sources when it is
-        derived from other memory files), then every file derived from it,
-        directly or through others, with the chain and, for a stale one, the
-        date its sources changed.  Nothing is changed.
-
-        Args:
-            path (`str`):
-                The file's path inside the memory folder (e.g. `user-facts.md`), or its full path.
-        """
-        candidates = self._candidates(path)
-        if not candidates:
-            folder = _named(self.memory_path)
-            return f"No lineage: {_named(path)} is not a path inside the memory folder {folder}."
-        try:
-            found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
-        except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the lineage of {_named(candidates[0])}: {_one_line(error)}"
-        return _lineage_text(found, max_lines=self.max_lines)
-
-    async def list_stale_derived_memories(self, offset: int = 0) -> str:
-        """List the derived memory files whose sources changed since they were derived, with the cause, page by page.
-
-        Args:
-            offset (`int`):
-                How many stale files to skip: 0 for the first page; each answer gives the offset of the next one.
-        """
-        try:
-            report = await self.refresh()
-        except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the memory folder: {_one_line(error)}"
-        return _stale_page(report, offset, max_lines=max(self.max_lines, _PAGE_LINES))
-
-    def _candidates(self, path: str) -> list[str]:
-        """The memory-folder-relative paths the agent may mean, likeliest first.
-
-        Names are shown escaped (``\\u003c`` for ``<``, ``\\\\`` for a backslash), and
-        the agent passes them back as shown: the unescaped name comes first,
-        then the text exactly as given.
-        """
-        relatives = (_relative_to(self.memory_path, name) for name in (_unescaped(path), path))
-        return list(dict.fromkeys(relative for relative in relatives if relative is not None))
 
     async def _round_check(self, agent: Any) -> Report | None:
         """The report of the agent's reasoning round in progress: the folder is checked once per model call.
@@ -480,18 +397,6 @@ def _is_local(backend: BackendBase) -> bool:
     return type(backend) is LocalBackend
 
 
-def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
-    allow = PermissionDecision(
-        behavior=PermissionBehavior.ALLOW,
-        message="provgraph only records stamps in its own state; memory files are not touched.",
-    )
-    return (
-        FunctionTool(middleware.record_memory_rederivation, name=RECORD_TOOL, permission=allow),
-        FunctionTool(middleware.list_stale_derived_memories, name=LIST_TOOL, is_read_only=True, permission=allow),
-        FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),
-    )
-
-
 _FILE_TOOLS = frozenset({"Read", "Write", "Edit"})
 """AgentScope's file tools, by the names the model calls them."""
 
@@ -566,250 +471,6 @@ def _reme_notes(hint: str, report: Report, texts: dict[str, str]) -> list[str]:
 def _note(entry: StaleEntry) -> str:
     """The line added to a hint that shows a stale file."""
     return clip(f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
-
-
-def _stale_phrase(entry: StaleEntry) -> str:
-    return f"source(s) changed since derived ({day(entry.since)})"
-
-
-# -- the lineage tool's answer -------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Lineage:
-    """What ``memory_lineage`` knows about one file: read in the worker, rendered after."""
-
-    explanation: Explanation
-    descendants: tuple[Relative, ...]
-    stale: dict[str, StaleEntry]
-    exists: bool
-
-
-def _look_up(memory: Memory, path: str) -> _Lineage:
-    report = memory.refresh(now=_now())
-    explanation = memory.explain(path, report)
-    descendants = memory.derived_from(path, transitive=True, report=report)
-    exists = explanation.status is not None or _exists(memory, path)
-    return _Lineage(explanation, descendants, {entry.path: entry for entry in report.stale}, exists)
-
-
-def _look_up_first(memory: Memory, candidates: list[str]) -> _Lineage:
-    """The lineage of the first candidate that is a memory file or a declared source, else of the first."""
-    found = [_look_up(memory, path) for path in candidates]
-    return next((one for one in found if one.exists), found[0])
-
-
-def _exists(memory: Memory, path: str) -> bool:
-    try:
-        return memory.files.stat(path) is not None
-    except (NotRegular, OutsideRoot):
-        return True
-
-
-_CHAIN_SHOWN = 6
-_MORE_RESERVE = 200
-"""Characters kept free for the closing lines of a lineage answer."""
-
-
-def _lineage_text(found: _Lineage, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
-    """The answer of ``memory_lineage``: a few lines the agent can act on, bounded in lines and characters."""
-    explanation = found.explanation
-    name = safe_name(explanation.path)
-    if explanation.status is None:
-        name = _named(explanation.path)
-        if not found.exists:
-            return f"{name} does not exist in the memory folder, and no memory file names it as a source."
-        return f"{name} takes no part in any derivation: it declares no sources and no memory file is derived from it."
-    head = [clip(f"{name}: {_own_status(explanation)}")]
-    if explanation.sources:
-        head.append(clip("Sources: " + ", ".join(_source_text(explanation, edge) for edge in explanation.sources)))
-    if explanation.in_cycles:
-        cycle = explanation.in_cycles[0]
-        head.append(clip("In a cycle (files derived from each other): " + _chain_text((*cycle, cycle[0]))))
-    ordered = sorted(found.descendants, key=lambda relative: relative.status is not NodeStatus.STALE)
-    stale_count = sum(relative.status is NodeStatus.STALE for relative in ordered)
-    if ordered:
-        files = "1 memory file is" if len(ordered) == 1 else f"{len(ordered)} memory files are"
-        head.append(f"{files} derived from it, directly or through others; {stale_count} stale:")
-    else:
-        head.append("No memory file is derived from it.")
-    tail = [_RECORD_ADVICE] if stale_count or explanation.stale else []
-    budget = max_chars - sum(len(line) + 1 for line in head + tail) - _MORE_RESERVE
-    shown = _fit([_descendant_text(relative, found.stale) for relative in ordered], max_lines, budget)
-    more = _more_text(ordered[len(shown) :])
-    return "\n".join(head + shown + more + tail)
-
-
-_RECORD_ADVICE = (
-    f"After you update a stale file from its sources, or check that it still holds, call `{RECORD_TOOL}` with its path."
-)
-
-
-def _own_status(explanation: Explanation) -> str:
-    if explanation.stale is not None:
-        return f"stale: {_stale_phrase(explanation.stale)}: {causes_text(explanation.stale)}"
-    return status_phrase(explanation.status)
-
-
-def _source_text(explanation: Explanation, edge: Edge) -> str:
-    if edge.status is EdgeStatus.CLEAN:
-        state = "unchanged, itself stale" if edge.source in explanation.stale_sources else "unchanged"
-    else:
-        state = f"{edge.status.value} since {day(edge.since or 0.0)}"
-    return f"{safe_name(edge.source)} ({state})"
-
-
-def _descendant_text(relative: Relative, stale: dict[str, StaleEntry]) -> str:
-    entry = stale.get(relative.path)
-    status = f"stale, {_stale_phrase(entry)}" if entry is not None else relative.status.value
-    return clip(f"- {safe_name(relative.path)}: {status}; chain: {_chain_text(relative.chain)}")
-
-
-def _chain_text(chain: tuple[str, ...]) -> str:
-    names = [safe_name(name) for name in chain]
-    if len(names) > _CHAIN_SHOWN:
-        names = names[: _CHAIN_SHOWN - 2] + ["…"] + names[-1:]
-    return " -> ".join(names)
-
-
-def _fit(lines: list[str], max_lines: int, budget: int) -> list[str]:
-    """The first lines that fit both caps."""
-    shown: list[str] = []
-    for line in lines[: max(0, max_lines)]:
-        budget -= len(line) + 1
-        if budget < 0:
-            break
-        shown.append(line)
-    return shown
-
-
-def _more_text(hidden: list[Relative]) -> list[str]:
-    if not hidden:
-        return []
-    stale = sum(relative.status is NodeStatus.STALE for relative in hidden)
-    if not stale:
-        return [f"- … and {len(hidden)} more derived files, all fresh."]
-    return [f"- … and {len(hidden)} more derived files ({stale} stale); call `{LIST_TOOL}` to list every stale file."]
-
-
-def _recorded(path: str, report: Report) -> str:
-    count = sum(1 for edge in report.edges if edge.derived == path)
-    sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
-    entry = report.entry(path)
-    if entry is None:
-        return f"Recorded: {_named(path)} is now derived from {sources} now."
-    return (
-        f"Recorded for {_named(path)}, but it stays marked because a file it is derived "
-        f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
-    )
-
-
-def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
-    """Stamp ``path`` again, unless a source it names does not exist: the report and those sources.
-
-    Nothing can be re-derived from a file that does not exist, and stamping
-    it as absent would lose the hint of where its content went.
-    """
-    before = memory.refresh(now=_now())
-    missing = tuple(edge for edge in before.edges if edge.derived == path and edge.status is EdgeStatus.MISSING)
-    if missing:
-        return before, missing
-    return memory.stamp([path], now=_now()), ()
-
-
-def _missing_sources(path: str, missing: tuple[Edge, ...]) -> str:
-    """What the agent can do about a source that does not exist: nothing can be re-derived from it."""
-    named = ", ".join(map(_missing_text, missing))
-    return clip(
-        f"Nothing recorded for {_named(path)}: it names sources that do not exist: "
-        f"{named}. Remove each such entry from its derived_from, or fix it to the file's "
-        f"current name, then call `{RECORD_TOOL}` again.",
-        LINEAGE_MAX_CHARS,
-    )
-
-
-def _missing_text(edge: Edge) -> str:
-    if edge.moved_to is None:
-        return _named(edge.source)
-    return f"{_named(edge.source)} (its stamped content is now at {_named(edge.moved_to)}: fix the entry to that name)"
-
-
-_PAGE_LINES = 20
-"""Stale files on a page of ``list_stale_derived_memories`` at least, when the block lists fewer."""
-
-_NAME_SHOWN = 200
-"""Characters of a name echoed in a tool answer at most: an answer never repeats a huge argument whole."""
-
-
-def _named(name: str) -> str:
-    return clip(safe_name(name), _NAME_SHOWN)
-
-
-_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
-
-
-def _unescaped(shown: str) -> str:
-    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone."""
-    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
-
-
-def _stale_page(report: Report, offset: int, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
-    """One page of the stale files, from ``offset``: at most ``max_lines`` files and ``max_chars`` characters."""
-    total = len(report.stale)
-    if not total:
-        return _NOTHING_STALE
-    start = min(max(0, offset), total)
-    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
-    head = [f"{files} changed sources (a source changed after they were written)."]
-    tail = [clip(_ADVICE)]
-    budget = max_chars - sum(len(line) + 1 for line in head + tail) - _MORE_RESERVE
-    lines = [_stale_line(entry) for entry in report.stale[start : start + max(1, max_lines)]]
-    shown = _fit(lines, max(1, max_lines), budget)
-    end = start + len(shown)
-    if end < total:
-        where = f"Shown: {start + 1} to {end} of {total}; call `{LIST_TOOL}` with offset={end} for the next ones."
-    elif shown:
-        where = f"Shown: {start + 1} to {end} of {total}; that is all."
-    else:
-        where = f"Nothing past offset {start}: there are {total}; call `{LIST_TOOL}` with offset=0."
-    return "\n".join(head + shown + [where] + tail)
-
-
-def _stale_line(entry: StaleEntry) -> str:
-    return clip(f"- {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
-
-
-def _one_line(error: Exception) -> str:
-    """An error message as one safe line: a tool answer stays short and cannot inject anything."""
-    return clip(safe_name(" ".join(str(error).split())), _NAME_SHOWN) or type(error).__name__
-
-
-def _relative_to(memory_path: str, path: str) -> str | None:
-    """The memory-folder-relative POSIX path the agent meant, or None when it points elsewhere.
-
-    Accepts the path as the block lists it, or the full path that retrieval
-    hints show.
-    """
-    windows = "\\" in memory_path  # there a backslash separates folders; elsewhere it may be in a name
-    text = path.strip().replace("\\", "/") if windows else path.strip()
-    folder = memory_path.replace("\\", "/").rstrip("/") + "/"
-    if text.startswith(folder):
-        text = text[len(folder) :]
-    elif posixpath.isabs(text):
-        return None
-    relative = posixpath.normpath(text)
-    if relative in (".", "..") or relative.startswith("../"):
-        return None
-    return relative
-
-
-def _now() -> datetime | None:
-    """``PROVGRAPH_NOW`` (ISO 8601) when set, as every entry point reads it."""
-    value = os.environ.get("PROVGRAPH_NOW")
-    if not value:
-        return None
-    parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo is not None else parsed.astimezone()
 
 
 def default_state_path(backend: BackendBase, memory_path: str) -> Path:

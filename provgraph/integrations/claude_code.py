@@ -32,6 +32,7 @@ import orjson
 
 from ..edits import Advice, EditContext, edit_notes
 from ..model import Report
+from ..paths import parts_under
 from ..render import prompt_block
 from ..shell import hook_command, stamp_command, status_command
 
@@ -105,13 +106,10 @@ def parse_event(data: bytes) -> HookEvent:
 
 def memory_path(root: Path, file_path: str) -> str | None:
     """The root-relative POSIX path of a file under the root, or None (outside, or in a hidden folder)."""
-    absolute = Path(os.path.abspath(file_path))
-    for base, target in ((root, absolute), (Path(os.path.realpath(root)), Path(os.path.realpath(absolute)))):
-        with contextlib.suppress(ValueError):
-            parts = target.relative_to(base).parts
-            if parts and not any(part.startswith(".") for part in parts):
-                return "/".join(parts)
-    return None
+    parts = parts_under(root, file_path)
+    if parts is None or any(part.startswith(".") for part in parts):
+        return None
+    return "/".join(parts)
 
 
 # -- what the hook prints ------------------------------------------------------------------------

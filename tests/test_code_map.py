@@ -1,0 +1,21 @@
+"""The README's code map names the modules as they are."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_code_map_names_only_modules_that_exist_and_every_agentscope_role() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    code_map = readme[readme.index("The code reads in the order the data flows") :]
+    named = {name.removeprefix("integrations/") for name in re.findall(r"`((?:integrations/)?\w+\.py)`", code_map)}
+    package = ROOT / "provgraph"
+    core = {path.name for path in package.glob("*.py")}
+    integrations = {path.name for path in package.glob("integrations/*.py")}
+
+    assert named <= core | integrations
+    assert {"queries.py", "render.py", "answers.py", "clock.py", "paths.py", "cli.py"} <= named
+    assert integrations - {"__init__.py"} <= named

@@ -1,0 +1,70 @@
+"""One rule for where a named file lands under the memory root, for the command line and the hooks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from provgraph.integrations.claude_code import memory_path
+from provgraph.paths import parts_under, relative_to
+
+
+@pytest.fixture
+def linked(tmp_path: Path) -> tuple[Path, Path]:
+    """A memory root, and a symlinked folder through which it is seen too (as macOS's /tmp is /private/tmp)."""
+    root = tmp_path / "real" / "Memory"
+    (root / "notes").mkdir(parents=True)
+    (root / "MEMORY.md").write_text("index\n")
+    (root / "notes" / "facts.md").write_text("v1\n")
+    (root / "profile.md").write_text("---\nderived_from: alias.md\n---\n")
+    (root / "alias.md").symlink_to(root / "notes" / "facts.md")
+    (tmp_path / "seen").symlink_to(tmp_path / "real")
+    return root, tmp_path / "seen" / "Memory"
+
+
+def test_a_file_named_through_a_symlinked_folder_is_the_file_under_the_root(linked) -> None:
+    root, seen = linked
+
+    assert parts_under(root, seen / "notes" / "facts.md") == ("notes", "facts.md")
+    assert parts_under(seen, root / "notes" / "facts.md") == ("notes", "facts.md")
+    assert memory_path(root, str(seen / "notes" / "facts.md")) == "notes/facts.md"
+    assert parts_under(root, root.parent / "elsewhere.md") is None
+    assert parts_under(root, root) is None
+
+
+def test_a_symlinked_memory_file_keeps_its_own_name_everywhere(linked, run) -> None:
+    root, seen = linked
+
+    code, out, _ = run("lineage", "--json", "--root", root, seen / "alias.md", cwd=root.parent)
+
+    assert memory_path(root, str(seen / "alias.md")) == "alias.md"
+    assert code == 0
+    assert json.loads(out)["derived_from_it"] == ["profile.md"]
+
+
+def test_hidden_folders_are_never_memory_files_and_the_state_is_never_a_file_to_explain(linked, run) -> None:
+    root, _ = linked
+    (root / ".provgraph").mkdir(exist_ok=True)
+
+    code, out, err = run("why", "--root", root, ".provgraph/state.json", cwd=root)
+
+    assert memory_path(root, str(root / ".trash" / "old.md")) is None
+    assert (code, out) == (2, "")
+    assert err.startswith("provgraph: error: ") and "is not under the memory root" in err
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("profile.md", "profile.md"),
+        ("/srv/agent/Memory/notes/facts.md", "notes/facts.md"),
+        ("notes/../profile.md", "profile.md"),
+        ("/etc/passwd", None),
+        ("../outside.md", None),
+        (".", None),
+    ],
+)
+def test_a_sandbox_path_is_read_as_text_against_the_memory_folder(given: str, meant: str | None) -> None:
+    assert relative_to("/srv/agent/Memory", given) == meant
