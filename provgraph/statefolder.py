@@ -100,10 +100,11 @@ def read_file(folder: int, name: str, where: Path) -> bytes | None:
         os.close(descriptor)
 
 
-def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes]) -> None:
+def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes], *, suffix: str = TEMPORARY) -> None:
     """Replace ``name`` in the folder ``target`` atomically: a new temporary file in the
-    state folder, written, synced, renamed over it.  Nothing is left behind on failure."""
-    temporary = f"{name}.{secrets.token_hex(6)}{TEMPORARY}"
+    state folder (its name ends with ``suffix``), written, synced, renamed over it.
+    Nothing is left behind on failure."""
+    temporary = f"{name}.{secrets.token_hex(6)}{suffix}"
     descriptor = os.open(temporary, _NEW, 0o644, dir_fd=folders.state)
     try:
         with os.fdopen(descriptor, "wb") as handle:
@@ -134,12 +135,13 @@ def set_aside(folders: Folders, source: int, name: str, suffix: str) -> str:
     raise FileExistsError(errno.EEXIST, "too many files set aside", str(folders.state_path / name))
 
 
-def remove_temporaries(folders: Folders) -> None:
-    """Delete the temporary files of writers killed before their rename: every writer
-    holds the lock, so while it is held no temporary file is in use."""
+def remove_temporaries(folders: Folders, suffix: str = TEMPORARY) -> None:
+    """Delete the temporary files (names ending with ``suffix``) of writers killed before
+    their rename: every writer of those files holds one lock, so while it is held none is
+    in use.  A writer under another lock gives its temporaries another suffix."""
     with contextlib.suppress(OSError):
         for name in os.listdir(folders.state):
-            if name.endswith(TEMPORARY):
+            if name.endswith(suffix):
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=folders.state)
 
