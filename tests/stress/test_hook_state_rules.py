@@ -9,6 +9,7 @@ and every line provgraph prints escapes the names it echoes.
 - The store's cleanup of its own temporary files never removes a reads write in progress.
 - An error line echoes what the user typed through ``safe_name``: one line, no raw newline
   or escape code.
+- A declared source that leads to provgraph's own files says that it is provgraph's state.
 """
 
 from __future__ import annotations
@@ -216,3 +217,22 @@ def test_a_state_error_names_the_state_folder_through_the_same_escaping(root: Pa
     line = assert_one_error_line(provgraph("status", root, "--state", state))
 
     assert safe_name(str(state)) in line and "not a real folder" in line
+
+
+# -- provgraph's own files are never a source ----------------------------------------------------
+
+
+def test_a_source_that_leads_to_provgraph_own_files_is_named_as_provgraph_state(root: Path) -> None:
+    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "a.md", "a\n")
+    write(root, "d.md", derived("a.md", "provgraph.lock", "own/cache.json", "lock-link"))
+    (root / "own").symlink_to(".provgraph")
+    (root / "lock-link").symlink_to("provgraph.lock")
+    assert_clean(provgraph("stamp", root / "d.md"), 0)
+
+    status = orjson.loads(provgraph("status", "--json", root).stdout)
+
+    details = sorted(problem["detail"] for problem in status["problems"])
+    assert details == [
+        f"provgraph's own state, never a source: {name}" for name in ("lock-link", "own/cache.json", "provgraph.lock")
+    ]
