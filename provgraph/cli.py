@@ -202,7 +202,7 @@ def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
     if path is None or event.tool not in claude_code.WRITE_TOOLS | {claude_code.READ_TOOL}:
         return
     memory = _open(options)
-    reads = claude_code.SessionReads.beside(memory.state_path)
+    reads = claude_code.SessionReads.beside(memory.state_path, root=memory.root)
     if event.tool == claude_code.READ_TOOL:
         if path.endswith(".md"):
             _record_read(reads, event.session, path)

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Folders", "LockBusy", "hold", "open_folder", "read_file", "write_file"]
+__all__ = ["Folders", "LockBusy", "hold", "in_memory_tree", "open_folder", "read_file", "write_file"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
@@ -53,6 +53,17 @@ class Folders:
         for descriptor in {self.state, self.lock} - {-1}:
             with contextlib.suppress(OSError):
                 os.close(descriptor)
+
+
+def in_memory_tree(folder: Path, root: Path, own: str) -> bool:
+    """True when ``folder`` lies in the memory folder ``root`` but outside its state folder
+    ``own``: a state folder there could have provgraph overwrite a memory file."""
+    real, real_root = os.path.realpath(folder), os.path.realpath(root)
+    return _within(real, real_root) and not _within(real, os.path.join(real_root, own))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def open_folder(parent: Path, name: str, *, create: bool) -> int | None:

@@ -20,6 +20,7 @@ input that is not a hook event is reported in one line on stderr, with exit 0.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from collections.abc import Callable
@@ -32,7 +33,17 @@ from ..edits import Advice, EditContext, edit_notes
 from ..model import Report
 from ..render import prompt_block
 from ..shell import hook_command, stamp_command, status_command
-from ..statefolder import Folders, LockBusy, hold, open_folder, read_file, remove_temporaries, write_file
+from ..state import STATE_DIR
+from ..statefolder import (
+    Folders,
+    LockBusy,
+    hold,
+    in_memory_tree,
+    open_folder,
+    read_file,
+    remove_temporaries,
+    write_file,
+)
 
 __all__ = [
     "CONTEXT_LIMIT",
@@ -204,8 +215,11 @@ class SessionReads:
         max_age: float = 7 * 86_400,
         wait: float = RECORD_WAIT,
         clock: Callable[[], float] = time.time,
+        root: Path | None = None,
     ) -> None:
         self.path = path
+        self.root = root
+        """The memory folder, when known: the reads are never written in its tree outside ``.provgraph/``."""
         self.max_sessions = max_sessions
         self.max_reads = max_reads
         self.max_age = max_age
@@ -237,6 +251,8 @@ class SessionReads:
         """Add ``path`` to the reads of ``session``.  ``OSError`` when a symlink or a file
         that is not regular stands where the reads or their lock belong (nothing is written);
         nothing at all when the lock stays held for longer than ``wait``."""
+        if self.root is not None and in_memory_tree(self.path.parent, self.root, STATE_DIR):
+            raise OSError(errno.EINVAL, f"lies in the memory folder, outside {STATE_DIR}/", str(self.path.parent))
         folder = open_folder(self.path.parent.parent, self.path.parent.name, create=True)
         assert folder is not None
         folders = Folders(folder, folder, self.path.parent, self.path.parent)

@@ -51,9 +51,9 @@ def _event(root: Path, tool: str, name: str) -> bytes:
     )
 
 
-def _hook(root: Path, event: bytes, timeout: float = TIMEOUT) -> Done:
+def _hook(root: Path, event: bytes, *options: str | os.PathLike[str], timeout: float = TIMEOUT) -> Done:
     done = subprocess.run(
-        [sys.executable, "-m", "provgraph", "hook", "claude-code", os.fspath(root)],
+        [sys.executable, "-m", "provgraph", "hook", "claude-code", os.fspath(root), *map(os.fspath, options)],
         input=event,
         env=environment(),
         capture_output=True,
@@ -104,6 +104,22 @@ def test_a_session_reads_folder_that_is_a_symlink_is_never_written_through(root:
     assert_clean(done, 0)
     assert "not a real folder" in done.stderr and len(done.stderr.splitlines()) == 1
     assert os.listdir(tmp_path / "outside") == []
+
+
+def test_a_session_reads_state_folder_in_the_memory_tree_is_refused(root: Path) -> None:
+    """``--state`` in the memory folder outside ``.provgraph/`` is refused by the store; a
+    ``Read`` event, which never opens the store, refuses it too and writes nothing."""
+    _lineage(root)
+    write(root, "notes/n.md", "n\n")
+    for state in (root / "notes", root / "notes" / "new", root):
+        before = sorted(os.walk(root))
+
+        done = _hook(root, _event(root, "Read", "a.md"), "--state", state)
+
+        assert_clean(done, 0)
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("provgraph: hook: the read was not recorded: ") and "lies in the memory folder" in line
+        assert sorted(os.walk(root)) == before
 
 
 # -- nothing waits forever -----------------------------------------------------------------------
