@@ -235,6 +235,33 @@ def test_a_state_error_names_the_state_folder_through_the_same_escaping(root: Pa
     assert safe_name(str(state)) in line and "not a real folder" in line
 
 
+HOLD = """
+import fcntl, os, sys, time
+descriptor = os.open(sys.argv[1], os.O_RDWR)
+fcntl.flock(descriptor, fcntl.LOCK_EX)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_warning_names_the_state_folder_through_the_same_escaping(root: Path, tmp_path: Path) -> None:
+    _lineage(root)
+    state = tmp_path / "outside" / HOSTILE
+    assert_clean(provgraph("status", root, "--state", state), 0)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, state / "flock"], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        done = provgraph("prompt", root, "--state", state)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+    assert_clean(done, 0)
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("provgraph: warning: ") and safe_name(str(state)) in line and "\x1b" not in line
+
+
 # -- provgraph's own files are never a source ----------------------------------------------------
 
 
