@@ -249,8 +249,9 @@ class SessionReads:
 
     def record(self, session: str, path: str) -> None:
         """Add ``path`` to the reads of ``session``.  ``OSError`` when a symlink or a file
-        that is not regular stands where the reads or their lock belong (nothing is written);
-        nothing at all when the lock stays held for longer than ``wait``."""
+        that is not regular stands where the reads, their lock or their folder belong, or
+        when that folder lies in the memory tree outside ``.provgraph/`` (nothing is
+        written); nothing at all when the lock stays held for longer than ``wait``."""
         if self.root is not None and in_memory_tree(self.path.parent, self.root, STATE_DIR):
             raise OSError(errno.EINVAL, f"lies in the memory folder, outside {STATE_DIR}/", str(self.path.parent))
         folder = open_folder(self.path.parent.parent, self.path.parent.name, create=True)
