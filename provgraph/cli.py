@@ -26,7 +26,7 @@ from .paths import parts_under
 from .state import StateError
 
 if TYPE_CHECKING:
-    from .integrations.claude_code import HookEvent
+    from .integrations.claude_code import HookEvent, SessionReads
 
 __all__ = ["cli", "main"]
 
@@ -49,15 +49,14 @@ def cli(*args: str) -> int:
     try:
         return options.run(options)
     except (UsageError, RootError, NotDerived, StateError, ValueError) as error:
-        print(f"provgraph: error: {error}", file=sys.stderr)
+        _say_error(error)
         return EXIT_ERROR
     except BrokenPipeError:
         # the reader went away (`provgraph status | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except OSError as error:
-        where = f" {error.filename}" if error.filename else ""
-        print(f"provgraph: error:{where} {error.strerror or error}", file=sys.stderr)
+        _say("error", _os_message(error))
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
@@ -65,6 +64,33 @@ def cli(*args: str) -> int:
 
 def main() -> None:
     sys.exit(cli(*sys.argv[1:]))
+
+
+def _say(kind: str, message: str) -> None:
+    """One line on stderr, ``provgraph: KIND: MESSAGE``.  The message goes through the
+    escaping of every printed name (``render.safe_name``): a path the user typed, with a
+    newline or an escape code in it, can neither fake a second line nor drive the terminal."""
+    from .render import safe_name
+
+    print(f"provgraph: {kind}: {safe_name(message)}", file=sys.stderr)
+
+
+def _warn(message: str) -> None:
+    _say("warning", message)
+
+
+def _say_error(error: Exception) -> None:
+    """``NotDerived`` escaped its names already (its message is read outside the command
+    line too): escaping it again would double every backslash."""
+    if isinstance(error, NotDerived):
+        print(f"provgraph: error: {error}", file=sys.stderr)
+    else:
+        _say("error", str(error))
+
+
+def _os_message(error: OSError) -> str:
+    where = f"{os.fsdecode(error.filename)} " if error.filename else ""
+    return f"{where}{error.strerror or error}"
 
 
 # -- commands ----------------------------------------------------------------
@@ -108,7 +134,7 @@ def _why(options: argparse.Namespace) -> int:
     if options.json:
         sys.stdout.write(orjson.dumps(explanation_document(explanation), option=orjson.OPT_INDENT_2).decode() + "\n")
     elif explanation.status is None and not (root / path).exists():
-        print(f"{safe_name(path)} does not exist under {root} and no file names it as a source.")
+        print(f"{safe_name(path)} does not exist under {safe_name(str(root))} and no file names it as a source.")
     else:
         sys.stdout.write(explanation_text(explanation))
     return EXIT_OK
@@ -170,7 +196,7 @@ def _hook(options: argparse.Namespace) -> int:
     try:
         event = claude_code.parse_event(data) if data.strip() else None
     except claude_code.BadEvent as error:
-        print(f"provgraph: hook: {error}", file=sys.stderr)
+        _say("hook", str(error))
         return EXIT_OK  # a hook must not break the session it serves
     if not Path(options.root).exists():
         return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
@@ -191,14 +217,23 @@ def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
     if path is None or event.tool not in claude_code.WRITE_TOOLS | {claude_code.READ_TOOL}:
         return
     memory = _open(options)
-    reads = claude_code.SessionReads.beside(memory.state_path)
+    reads = claude_code.SessionReads.beside(memory.state_path, root=memory.root)
     if event.tool == claude_code.READ_TOOL:
         if path.endswith(".md"):
-            reads.record(event.session, path)
+            _record_read(reads, event.session, path)
         return
     report = memory.refresh(now=_now())
     output = claude_code.post_tool_use_output(report, path, reads.reads(event.session), _printed_options(options))
     sys.stdout.write(output)
+
+
+def _record_read(reads: SessionReads, session: str, path: str) -> None:
+    """Remember a read for the suggestions; one line on stderr when something that is not
+    provgraph's regular file stands in the way (a hook must not break the session)."""
+    try:
+        reads.record(session, path)
+    except OSError as error:
+        _say("hook", f"the read was not recorded: {_os_message(error)}")
 
 
 STDIN_WAIT = 3.0
@@ -248,6 +283,7 @@ def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
     return Memory(
         root,
         state=options.state,
+        warn=_warn,
         progress=progress,
         sources_heading=_sources_heading(options),
         trust_cache=not options.no_cache,
@@ -331,7 +367,9 @@ class _Parser(argparse.ArgumentParser):
     """Reports a bad argument in one line (no usage dump), like every other error."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        from .render import safe_name
+
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {safe_name(message)} (see '{self.prog} --help')\n")
 
 
 def _parser() -> argparse.ArgumentParser:

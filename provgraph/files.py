@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .model import FileMeta, Problem, ProblemKind
 
-__all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot"]
+__all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
 
 RACY_WINDOW_NS = 2_000_000_000
 """A file whose mtime is this close to (or after) the previous scan's start may
@@ -37,6 +37,11 @@ class OutsideRoot(Exception):
 
 class NotRegular(Exception):
     """A path that exists but is not a regular file (folder, FIFO, device)."""
+
+
+class ProvgraphOwn(NotRegular):
+    """A path that leads (by its name or through a link) to provgraph's own lock or state
+    folder: provgraph's state, never a source."""
 
 
 class FileSource(Protocol):
@@ -179,7 +184,7 @@ class LocalFiles:
             raise OutsideRoot(path)
         folder, lock = self._own
         if real in (lock, folder) or real.startswith(folder + "/"):
-            raise NotRegular(path)
+            raise ProvgraphOwn(path)
         return real
 
     def stat(self, path: str) -> FileMeta | None:

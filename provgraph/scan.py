@@ -24,7 +24,7 @@ from .declarations import (
     read_declaration,
     resolve_entries,
 )
-from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot
+from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
 from .model import FileMeta, Problem, ProblemKind
 
 __all__ = ["RACY_WINDOW_NS", "Seen", "Snapshot", "SourceState", "scan"]
@@ -274,6 +274,9 @@ class _Reader:
             sha = self._sha256(path, meta)
         except OutsideRoot:
             self.refused[path] = (ProblemKind.OUTSIDE_ROOT, f"{path} resolves outside the root")
+            return SourceState(None)
+        except ProvgraphOwn:
+            self.refused[path] = (ProblemKind.BAD_ENTRY, f"provgraph's own state, never a source: {path}")
             return SourceState(None)
         except NotRegular:
             self.refused[path] = (ProblemKind.BAD_ENTRY, f"not a regular file: {path}")

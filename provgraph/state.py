@@ -40,7 +40,16 @@ from .files import RACY_WINDOW_NS
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, Record, decode_lock, encode_lock, is_sync_copy, merge_reads
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
-from .statefolder import Folders, hold, open_folder, read_file, remove_temporaries, set_aside, write_file
+from .statefolder import (
+    Folders,
+    hold,
+    in_memory_tree,
+    open_folder,
+    read_file,
+    remove_temporaries,
+    set_aside,
+    write_file,
+)
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
     from .declarations import Declaration
@@ -270,9 +279,7 @@ class StateStore:
         """A ``--state`` folder inside the memory folder must be ``.provgraph`` or below it:
         anywhere else provgraph could overwrite a memory file."""
         assert self.folder is not None
-        real, real_root = os.path.realpath(self.folder), os.path.realpath(self.root)
-        own = os.path.join(real_root, STATE_DIR)
-        if _within(real, real_root) and not _within(real, own):
+        if in_memory_tree(self.folder, self.root, STATE_DIR):
             raise StateError(
                 self.folder,
                 f"--state {self.folder} lies in the memory folder {self.root}: provgraph keeps its files there "
@@ -494,10 +501,6 @@ def _names(folder: int) -> list[str]:
         return os.listdir(folder)
     except OSError:
         return []
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Folders", "LockBusy", "hold", "open_folder", "read_file", "write_file"]
+__all__ = ["Folders", "LockBusy", "hold", "in_memory_tree", "open_folder", "read_file", "write_file"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
@@ -53,6 +53,17 @@ class Folders:
         for descriptor in {self.state, self.lock} - {-1}:
             with contextlib.suppress(OSError):
                 os.close(descriptor)
+
+
+def in_memory_tree(folder: Path, root: Path, own: str) -> bool:
+    """True when ``folder`` lies in the memory folder ``root`` but outside its state folder
+    ``own``: a state folder there could have provgraph overwrite a memory file."""
+    real, real_root = os.path.realpath(folder), os.path.realpath(root)
+    return _within(real, real_root) and not _within(real, os.path.join(real_root, own))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def open_folder(parent: Path, name: str, *, create: bool) -> int | None:
@@ -100,10 +111,11 @@ def read_file(folder: int, name: str, where: Path) -> bytes | None:
         os.close(descriptor)
 
 
-def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes]) -> None:
+def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes], *, suffix: str = TEMPORARY) -> None:
     """Replace ``name`` in the folder ``target`` atomically: a new temporary file in the
-    state folder, written, synced, renamed over it.  Nothing is left behind on failure."""
-    temporary = f"{name}.{secrets.token_hex(6)}{TEMPORARY}"
+    state folder (its name ends with ``suffix``), written, synced, renamed over it.
+    Nothing is left behind on failure."""
+    temporary = f"{name}.{secrets.token_hex(6)}{suffix}"
     descriptor = os.open(temporary, _NEW, 0o644, dir_fd=folders.state)
     try:
         with os.fdopen(descriptor, "wb") as handle:
@@ -134,12 +146,13 @@ def set_aside(folders: Folders, source: int, name: str, suffix: str) -> str:
     raise FileExistsError(errno.EEXIST, "too many files set aside", str(folders.state_path / name))
 
 
-def remove_temporaries(folders: Folders) -> None:
-    """Delete the temporary files of writers killed before their rename: every writer
-    holds the lock, so while it is held no temporary file is in use."""
+def remove_temporaries(folders: Folders, suffix: str = TEMPORARY) -> None:
+    """Delete the temporary files (names ending with ``suffix``) of writers killed before
+    their rename: every writer of those files holds one lock, so while it is held none is
+    in use.  A writer under another lock gives its temporaries another suffix."""
     with contextlib.suppress(OSError):
         for name in os.listdir(folders.state):
-            if name.endswith(TEMPORARY):
+            if name.endswith(suffix):
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=folders.state)
 

@@ -20,11 +20,10 @@ input that is not a hook event is reported in one line on stderr, with exit 0.
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,17 @@ from ..model import Report
 from ..paths import parts_under
 from ..render import prompt_block
 from ..shell import hook_command, stamp_command, status_command
+from ..state import STATE_DIR
+from ..statefolder import (
+    Folders,
+    LockBusy,
+    hold,
+    in_memory_tree,
+    open_folder,
+    read_file,
+    remove_temporaries,
+    write_file,
+)
 
 __all__ = [
     "CONTEXT_LIMIT",
@@ -170,6 +180,14 @@ def settings_json(root: str, options: tuple[str, ...] = ()) -> str:
 # -- the reads of a session ----------------------------------------------------------------------
 
 
+READS_NAME = "claude-code-reads.json"
+READS_TEMPORARY = ".reads-unfinished"
+"""The suffix of the reads file's temporaries: not the store's, whose cleanup runs under
+the store's lock and must never remove a write in progress under the reads lock."""
+RECORD_WAIT = 1.0
+"""Seconds a hook waits for the reads lock before it lets the read go unrecorded."""
+
+
 class SessionReads:
     """The memory files each recent session read, in one small file beside provgraph's state.
 
@@ -178,7 +196,12 @@ class SessionReads:
     sessions untouched for ``max_age`` seconds are dropped, only the
     ``max_sessions`` most recent are kept, each with its ``max_reads`` latest
     reads.  It is rewritten whole (temporary file, then rename) under a lock,
-    so parallel hooks never lose a read or leave a torn file.
+    so parallel hooks never lose a read or leave a torn file.  It obeys the
+    rules of the store's own files (``provgraph.statefolder``): the folder is
+    opened as a real folder, every file in it with ``O_NOFOLLOW`` and only when
+    it is a regular file, and the lock is waited for ``wait`` seconds at most:
+    the reads only feed suggestions, so a read that cannot be recorded in time
+    is let go, and a hook never hangs behind a suspended one.
     """
 
     def __init__(
@@ -188,64 +211,87 @@ class SessionReads:
         max_sessions: int = 20,
         max_reads: int = 200,
         max_age: float = 7 * 86_400,
+        wait: float = RECORD_WAIT,
         clock: Callable[[], float] = time.time,
+        root: Path | None = None,
     ) -> None:
         self.path = path
+        self.root = root
+        """The memory folder, when known: the reads are never written in its tree outside ``.provgraph/``."""
         self.max_sessions = max_sessions
         self.max_reads = max_reads
         self.max_age = max_age
+        self.wait = wait
         self._clock = clock
 
     @classmethod
     def beside(cls, state_folder: Path, **options) -> SessionReads:
         """The reads file in provgraph's state folder (``ROOT/.provgraph`` or ``--state DIR``)."""
-        return cls(state_folder / "claude-code-reads.json", **options)
+        return cls(state_folder / READS_NAME, **options)
 
     def reads(self, session: str) -> frozenset[str]:
-        entry = self._load().get(session)
+        """The files ``session`` read; none when the file is missing, unreadable or not a regular file."""
+        try:
+            folder = open_folder(self.path.parent.parent, self.path.parent.name, create=False)
+        except OSError:
+            return frozenset()
+        if folder is None:
+            return frozenset()
+        try:
+            entry = self._load(folder).get(session)
+        except OSError:
+            return frozenset()
+        finally:
+            os.close(folder)
         return frozenset(entry["reads"]) if entry else frozenset()
 
     def record(self, session: str, path: str) -> None:
-        with self._locked():
-            sessions = self._load()
-            now = self._clock()
-            reads = [read for read in sessions.get(session, {}).get("reads", []) if read != path] + [path]
-            sessions[session] = {"touched": now, "reads": reads[-self.max_reads :]}
-            recent = sorted(sessions.items(), key=lambda item: item[1]["touched"], reverse=True)
-            kept = {key: value for key, value in recent[: self.max_sessions] if now - value["touched"] <= self.max_age}
-            self._save(kept)
-
-    def _load(self) -> dict[str, dict]:
-        """Sessions by id; a missing or unreadable file holds none (the reads only feed suggestions)."""
+        """Add ``path`` to the reads of ``session``.  ``OSError`` when a symlink or a file
+        that is not regular stands where the reads, their lock or their folder belong, or
+        when that folder lies in the memory tree outside ``.provgraph/`` (nothing is
+        written); nothing at all when the lock stays held for longer than ``wait``."""
+        if self.root is not None and in_memory_tree(self.path.parent, self.root, STATE_DIR):
+            raise OSError(errno.EINVAL, f"lies in the memory folder, outside {STATE_DIR}/", str(self.path.parent))
+        folder = open_folder(self.path.parent.parent, self.path.parent.name, create=True)
+        assert folder is not None
+        folders = Folders(folder, folder, self.path.parent, self.path.parent)
         try:
-            document = orjson.loads(self.path.read_bytes())
-        except (OSError, orjson.JSONDecodeError):
+            try:
+                held = hold(folder, self.path.name + ".lock", self.wait)
+            except LockBusy:
+                return
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, str(self.path.parent / error.filename)) from None
+            try:
+                remove_temporaries(folders, READS_TEMPORARY)
+                self._save(folders, self._with_read(self._load(folder), session, path))
+            finally:
+                os.close(held)
+        finally:
+            folders.close()
+
+    def _with_read(self, sessions: dict[str, dict], session: str, path: str) -> dict[str, dict]:
+        now = self._clock()
+        reads = [read for read in sessions.get(session, {}).get("reads", []) if read != path] + [path]
+        sessions[session] = {"touched": now, "reads": reads[-self.max_reads :]}
+        recent = sorted(sessions.items(), key=lambda item: item[1]["touched"], reverse=True)
+        return {key: value for key, value in recent[: self.max_sessions] if now - value["touched"] <= self.max_age}
+
+    def _load(self, folder: int) -> dict[str, dict]:
+        """Sessions by id; a missing or undecodable file holds none (the reads only feed
+        suggestions).  A symlink or a file that is not regular is an ``OSError``."""
+        try:
+            document = orjson.loads(read_file(folder, self.path.name, self.path.parent) or b"{}")
+        except orjson.JSONDecodeError:
             return {}
         sessions = document.get("sessions") if isinstance(document, dict) else None
         if not isinstance(sessions, dict):
             return {}
         return {key: value for key, value in sessions.items() if _is_session(value)}
 
-    def _save(self, sessions: dict[str, dict]) -> None:
-        descriptor, temporary = tempfile.mkstemp(prefix=self.path.name + ".", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(descriptor, "wb") as handle:
-                handle.write(orjson.dumps({"version": 1, "sessions": sessions}))
-            os.replace(temporary, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(descriptor)
+    def _save(self, folders: Folders, sessions: dict[str, dict]) -> None:
+        payload = orjson.dumps({"version": 1, "sessions": sessions})
+        write_file(folders, folders.state, self.path.name, [payload], suffix=READS_TEMPORARY)
 
 
 def _is_session(value: object) -> bool:
