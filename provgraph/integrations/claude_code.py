@@ -19,7 +19,6 @@ input that is not a hook event is reported in one line on stderr, with exit 0.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import time
