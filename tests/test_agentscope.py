@@ -671,8 +671,11 @@ def test_a_remote_backend_gives_the_local_result(
     assert MARKER in local_block.splitlines()
     assert appended(remote_model.system_prompts[0], remote_only) == local_block
     assert remote_model.system_prompts[1] == remote_only
-    assert backend.files == before  # nothing written into the sandbox
-    assert (tmp_path / "remote-state.json" / "provgraph.lock").is_file()
+    lock = "/sandbox/work/Memory/provgraph.lock"
+    assert {path: file for path, file in backend.files.items() if path != lock} == {
+        path: file for path, file in before.items() if path != lock
+    }  # no memory file written: only the lineage lock, in the workspace
+    assert backend.files[lock][0] == (tmp_path / "remote-state.json" / "provgraph.lock").read_bytes()
 
 
 def test_a_remote_failure_keeps_the_prompt_and_the_stamps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -44,6 +44,7 @@ from ..files import NotRegular, OutsideRoot
 from ..model import Report, StaleEntry
 from ..render import causes_text, clip, prompt_block, safe_name
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
+from .agentscope_lock import LockMirror
 from .agentscope_tools import ADVICE as _ADVICE
 from .agentscope_tools import LINEAGE_TOOL, ProvenanceTools
 from .agentscope_tools import MORE_HINT as _MORE_HINT
@@ -91,13 +92,12 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     AgentScope's ``LocalBackend``) the memory folder is a folder on this
     machine, read directly, and the state is ``<memory folder>/.provgraph/``
     as for the command line, so ``provgraph status`` sees the same stamps.
-    With any other backend the memory folder lives elsewhere (a sandbox) and
-    provgraph never writes there: the state stays on this machine, by default
-    in ``default_state_path(backend, memory folder)`` under the user's cache
-    folder.  Pass ``state=`` for a durable place, or to keep apart two
-    sandboxes whose memory folders have the same path and backend class
-    (they would otherwise share stamps).  Losing the state only means that
-    every derived file is adopted afresh.
+    With any other backend the memory folder lives elsewhere (a sandbox): the
+    lock is still ``<memory folder>/provgraph.lock`` there, written through
+    the backend (see ``agentscope_lock``), and only the cache and a mirror of
+    the lock stay on this machine, by default in
+    ``default_state_path(backend, memory folder)`` under the user's cache
+    folder, or in ``state=``.  Losing the cache only costs a full read.
     """
 
     def __init__(
@@ -118,10 +118,13 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
             self.memory_path = os.path.abspath(os.path.join(workdir, memory_dir))
             self.files: BackendFiles | None = None
             self.state_path = Path(state) if state is not None else None
+            self.lock_mirror: LockMirror | None = None
         else:
             self.memory_path = self.backend.normpath(self.backend.join_path(workdir, memory_dir))
             self.files = BackendFiles(self.backend, self.memory_path, timeout=backend_timeout)
             self.state_path = Path(state) if state is not None else default_state_path(self.backend, self.memory_path)
+            # The lineage lock lives in the workspace; the state folder keeps a mirror of it (agentscope_lock).
+            self.lock_mirror = LockMirror(self.files, self.state_path)
         self._memory: Memory | None = None
         self._guard = threading.Lock()
         self._tools = _tools(self)
@@ -369,6 +372,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
             if self.files is not None:
                 self.files.loop = loop
             try:
+                if self.lock_mirror is not None:
+                    return self.lock_mirror.transaction(lambda: action(self._open()))
                 return action(self._open())
             finally:
                 if self.files is not None:
@@ -477,8 +482,8 @@ def default_state_path(backend: BackendBase, memory_path: str) -> Path:
     """Where the state of a remote memory folder is kept when no ``state=`` is given.
 
     A folder under the user's cache folder named by a hash of the backend
-    class and the memory folder's path in the backend; it holds the lock and
-    the cache, like ``--state``.
+    class and the memory folder's path in the backend; it holds the cache and
+    a mirror of the workspace's lock, like ``--state``.
     """
     key = f"{type(backend).__module__}.{type(backend).__qualname__}\0{memory_path}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]

@@ -31,14 +31,14 @@ import posixpath
 import tarfile
 import time
 from collections.abc import Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from agentscope.tool import BackendBase
 
 from ..files import RACY_WINDOW_NS, NotRegular
 from ..model import FileMeta, Problem, ProblemKind
 
-__all__ = ["DEFAULT_BACKEND_TIMEOUT", "BackendError", "BackendFiles"]
+__all__ = ["DEFAULT_BACKEND_TIMEOUT", "BackendError", "BackendFiles", "Companion"]
 
 DEFAULT_BACKEND_TIMEOUT = 10.0
 """Seconds one backend call may take before the check is abandoned (prompt unchanged, a warning)."""
@@ -60,6 +60,18 @@ _ARGUMENT_BYTES = 100_000
 """Paths passed to one read command at most: far below any system's argument limit."""
 _CONCURRENCY = 16
 """Per-file calls in flight at once for a backend without a shell."""
+
+
+class Companion(Protocol):
+    """Something read with the folder, in the same batch (the lineage lock, see ``agentscope_lock``)."""
+
+    def wanted(self) -> list[str]:
+        """Names of the folder to read along with the files that changed, after the listing."""
+        ...
+
+    def received(self, asked: list[str]) -> None:
+        """Called once ``asked`` (what ``wanted`` returned) was read: see ``content``."""
+        ...
 
 
 class BackendError(Exception):
@@ -105,6 +117,8 @@ class BackendFiles:
         self._previous: dict[str, FileMeta] = {}
         self._walk_started_ns = 0
         self._shell = True
+        self._records: list[bytes] = []
+        self.companion: Companion | None = None
 
     # -- FileSource ------------------------------------------------------------------
 
@@ -114,10 +128,12 @@ class BackendFiles:
         if listed is None:
             self._shell = False
             self.trusts_stat = False
-            return self._run(self._walk_file_by_file)
+            walked = self._run(self._walk_file_by_file)
+            self._read_companion([])
+            return walked
         self._listed = listed
         found = {path: meta for path, (kind, meta) in listed.items() if kind == "f" and _is_memory_file(path)}
-        self._run(lambda: self._read_many(self._worth_reading(found)))
+        self._read_companion(self._worth_reading(found))
         self._previous = found
         return found, _undecodable(listed)
 
@@ -148,6 +164,54 @@ class BackendFiles:
         """Drop the bytes kept since the last ``walk``."""
         self._content.clear()
 
+    # -- for the companion ---------------------------------------------------------------
+
+    @property
+    def has_shell(self) -> bool:
+        return self._shell
+
+    def listed_identity(self, name: str) -> str | None:
+        """A top-level entry's type, size, times and inode as the last listing printed them;
+        "" when the listing has no such entry; None without a shell (nothing is known)."""
+        if not self._shell:
+            return None
+        suffix = b"\t" + name.encode()
+        for record in self._records:
+            if record.endswith(suffix) and record.count(b"\t") == 5:
+                return record[: -len(suffix)].decode("utf-8", "replace")
+        return ""
+
+    def newest_change_ns(self, name: str) -> int | None:
+        """The later of a listed entry's mtime and ctime, in the sandbox's clock."""
+        listed = self._listed.get(name)
+        return None if listed is None else max(listed[1].mtime_ns, listed[1].ctime_ns)
+
+    def content(self, name: str) -> bytes | None:
+        """The bytes of ``name`` read since the last ``walk``, if it was read and exists."""
+        return self._content.get(name)
+
+    def write(self, name: str, data: bytes) -> None:
+        """Write ``name`` in the folder through the backend's own write call."""
+        self._run(lambda: self._call(self.backend.write_file(self._full(name), data)))
+
+    def run_script(self, script: str, *arguments: str) -> bytes:
+        """Run a shell script in the backend with the folder as ``$1``; its output, or
+        ``BackendError`` when it failed."""
+        result = self._run(lambda: self._exec(["sh", "-c", script, "sh", self.folder, *arguments]))
+        if result.exit_code != 0:
+            raise BackendError(f"a command in {self.folder} failed ({_why(result)})")
+        return result.stdout
+
+    def _read_companion(self, changed: list[str]) -> None:
+        """Read the files that changed and what the companion asks for, in one batch."""
+        asked = self.companion.wanted() if self.companion is not None else []
+        if self._shell:
+            self._run(lambda: self._read_many(changed + asked))
+        elif asked:
+            self._run(lambda: self._read_without_shell(asked))
+        if self.companion is not None:
+            self.companion.received(asked)
+
     # -- one call for the whole folder ---------------------------------------------------
 
     async def _list_with_shell(self) -> dict[str, tuple[str, FileMeta]] | None:
@@ -156,6 +220,7 @@ class BackendFiles:
         if result.exit_code == _MISSING_FOLDER:
             raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
         records = result.stdout.split(b"\0")
+        self._records = records[:-2]
         status = _end_status(records)
         if status is None:
             if result.exit_code in _NO_SHELL:
