@@ -10,10 +10,9 @@
 
 Every process a test starts runs the code under test, the package this file
 imports (the checkout's ``provgraph/``, which ``pythonpath`` in pyproject.toml
-puts first), whether the package is installed editable, installed as a copy,
-or not at all: ``PYTHONPATH`` names its folder, and ``PROVGRAPH`` is a
-launcher of that code, not the console script an install may have put beside
-the interpreter.
+puts first), whether the package is installed editable or as a copy:
+``PYTHONPATH`` names its folder, and ``PROVGRAPH`` is a launcher of that code,
+not the console script an install put beside the interpreter.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def test_the_test_command_starts_with_and_without_pytest_asyncio(plugin: list[st
 
 
 def test_every_process_the_tests_start_runs_the_code_under_test(tmp_path: Path) -> None:
-    """Installed editable, as a copy, or not at all: the ``provgraph`` command of the tests
+    """Installed editable or as a copy: the ``provgraph`` command of the tests
     and any child interpreter import the package the tests import, from any folder."""
     from conftest import CODE_UNDER_TEST, PROVGRAPH
 
