@@ -3,9 +3,9 @@
 default:
     @just --list
 
-# Run the whole test suite
+# Run the whole test suite, in parallel on every core
 test *ARGS:
-    python -m pytest -q {{ARGS}}
+    python -m pytest -q -n auto {{ARGS}}
 
 # The built-in example
 demo:

@@ -5,15 +5,24 @@
   ``set_mtime`` and ``open`` (a ``provgraph.Memory`` on the root).
 - ``clock``: a fixed, aware ``datetime`` that tests move forward explicitly.
 - every test runs with ``TZ=UTC``, so dates print the same everywhere.
-- ``run``: the installed ``provgraph`` console script in a subprocess,
-  returning ``(exit code, stdout, stderr)``.
+- ``run``: the ``provgraph`` command in a subprocess, returning
+  ``(exit code, stdout, stderr)``.
+
+Every process a test starts runs the code under test, the package this file
+imports (the checkout's ``provgraph/``, which ``pythonpath`` in pyproject.toml
+puts first), whether the package is installed editable or as a copy:
+``PYTHONPATH`` names its folder, and ``PROVGRAPH`` is a launcher of that code,
+not the console script an install put beside the interpreter.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -22,10 +31,33 @@ from pathlib import Path
 
 import pytest
 
+import provgraph
 from provgraph import Memory
 
-PROVGRAPH = Path(sys.executable).parent / "provgraph"
-"""The console script installed beside the interpreter running the tests."""
+CODE_UNDER_TEST = Path(provgraph.__file__).resolve().parent.parent
+"""The folder holding the ``provgraph`` package the tests import."""
+
+
+def _code_under_test_for_every_process() -> None:
+    """Put the tested package first on every child interpreter's path, as on ours."""
+    inherited = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.fspath(CODE_UNDER_TEST), inherited]))
+
+
+def _launcher() -> Path:
+    """A ``provgraph`` command in a private folder that runs the code under test with
+    this interpreter: what the console script does, whatever was installed."""
+    folder = Path(tempfile.mkdtemp(prefix="provgraph-command-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    command = folder / "provgraph"
+    command.write_text(f"#!{sys.executable}\nimport sys\n\nfrom provgraph.cli import main\n\nsys.exit(main())\n")
+    command.chmod(0o755)
+    return command
+
+
+_code_under_test_for_every_process()
+PROVGRAPH = _launcher()
+"""The ``provgraph`` command of the tests; its folder may be put on ``PATH``."""
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 """Where every clock starts: before any real file time, so a file written by a

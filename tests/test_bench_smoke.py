@@ -58,7 +58,7 @@ def test_the_generated_folder_is_the_same_for_a_seed_and_holds_chains(tmp_path: 
 
 def test_a_quick_run_prints_every_figure_with_its_floor_and_ratio() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.bench", "--quick", "--files", "300"],
+        [sys.executable, "-m", "tests.bench", "--quick", "--runs", "1", "--files", "300"],
         cwd=REPOSITORY,
         env={**os.environ, "PYTHONPATH": os.fspath(REPOSITORY)},
         capture_output=True,

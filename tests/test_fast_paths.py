@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import PROVGRAPH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -320,7 +321,7 @@ def test_a_quick_command_on_a_real_terminal_prints_nothing_on_it(memory) -> None
     leader, follower = pty.openpty()
     try:
         done = subprocess.run(
-            [os.fspath(Path(sys.executable).parent / "provgraph"), "check", str(memory.root)],
+            [os.fspath(PROVGRAPH), "check", str(memory.root)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=follower,

@@ -8,13 +8,14 @@ import errno
 import os
 import signal
 import subprocess
-import sys
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from conftest import PROVGRAPH
 
 from provgraph.files import LocalFiles
 from provgraph.model import FileMeta
@@ -39,9 +40,9 @@ class Done:
 
 
 def provgraph(*args: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None, **env: str) -> Done:
-    """Run ``python -m provgraph ARGS`` with the pinned clock; output must be UTF-8."""
+    """Run ``provgraph ARGS`` (the code under test) with the pinned clock; output must be UTF-8."""
     done = subprocess.run(
-        [sys.executable, "-m", "provgraph", *map(os.fspath, args)],
+        [PROVGRAPH, *map(os.fspath, args)],
         cwd=cwd,
         env=environment(**env),
         capture_output=True,

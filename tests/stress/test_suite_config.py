@@ -4,6 +4,8 @@ into an internal error before any test ran."""
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,3 +29,38 @@ def test_the_test_command_starts_with_and_without_pytest_asyncio(plugin: list[st
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "INTERNALERROR" not in done.stdout + done.stderr
     assert "tests collected" in done.stdout
+
+
+def test_every_process_the_tests_start_runs_the_code_under_test(tmp_path: Path) -> None:
+    """Installed editable or as a copy: the ``provgraph`` command of the tests
+    and any child interpreter import the package the tests import, from any folder."""
+    from conftest import CODE_UNDER_TEST, PROVGRAPH
+
+    import provgraph
+
+    expected = Path(provgraph.__file__).resolve()
+    assert expected.parent.parent == CODE_UNDER_TEST
+    child = subprocess.run(
+        [sys.executable, "-c", "import provgraph; print(provgraph.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(child.stdout.strip()).resolve() == expected
+    command = subprocess.run(
+        [PROVGRAPH, "why", "nothing.md", "--root", tmp_path],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONVERBOSE": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    loaded = set(
+        re.findall(
+            r"^# code object from '?(\S+?provgraph[/\\]cli\.py)'?$|matches (\S+provgraph[/\\]cli\.py)$",
+            command.stderr,
+            re.M,
+        )
+    )
+    assert {Path(path or other).resolve() for path, other in loaded} == {expected.parent / "cli.py"}
