@@ -132,12 +132,17 @@ def _why(options: argparse.Namespace) -> int:
     memory = _open(options, root)
     explanation = memory.explain(path, memory.refresh(now=_now()))
     if options.json:
-        sys.stdout.write(orjson.dumps(explanation_document(explanation), option=orjson.OPT_INDENT_2).decode() + "\n")
+        _print_json(explanation_document(explanation))
     elif explanation.status is None and not (root / path).exists():
         print(f"{safe_name(path)} does not exist under {safe_name(str(root))} and no file names it as a source.")
     else:
         sys.stdout.write(explanation_text(explanation))
     return EXIT_OK
+
+
+def _print_json(document: dict) -> None:
+    """One indented JSON document on stdout (``why --json``, ``lineage --json``)."""
+    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def _lineage(options: argparse.Namespace) -> int:
@@ -148,7 +153,7 @@ def _lineage(options: argparse.Namespace) -> int:
     memory = _open(options, root)
     found = memory.lineage(path, memory.refresh(now=_now()))
     if options.json:
-        sys.stdout.write(orjson.dumps(lineage_document(found), option=orjson.OPT_INDENT_2).decode() + "\n")
+        _print_json(lineage_document(found))
     else:
         print(lineage_text(found, max_lines=options.max_lines))
     return EXIT_OK
