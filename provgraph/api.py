@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from . import queries
+from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .model import Cause, Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
@@ -45,7 +46,7 @@ WRITE_WAIT = 10.0
 """Seconds a stamp waits for the lock before it reports it held, as one error line."""
 
 
-class RootError(Exception):
+class RootError(ProvgraphError):
     """The memory root does not exist or is not a folder."""
 
     def __init__(self, root: Path) -> None:
@@ -53,7 +54,7 @@ class RootError(Exception):
         self.root = root
 
 
-class NotDerived(Exception):
+class NotDerived(ProvgraphError):
     """``stamp`` was asked to record a re-derivation of files that declare no sources."""
 
     def __init__(self, paths: tuple[str, ...]) -> None:

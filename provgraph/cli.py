@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 import orjson
 
 from . import __version__
-from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, RootError, find_root
+from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, find_root
 from .clock import pinned_now as _now
+from .errors import ProvgraphError
 from .model import Problem, ProblemKind, Report
 from .paths import parts_under
-from .state import StateError
 
 if TYPE_CHECKING:
     from .integrations.claude_code import HookEvent, SessionReads
@@ -35,7 +35,7 @@ DEFAULT_MAX_LINES = 20
 """Stale files the printed block lists at most."""
 
 
-class UsageError(Exception):
+class UsageError(ProvgraphError):
     """A bad argument: one sentence for stderr, exit 2."""
 
 
@@ -48,7 +48,7 @@ def cli(*args: str) -> int:
         return int(exit_.code or 0)
     try:
         return options.run(options)
-    except (UsageError, RootError, NotDerived, StateError, ValueError) as error:
+    except ProvgraphError as error:
         _say_error(error)
         return EXIT_ERROR
     except BrokenPipeError:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
+from .errors import ProvgraphError
+
 __all__ = ["BadClock", "pinned_now"]
 
 CLOCK_VARIABLE = "PROVGRAPH_NOW"
 
 
-class BadClock(ValueError):
+class BadClock(ProvgraphError, ValueError):
     """``PROVGRAPH_NOW`` holds something that is not an ISO 8601 date or timestamp."""
 
     def __init__(self, value: str) -> None:

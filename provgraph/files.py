@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
@@ -31,11 +32,11 @@ _CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 
-class OutsideRoot(Exception):
+class OutsideRoot(PathRefused):
     """A path that resolves (through a symlink) outside the memory root."""
 
 
-class NotRegular(Exception):
+class NotRegular(PathRefused):
     """A path that exists but is not a regular file (folder, FIFO, device)."""
 
 

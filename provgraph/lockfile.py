@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from .errors import ProvgraphError
 from .model import Stamp
 
 __all__ = [
@@ -49,7 +50,7 @@ _LATEST = 253402300799.0
 """The last second of year 9999: a later (or negative) date cannot be shown, so it is damage."""
 
 
-class LockError(Exception):
+class LockError(ProvgraphError):
     """The bytes are not a provgraph lock at all (another program's file, another version)."""
 
 

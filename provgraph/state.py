@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, Record, decode_lock, encode_lock, is_sync_copy, merge_reads
@@ -82,7 +83,7 @@ LEGACY_NAME = "state.json"
 LEGACY_FORMAT = "provgraph-state"
 
 
-class StateError(Exception):
+class StateError(ProvgraphError):
     """The state cannot be read or written (permissions, full disk, ...).
 
     ``path`` is the file or folder concerned; the message is one sentence

@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .errors import ProvgraphError
+
 __all__ = ["Folders", "LockBusy", "hold", "in_memory_tree", "open_folder", "read_file", "write_file"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -30,7 +32,7 @@ _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 TEMPORARY = ".tmp"
 
 
-class LockBusy(Exception):
+class LockBusy(ProvgraphError):
     """Another process holds the exclusive lock for longer than the wait allowed."""
 
     def __init__(self, waited: float) -> None:

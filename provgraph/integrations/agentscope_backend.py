@@ -35,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 
 from agentscope.tool import BackendBase
 
+from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS, NotRegular
 from ..model import FileMeta, Problem, ProblemKind
 
@@ -74,7 +75,7 @@ class Companion(Protocol):
         ...
 
 
-class BackendError(Exception):
+class BackendError(ProvgraphError):
     """The backend failed in a way that says nothing about one file (a lost connection, a timeout)."""
 
 

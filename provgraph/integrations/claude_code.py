@@ -29,6 +29,7 @@ from pathlib import Path
 import orjson
 
 from ..edits import Advice, EditContext, edit_notes
+from ..errors import ProvgraphError
 from ..model import Report
 from ..paths import parts_under
 from ..render import prompt_block
@@ -70,7 +71,7 @@ TOOL_MATCHER = "Read|Write|Edit|MultiEdit"
 # -- the event ------------------------------------------------------------------------------------
 
 
-class BadEvent(ValueError):
+class BadEvent(ProvgraphError, ValueError):
     """The hook's standard input is not a Claude Code hook event."""
 
 
