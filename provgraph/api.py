@@ -7,12 +7,9 @@ stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from operator import itemgetter
@@ -25,6 +22,7 @@ from . import queries
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
+from .log import log_warning
 from .model import Cause, Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from .queries import Relative
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, listing_key
@@ -131,7 +129,7 @@ class Memory:
         """The folder of provgraph's own files: ``ROOT/.provgraph`` or ``state``."""
         self.lock_path = self._store.lock_path
         """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
-        self._warn = warn or _warn_stderr
+        self._warn = warn or log_warning
         self._progress = progress
 
     def refresh(self, *, now: datetime | None = None) -> Report:
@@ -194,7 +192,7 @@ class Memory:
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
         try:
-            with self._store.locked(wait), _collector_paused():
+            with self._store.locked(wait):
                 return self._run(now, restamp, save=True)
         except LockBusy as busy:
             if restamp:
@@ -202,7 +200,7 @@ class Memory:
                     self.state_path, f"cannot stamp: the state in {self.state_path} is {busy}; try again"
                 ) from None
         self._warn(f"the state in {self.state_path} is locked by another provgraph process; this answer is not saved")
-        with self._store.unlocked(), _collector_paused():
+        with self._store.unlocked():
             return self._run(now, restamp, save=False)
 
     def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
@@ -342,19 +340,6 @@ def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
     return None if hint == found.moved_to else hint
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """A scan builds hundreds of thousands of small objects and no reference cycle;
-    the cyclic garbage collector would walk them all again and again for nothing."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _newest(metas: Iterable[FileMeta]) -> int:
     """The latest mtime or ctime, in nanoseconds (0 for no file)."""
     metas = list(metas)
@@ -379,7 +364,3 @@ def find_root(path: str | os.PathLike[str]) -> Path | None:
         if (folder / LOCK_NAME).is_file() or (folder / STATE_DIR).is_dir() or (folder / "MEMORY.md").is_file():
             return folder
     return None
-
-
-def _warn_stderr(message: str) -> None:
-    print(f"provgraph: warning: {message}", file=sys.stderr)

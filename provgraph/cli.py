@@ -9,10 +9,13 @@ that cannot be written.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
+import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
@@ -22,6 +25,7 @@ from . import __version__
 from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, find_root
 from .clock import pinned_now as _now
 from .errors import ProvgraphError
+from .log import LOGGER
 from .model import Problem, ProblemKind, Report
 from .paths import parts_under
 
@@ -47,7 +51,8 @@ def cli(*args: str) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        return options.run(options)
+        with _collector_paused():
+            return options.run(options)
     except ProvgraphError as error:
         _say_error(error)
         return EXIT_ERROR
@@ -63,7 +68,38 @@ def cli(*args: str) -> int:
 
 
 def main() -> None:
-    sys.exit(cli(*sys.argv[1:]))
+    """The console script: the library's logged warnings become ``provgraph: warning:`` lines."""
+    handler = _WarningLines()
+    LOGGER.addHandler(handler)
+    try:
+        code = cli(*sys.argv[1:])
+    finally:
+        LOGGER.removeHandler(handler)
+    sys.exit(code)
+
+
+class _WarningLines(logging.Handler):
+    """Shows each warning the library logs as one line on stderr, as every other message."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        _warn(record.getMessage())
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A scan builds hundreds of thousands of small objects and no reference cycle; the
+    cyclic garbage collector would walk them all again and again for nothing.  Paused by
+    the command, a short-lived process, never by the library inside its caller's."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _say(kind: str, message: str) -> None:

@@ -24,7 +24,6 @@ import hashlib
 import math
 import os
 import stat
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -40,6 +39,7 @@ from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, Record, decode_lock, encode_lock, is_sync_copy, merge_reads
+from .log import log_warning
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
 from .statefolder import (
     Folders,
@@ -194,7 +194,7 @@ class StateStore:
         self.state_path = self.folder if self.folder is not None else self.root / STATE_DIR
         self.lock_path = (self.folder if self.folder is not None else self.root) / LOCK_NAME
         self.cache_path = self.state_path / CACHE_NAME
-        self._warn = warn or _warn_stderr
+        self._warn = warn or log_warning
         self._recalled: tuple[bytes, Recall] | None = None
         self._local = threading.local()
 
@@ -549,10 +549,6 @@ def _cannot(what: str, path: Path, error: OSError) -> str:
     reason = error.strerror or type(error).__name__
     hint = " (use --state DIR to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
     return f"cannot {what} {path}: {reason}{hint}"
-
-
-def _warn_stderr(message: str) -> None:
-    print(f"provgraph: warning: {message}", file=sys.stderr)
 
 
 # -- encoding ----------------------------------------------------------------

@@ -18,6 +18,7 @@ not the console script an install put beside the interpreter.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import subprocess
@@ -213,3 +214,22 @@ class Runner:
 @pytest.fixture
 def run() -> Runner:
     return Runner()
+
+
+class Logged:
+    """The warnings the library logged on the ``provgraph`` logger (it never prints them)."""
+
+    def __init__(self, caplog: pytest.LogCaptureFixture) -> None:
+        caplog.set_level(logging.WARNING, logger="provgraph")
+        self._caplog = caplog
+
+    def take(self) -> list[str]:
+        """The messages logged since the last call, one per warning; forgets them."""
+        records = [record for record in self._caplog.records if record.name == "provgraph"]
+        self._caplog.clear()
+        return [record.getMessage() for record in records if record.levelno == logging.WARNING]
+
+
+@pytest.fixture
+def logged(caplog: pytest.LogCaptureFixture) -> Logged:
+    return Logged(caplog)

@@ -62,15 +62,15 @@ def _union(ours: bytes, theirs: bytes) -> bytes:
     return b"".join(merged + extra[len(mine) :])
 
 
-def test_a_union_merged_lock_loads_takes_the_newest_stamp_per_edge_and_says_so(machines, clock, capsys) -> None:
+def test_a_union_merged_lock_loads_takes_the_newest_stamp_per_edge_and_says_so(machines, clock, logged) -> None:
     a, _ = machines
     ours, theirs, _, day2 = _diverge(machines, clock)
     (a / "provgraph.lock").write_bytes(_union(ours, theirs) + theirs)  # duplicates too
-    capsys.readouterr()
+    logged.take()
 
     report = Memory(a).refresh(now=clock.advance(days=1))
 
-    (warning,) = capsys.readouterr().err.splitlines()
+    (warning,) = logged.take()
     assert "merged lines" in warning and "newest stamp" in warning
     assert report.stale == ()
     stamps = _stamps(a)
@@ -78,18 +78,18 @@ def test_a_union_merged_lock_loads_takes_the_newest_stamp_per_edge_and_says_so(m
     assert decode_lock((a / "provgraph.lock").read_bytes()).merged == 0  # written back clean
 
 
-def test_a_lock_with_conflict_markers_still_loads_with_the_newest_stamps(machines, clock, capsys) -> None:
+def test_a_lock_with_conflict_markers_still_loads_with_the_newest_stamps(machines, clock, logged) -> None:
     a, _ = machines
     ours, theirs, _, day2 = _diverge(machines, clock)
     header, *mine = ours.splitlines(keepends=True)
     _, *other = theirs.splitlines(keepends=True)
     conflicted = b"".join([header, b"<<<<<<< HEAD\n", *mine, b"=======\n", *other, b">>>>>>> machine-b\n"])
     (a / "provgraph.lock").write_bytes(conflicted)
-    capsys.readouterr()
+    logged.take()
 
     report = Memory(a).refresh(now=clock.advance(days=1))
 
-    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert len(logged.take()) == 1
     assert report.stale == () and _stamps(a)[("summary.md", "facts.md")] == day2
     assert b"<<<<<<<" not in (a / "provgraph.lock").read_bytes()
 
@@ -110,12 +110,12 @@ def test_the_same_edge_stamped_at_the_same_time_keeps_the_earliest_originating_d
     assert here.stale == there.stale == first.stale
 
 
-def test_a_sync_conflict_copy_is_merged_and_kept_aside(machines, clock, capsys) -> None:
+def test_a_sync_conflict_copy_is_merged_and_kept_aside(machines, clock, logged) -> None:
     a, _ = machines
     ours, theirs, _, day2 = _diverge(machines, clock)
     copy = a / "provgraph.sync-conflict-20261201-101500-MACHINEB.lock"
     copy.write_bytes(theirs)
-    capsys.readouterr()
+    logged.take()
 
     report = Memory(a).refresh(now=clock.advance(days=1))
 
@@ -123,7 +123,7 @@ def test_a_sync_conflict_copy_is_merged_and_kept_aside(machines, clock, capsys) 
     assert not copy.exists()
     (kept,) = [path for path in (a / ".provgraph").iterdir() if path.name.startswith(copy.name + ".merged-")]
     assert kept.read_bytes() == theirs
-    assert "merged" in capsys.readouterr().err
+    assert any("merged" in warning for warning in logged.take())
 
 
 def test_a_running_process_sees_a_new_lock_at_its_next_check(machines, clock) -> None:

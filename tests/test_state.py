@@ -218,16 +218,15 @@ def bad_sha(data: bytes) -> bytes:
         pytest.param(lambda data: b"\xff\xfe\x00binary", id="binary"),
     ],
 )
-def test_an_unreadable_lock_is_kept_aside_and_rebuilt(lived, memory, clock, capsys, tmp_path, damage) -> None:
+def test_an_unreadable_lock_is_kept_aside_and_rebuilt(lived, memory, clock, logged, tmp_path, damage) -> None:
     bad = damage(lived.lock_path.read_bytes())
     lived.lock_path.write_bytes(bad)
-    capsys.readouterr()
+    logged.take()
     report = memory.open().refresh(now=clock.advance(days=1))
     (aside,) = aside_files(lived)
     assert aside.read_bytes() == bad and aside.name.startswith("provgraph.lock.corrupt-")
-    warning = capsys.readouterr().err
-    assert len(warning.splitlines()) == 1
-    assert "warning" in warning and str(lived.lock_path) in warning and aside.name in warning
+    (warning,) = logged.take()
+    assert str(lived.lock_path) in warning and aside.name in warning
     first_use = memory.open(state=tmp_path / "fresh").refresh(now=clock.now)
     assert "profile.md" in {entry.path for entry in first_use.stale}  # missing.md never existed
     assert report.stale == first_use.stale
@@ -244,15 +243,15 @@ def test_an_unreadable_lock_is_kept_aside_and_rebuilt(lived, memory, clock, caps
         pytest.param(bad_sha, id="wrong-stamp"),
     ],
 )
-def test_a_lock_with_damaged_lines_is_kept_aside_and_its_valid_lines_load(lived, memory, clock, capsys, damage):
+def test_a_lock_with_damaged_lines_is_kept_aside_and_its_valid_lines_load(lived, memory, clock, logged, damage):
     good = lived.lock_path.read_bytes()
     bad = damage(good)
     lived.lock_path.write_bytes(bad)
-    capsys.readouterr()
+    logged.take()
     memory.open().refresh(now=clock.advance(days=1))
     (aside,) = aside_files(lived)
     assert aside.read_bytes() == bad
-    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert len(logged.take()) == 1
     first = orjson.loads(good.splitlines()[1])
     damaged = (first[0], first[1])
     kept = decode_lock(lived.lock_path.read_bytes()).records
@@ -271,26 +270,26 @@ def test_a_lock_with_damaged_lines_is_kept_aside_and_its_valid_lines_load(lived,
         pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2],'), id="wrong-shape"),
     ],
 )
-def test_an_unreadable_cache_is_kept_aside_and_the_answer_is_the_same(lived, memory, clock, capsys, damage) -> None:
+def test_an_unreadable_cache_is_kept_aside_and_the_answer_is_the_same(lived, memory, clock, logged, damage) -> None:
     cache = lived.state_path / "cache.json"
     expected = lived.refresh(now=clock.advance(days=1))
     bad = damage(cache.read_bytes())
     cache.write_bytes(bad)
     memory.write("new.md", "a change, so that the next refresh loads everything")
-    capsys.readouterr()
+    logged.take()
     report = memory.open().refresh(now=clock.now)
     (aside,) = aside_files(lived)
     assert aside.read_bytes() == bad
-    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert len(logged.take()) == 1
     assert report.stale == expected.stale and report.edges == expected.edges
 
 
-def test_state_set_aside_twice_keeps_both_copies(lived, memory, clock, capsys) -> None:
+def test_state_set_aside_twice_keeps_both_copies(lived, memory, clock, logged) -> None:
     for attempt in (b"first damage", b"second damage"):
         lived.lock_path.write_bytes(attempt)
         memory.open().refresh(now=clock.advance(days=1))
     assert sorted(path.read_bytes() for path in aside_files(lived)) == [b"first damage", b"second damage"]
-    assert len(capsys.readouterr().err.strip().splitlines()) == 2
+    assert len(logged.take()) == 2
 
 
 # -- a schema-1 state file is converted ----------------------------------------------------------
@@ -314,7 +313,7 @@ def _schema_1(derivations) -> dict:
     }
 
 
-def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(lived, memory, clock, capsys):
+def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(lived, memory, clock, logged):
     expected = lived.refresh(now=clock.advance(days=1))
     derivations = loaded(lived).derivations
     legacy = _schema_1(derivations)
@@ -323,7 +322,7 @@ def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(liv
     lived.state_path.mkdir()
     data = orjson.dumps(legacy)
     (lived.state_path / "state.json").write_bytes(data)
-    capsys.readouterr()
+    logged.take()
 
     report = memory.open().refresh(now=clock.now)
 
@@ -331,7 +330,7 @@ def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(liv
     assert loaded(lived).derivations == derivations
     (aside,) = aside_files(lived)
     assert aside.name.startswith("state.json.migrated-") and aside.read_bytes() == data
-    assert "converted" in capsys.readouterr().err
+    assert any("converted" in warning for warning in logged.take())
     assert not (lived.state_path / "state.json").exists()
 
 
