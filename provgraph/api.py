@@ -235,7 +235,7 @@ class Memory:
         report = Report(
             root=str(self.root),
             scanned_at=now,
-            files=len(snapshot.files),
+            file_count=len(snapshot.files),
             edges=edges,
             stale=propagate(edges),
             cycles=find_cycles(edges),

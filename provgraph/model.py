@@ -180,7 +180,8 @@ class Report:
 
     root: str
     scanned_at: datetime
-    files: int
+    file_count: int
+    """How many memory files the scan listed."""
     edges: tuple[Edge, ...]
     stale: tuple[StaleEntry, ...]
     cycles: tuple[tuple[str, ...], ...]

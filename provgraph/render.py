@@ -225,7 +225,7 @@ def _repair_key(entry: StaleEntry) -> tuple[int, float, str]:
 
 def _counts(report: Report) -> dict[str, int]:
     return {
-        "files": report.files,
+        "files": report.file_count,
         "derived": len(report.derived),
         "stale": len(report.stale),
         "cycles": len(report.cycles),

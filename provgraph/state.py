@@ -632,7 +632,7 @@ def _encode_report(report: Report) -> dict:
     the square of the depth (a 10,000-deep chain would make a state file of half a gigabyte)."""
     return {
         "root": report.root,
-        "files": report.files,
+        "files": report.file_count,
         "edges": [[e.source, e.derived, e.status.value, e.stamped_at, e.since, e.moved_to] for e in report.edges],
         "cycles": [list(cycle) for cycle in report.cycles],
         "problems": [_encode_problem(problem) for problem in report.problems],
@@ -743,7 +743,7 @@ def _decode_report(data: dict) -> Report:
     return Report(
         root=_text(data["root"]),
         scanned_at=datetime.fromtimestamp(0, UTC),
-        files=int(data["files"]),
+        file_count=int(data["files"]),
         edges=edges,
         stale=propagate(edges),
         cycles=tuple(tuple(_text(path) for path in cycle) for cycle in data["cycles"]),

@@ -98,7 +98,7 @@ def hostile_report() -> Report:
     return Report(
         root="/memory",
         scanned_at=datetime(2026, 11, 17, tzinfo=UTC),
-        files=len(names) + 1,
+        file_count=len(names) + 1,
         edges=ordered,
         stale=propagate(ordered),
         cycles=find_cycles(ordered),

@@ -112,7 +112,7 @@ def test_every_change_is_seen_as_a_full_scan_sees_it(memory, clock, trusting, ch
     CHANGES[change](memory)
     seen = api.refresh(now=clock.advance(days=1))
     scratch = memory.open(state=tmp_path / "scratch.json").refresh(now=clock.now)
-    assert seen.files == scratch.files and seen.problems == scratch.problems
+    assert seen.file_count == scratch.file_count and seen.problems == scratch.problems
     assert [(e.source, e.derived) for e in seen.edges] == [(e.source, e.derived) for e in scratch.edges]
     if change in ("content, same size and mtime", "a source outside the listing", "a missing source appearing"):
         assert seen.stale, "the edit of a stamped source is a change"

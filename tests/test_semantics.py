@@ -417,7 +417,7 @@ def test_sources_need_not_be_markdown_and_may_live_in_subfolders(memory, clock) 
     memory.write("digest.md", derived_from="/topics/summaries/prices.md")
     api = memory.open()
     first = api.refresh(now=clock.now)
-    assert first.files == 3
+    assert first.file_count == 3
     memory.write_bytes("data/prices.csv", b"apple,2\n")
     report = api.refresh(now=clock.advance(days=1))
     assert stale(report) == {
@@ -493,7 +493,7 @@ def test_a_fifo_is_skipped_without_hanging(memory, clock, opened) -> None:
     memory.write("q.md", derived_from="a.md")
     with deadline(10):
         report = memory.open().refresh(now=clock.now)
-    assert report.files == 3
+    assert report.file_count == 3
     assert report.derived == ("q.md",)
     assert {(p.path, p.kind) for p in report.problems} == {("p.md", ProblemKind.BAD_ENTRY)}
     fifos = {os.path.realpath(memory.root / name) for name in ("pipe.md", "feed.csv")}
@@ -551,7 +551,7 @@ def build(memory, order: list[str], reverse_entries: bool) -> Memory:
 
 
 def outcome(report: Report) -> tuple:
-    return report.stale, report.cycles, report.problems, report.edges, report.files
+    return report.stale, report.cycles, report.problems, report.edges, report.file_count
 
 
 def test_results_do_not_depend_on_creation_or_entry_order(memory, tmp_path, clock) -> None:

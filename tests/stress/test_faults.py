@@ -415,7 +415,7 @@ def test_any_damage_to_a_cache_document_loads_or_is_set_aside(
     assert isinstance(loaded, State)
     assert path.exists() != bool(warnings)  # set aside exactly when it could not be read
     report = Memory(root, state=folder, warn=warnings.append).refresh(now=NOW + timedelta(days=2))
-    assert report.files == 4
+    assert report.file_count == 4
 
 
 def test_a_state_of_another_format_is_never_overwritten_in_place(root: Path) -> None:

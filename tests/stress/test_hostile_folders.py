@@ -40,7 +40,7 @@ LATER = NOW + timedelta(hours=1)
 def _shape(report: Report) -> tuple:
     """What must not depend on the history of scans: files, edges, staleness, cycles, problems."""
     return (
-        report.files,
+        report.file_count,
         tuple((edge.source, edge.derived, edge.status) for edge in report.edges),
         tuple(entry.path for entry in report.stale),
         report.cycles,
