@@ -145,9 +145,11 @@ class Memory:
         wanted = frozenset(paths)
         return self._transaction(_clock(now), wanted)
 
-    def explain(self, path: str, report: Report | None = None) -> Explanation:
-        """What ``why`` prints: the file's sources, its causes and what derives from it."""
-        report = report or self.refresh()
+    def explain(self, path: str, report: Report) -> Explanation:
+        """What ``why`` prints: the file's sources, its causes and what derives from it.
+
+        A query answers from the ``report`` it is given (``refresh()``'s) and never scans
+        or writes the state itself: the one call that may rewrite it is ``refresh``."""
         statuses = node_statuses(report.edges, report.stale)
         sources = tuple(edge for edge in report.edges if edge.derived == path)
         return Explanation(
@@ -161,30 +163,26 @@ class Memory:
             in_cycles=tuple(cycle for cycle in report.cycles if path in cycle),
         )
 
-    def sources_of(self, path: str, *, transitive: bool = False, report: Report | None = None) -> tuple[Relative, ...]:
+    def sources_of(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""
-        return queries.sources_of(report or self.refresh(), path, transitive=transitive)
+        return queries.sources_of(report, path, transitive=transitive)
 
-    def derived_from(
-        self, path: str, *, transitive: bool = False, report: Report | None = None
-    ) -> tuple[Relative, ...]:
+    def derived_from(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What is derived from ``path`` (every descendant when ``transitive``), with chains."""
-        return queries.derived_from(report or self.refresh(), path, transitive=transitive)
+        return queries.derived_from(report, path, transitive=transitive)
 
-    def stale_after_editing(self, source: str, *, report: Report | None = None) -> tuple[StaleEntry, ...]:
+    def stale_after_editing(self, source: str, *, report: Report) -> tuple[StaleEntry, ...]:
         """The stale files downstream of ``source``: what to re-check after editing it."""
-        return queries.stale_after_editing(report or self.refresh(), source)
+        return queries.stale_after_editing(report, source)
 
-    def lineage(self, path: str, report: Report | None = None) -> queries.FileLineage:
+    def lineage(self, path: str, report: Report) -> queries.FileLineage:
         """What ``provgraph lineage`` prints: the file's status and sources, and everything derived from it."""
-        report = report or self.refresh()
         explanation = self.explain(path, report)
         exists = explanation.status is not None or _exists(self.files, path)
         return queries.file_lineage(report, explanation, exists=exists)
 
-    def graph(self, report: Report | None = None) -> nx.DiGraph:
+    def graph(self, report: Report) -> nx.DiGraph:
         """The lineage as a networkx DiGraph (see ``lineage.to_networkx``)."""
-        report = report or self.refresh()
         return to_networkx(report.edges, report.stale, report.cycles)
 
     def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:

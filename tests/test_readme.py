@@ -61,5 +61,6 @@ def test_the_python_api_examples_run(demo_memory: Path) -> None:
     for block in blocks:
         exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - the README's own examples
     assert "digest.md" in printed.getvalue()
-    assert [entry.path for entry in namespace["memory"].stale_after_editing("user-facts.md")] == []
+    memory = namespace["memory"]
+    assert [entry.path for entry in memory.stale_after_editing("user-facts.md", report=memory.refresh())] == []
     assert os.path.exists("path/to/Memory/provgraph.lock")

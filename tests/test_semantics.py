@@ -522,9 +522,9 @@ def test_memory_files_are_never_written(chain, clock) -> None:
     chain.write("facts.md", "changed", mtime=clock.now + timedelta(hours=1))
     before = snapshot(chain.root)
     api.refresh(now=clock.advance(days=1))
-    api.stamp(["profile.md", "uses-data.md"], now=clock.advance(days=1))
-    api.explain("digest.md")
-    api.graph()
+    report = api.stamp(["profile.md", "uses-data.md"], now=clock.advance(days=1))
+    api.explain("digest.md", report)
+    api.graph(report)
     assert snapshot(chain.root) == before
 
 
