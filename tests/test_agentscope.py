@@ -426,7 +426,10 @@ def test_lineage_answers_in_one_line_for_a_path_it_does_not_know(family: Provena
     assert lineage(broken, "profile.md").startswith("Could not check the lineage of profile.md: ")
 
 
-def test_lineage_answer_is_bounded_in_lines_and_characters(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def sixty_one_stale_descendants(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """30 notes and 30 files with 200-character names derived from user-facts.md, which
+    then changes (61 stale descendants with profile.md); a middleware listing at most 5
+    files and one with the default bound."""
     folder = workdir / "Memory"
     derived = "---\nderived_from: ../user-facts.md\n---\nsummary\n"
     for number in range(30):
@@ -436,6 +439,11 @@ def test_lineage_answer_is_bounded_in_lines_and_characters(workdir: Path, monkey
     many = ProvenanceMiddleware(workdir=str(workdir))
     asyncio.run(adopt(few, monkeypatch))
     write(folder, "user-facts.md", MOVED, EDITED)
+    return few, many
+
+
+def test_lineage_answer_is_bounded_in_lines_and_characters(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    few, many = sixty_one_stale_descendants(workdir, monkeypatch)
 
     short = lineage(few, "user-facts.md").splitlines()
     long = lineage(many, "user-facts.md")

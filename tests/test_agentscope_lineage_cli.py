@@ -7,7 +7,6 @@ same pinned clock.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 pytest.importorskip("agentscope")
 
 import test_agentscope  # noqa: E402
-from test_agentscope import CHECKED, EDITED, MOVED, OLD, adopt, lineage, write  # noqa: E402
+from test_agentscope import CHECKED, OLD, lineage, write  # noqa: E402
 
 from provgraph.integrations.agentscope import LINEAGE_MAX_CHARS, ProvenanceMiddleware  # noqa: E402
 
@@ -56,15 +55,7 @@ def test_the_lineage_command_and_tool_agree_on_a_cycle_and_a_missing_source(work
 
 
 def test_the_lineage_command_keeps_the_tools_bounds(workdir: Path, run, monkeypatch: pytest.MonkeyPatch) -> None:
-    folder = workdir / "Memory"
-    derived = "---\nderived_from: ../user-facts.md\n---\nsummary\n"
-    for number in range(30):
-        write(folder, f"notes/note-{number:02}.md", derived, OLD)
-        write(folder, f"long/{'n' * 200}-{number:02}<b>.md", derived, OLD)
-    few = ProvenanceMiddleware(workdir=str(workdir), max_lines=5)
-    many = ProvenanceMiddleware(workdir=str(workdir))
-    asyncio.run(adopt(few, monkeypatch))
-    write(folder, "user-facts.md", MOVED, EDITED)
+    few, many = test_agentscope.sixty_one_stale_descendants(workdir, monkeypatch)
 
     short, long = lineage(few, "user-facts.md"), lineage(many, "user-facts.md")
 
