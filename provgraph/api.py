@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
 from pathlib import Path
@@ -23,7 +23,7 @@ from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .log import log_warning
-from .model import Cause, Edge, EdgeStatus, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from .model import Cause, Edge, EdgeStatus, Explanation, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
 from .queries import Relative
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, listing_key
 from .statefolder import LockBusy
@@ -61,26 +61,6 @@ class NotDerived(ProvgraphError):
         names = ", ".join(map(safe_name, paths))
         super().__init__(f"not a derived file (no derived_from in its frontmatter): {names}")
         self.paths = paths
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Everything ``why`` says about one file."""
-
-    path: str
-    status: NodeStatus | None
-    """None when the file takes no part in any derivation."""
-    sources: tuple[Edge, ...]
-    """The file's own declared sources, as they compare now."""
-    stale: StaleEntry | None
-    stale_sources: tuple[str, ...]
-    """Sources of this file that are themselves stale (staleness flowing through)."""
-    derived_from_it: tuple[str, ...]
-    """Files that declare this file as a source."""
-    in_cycles: tuple[tuple[str, ...], ...]
-    problems: tuple[Problem, ...] = ()
-    """What could not be honoured in this file's declaration (a broken frontmatter,
-    a refused entry): why it may declare fewer sources than it says."""
 
 
 class Memory:

@@ -17,6 +17,7 @@ __all__ = [
     "Cause",
     "Edge",
     "EdgeStatus",
+    "Explanation",
     "FileMeta",
     "NodeStatus",
     "Problem",
@@ -203,3 +204,23 @@ class Report:
             if stale.path == path:
                 return stale
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Everything ``why`` says about one file."""
+
+    path: str
+    status: NodeStatus | None
+    """None when the file takes no part in any derivation."""
+    sources: tuple[Edge, ...]
+    """The file's own declared sources, as they compare now."""
+    stale: StaleEntry | None
+    stale_sources: tuple[str, ...]
+    """Sources of this file that are themselves stale (staleness flowing through)."""
+    derived_from_it: tuple[str, ...]
+    """Files that declare this file as a source."""
+    in_cycles: tuple[tuple[str, ...], ...]
+    problems: tuple[Problem, ...] = ()
+    """What could not be honoured in this file's declaration (a broken frontmatter,
+    a refused entry): why it may declare fewer sources than it says."""

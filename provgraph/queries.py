@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .lineage import children_of, node_statuses
-from .model import NodeStatus, Report, StaleEntry
-
-if TYPE_CHECKING:
-    from .api import Explanation
+from .model import Explanation, NodeStatus, Report, StaleEntry
 
 __all__ = ["FileLineage", "Relative", "derived_from", "file_lineage", "sources_of", "stale_after_editing"]
 

@@ -13,9 +13,8 @@ from datetime import datetime
 
 import orjson
 
-from .api import Explanation
 from .lineage import node_statuses, to_networkx
-from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, Report, StaleEntry
+from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, Report, StaleEntry
 
 __all__ = [
     "PROMPT_HEADING",
