@@ -1,0 +1,123 @@
+"""The README and the pages in ``docs/`` stay linked and honest: every link lands, every test they cite exists."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+FENCE = re.compile(r"^ *(```|~~~)")
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+CITED_TEST = re.compile(r"`(?:(?:tests/)?(?:stress/)?\w+\.py::)?(test_\w+)`")
+CITED_FILE = re.compile(r"`(?:tests/)?((?:stress/)?test_\w+\.py)(?:::\w+)?`")
+
+
+def prose(text: str, *, code: bool = False) -> list[str]:
+    """The page's lines outside fenced code blocks (inline code removed unless asked): where links and headings live."""
+    lines, fenced = [], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line if code else re.sub(r"`[^`]*`", "", line))
+    return lines
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped, spaces turned into hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of a page's headings, as GitHub makes them (duplicates get ``-1``, ``-2``...)."""
+    made: dict[str, int] = {}
+    found = set()
+    for line in prose(text, code=True):
+        heading = re.match(r"#{1,6} +(.*?) *#*$", line)
+        if heading:
+            anchor = slug(heading.group(1))
+            found.add(f"{anchor}-{made[anchor]}" if anchor in made else anchor)
+            made[anchor] = made.get(anchor, 0) + 1
+    return found
+
+
+def relative_links(page: Path) -> list[str]:
+    return [
+        target
+        for line in prose(page.read_text(encoding="utf-8"))
+        for target in LINK.findall(line)
+        if not re.match(r"[a-z]+:", target)
+    ]
+
+
+def test_every_relative_link_in_the_readme_and_the_docs_leads_to_a_file_and_heading_that_exist() -> None:
+    broken = []
+    for page in PAGES:
+        for target in relative_links(page):
+            path, _, anchor = target.partition("#")
+            destination = (page.parent / path).resolve() if path else page
+            if not destination.exists():
+                broken.append((page.name, target, "no such file"))
+            elif anchor and anchor not in anchors(destination.read_text(encoding="utf-8")):
+                broken.append((page.name, target, "no such heading"))
+    assert broken == []
+
+
+def test_the_readme_links_each_page_in_docs_and_each_page_links_back() -> None:
+    readme = {(ROOT / target.partition("#")[0]).resolve() for target in relative_links(ROOT / "README.md")}
+    docs = [page for page in PAGES if page.parent.name == "docs"]
+    assert {page.name for page in docs} >= {"guarantees.md", "internals.md", "performance.md"}
+    for page in docs:
+        assert page in readme, page.name
+        back = {(page.parent / target.partition("#")[0]).resolve() for target in relative_links(page)}
+        assert ROOT / "README.md" in back, page.name
+
+
+def test_the_table_of_contents_links_every_section_of_the_readme() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    sections = [line[3:] for line in prose(text, code=True) if line.startswith("## ")]
+    contents = text[text.index("\n## Contents\n") : text.index(f"\n## {sections[1]}\n")]
+    linked = {target[1:] for target in LINK.findall(contents) if target.startswith("#")}
+    wanted = {slug(section) for section in sections[1:]}
+    assert sections[0] == "Contents"
+    assert wanted - linked == set()
+    assert linked <= anchors(text)
+
+
+def _tests_defined() -> tuple[set[str], set[str]]:
+    """The names of every test function in the suite, and the suite's test files (``stress/x.py`` for stress)."""
+    names, files = set(), set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        files.add(path.relative_to(ROOT / "tests").as_posix())
+        files.add(path.name)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        names |= {
+            node.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
+        }
+    return names, files
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_test_a_page_cites_exists(page: Path) -> None:
+    names, files = _tests_defined()
+    text = page.read_text(encoding="utf-8")
+    assert set(CITED_TEST.findall(text)) - names == set()
+    assert set(CITED_FILE.findall(text)) - files == set()
+
+
+def test_every_guarantee_names_tests_that_exist() -> None:
+    """Each bold claim of ``docs/guarantees.md`` cites, before the next claim, a test or test file that exists."""
+    names, files = _tests_defined()
+    text = (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    claims = re.split(r"\n\n(?=\*\*[^*\n]+\*\*)", text)[1:]
+    assert len(claims) >= 15
+    for claim in claims:
+        cited = set(CITED_TEST.findall(claim)) | set(CITED_FILE.findall(claim))
+        assert cited, claim.splitlines()[0]
+        assert cited <= names | files, claim.splitlines()[0]
