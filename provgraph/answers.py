@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .model import Edge, EdgeStatus, Explanation, NodeStatus, StaleEntry
-from .queries import FileLineage, Relative
+from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, StaleEntry
 from .render import causes_text, clip, day, explanation_document, safe_name, status_phrase
 
 __all__ = [
