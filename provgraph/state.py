@@ -25,7 +25,6 @@ import math
 import os
 import stat
 import threading
-import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from .clock import wall_ns
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS
 from .lineage import propagate
@@ -487,7 +487,7 @@ class StateStore:
         except OSError:
             return None
         meta = FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        return LockSeal(meta, hashlib.sha256(data).hexdigest(), time.time_ns())
+        return LockSeal(meta, hashlib.sha256(data).hexdigest(), wall_ns())
 
     def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[bytes], what: str) -> None:
         where = (folders.lock_path if target == folders.lock else folders.state_path) / name

@@ -82,3 +82,42 @@ def test_the_layer_check_sees_an_import_of_the_disk_layer_even_for_types_only() 
 def test_values_moved_to_the_model_are_still_importable_where_they_were(module: str, name: str) -> None:
     model = importlib.import_module("provgraph.model")
     assert getattr(importlib.import_module(module), name) is getattr(model, name)
+
+
+WALL_CLOCK = {("time", "time"), ("time", "time_ns"), ("datetime", "now"), ("datetime", "utcnow"), ("date", "today")}
+"""Calls that read the real date and time (``time.monotonic`` measures a wait, not a date)."""
+
+
+def clock_reads(source: str) -> list[str]:
+    """Where ``source`` reads the wall clock or names ``PROVGRAPH_NOW`` itself."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+        ):
+            if (node.func.value.id, node.func.attr) in WALL_CLOCK:
+                found.append(f"{node.func.value.id}.{node.func.attr}()")
+        elif isinstance(node, ast.ImportFrom) and node.module in {"time", "datetime"}:
+            found += [f"{node.module}.{alias.name}" for alias in node.names if (node.module, alias.name) in WALL_CLOCK]
+        elif isinstance(node, ast.Constant) and node.value == "PROVGRAPH_NOW":
+            found.append("PROVGRAPH_NOW")
+    return found
+
+
+def test_the_clock_is_read_in_clock_py_alone() -> None:
+    """``PROVGRAPH_NOW`` is parsed once and the wall clock of the racy window is named as such:
+    every other module receives ``now`` or calls ``clock.wall_ns``."""
+    readers = {
+        path.relative_to(PACKAGE).as_posix(): reads
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "clock.py" and (reads := clock_reads(path.read_text(encoding="utf-8")))
+    }
+    assert readers == {}
+
+
+def test_the_clock_check_sees_each_way_of_reading_the_clock() -> None:
+    source = 'import os, time\nfrom time import time_ns\nos.environ.get("PROVGRAPH_NOW")\nstarted = time.time_ns()\n'
+    assert sorted(clock_reads(source)) == ["PROVGRAPH_NOW", "time.time_ns", "time.time_ns()"]
+    assert clock_reads("from datetime import datetime\nnow = datetime.now()\n") == ["datetime.now()"]

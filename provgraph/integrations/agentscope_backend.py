@@ -29,12 +29,12 @@ import asyncio
 import io
 import posixpath
 import tarfile
-import time
 from collections.abc import Coroutine, Iterable
 from typing import Any, Protocol, TypeVar
 
 from agentscope.tool import BackendBase
 
+from ..clock import wall_ns
 from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS, NotRegular
 from ..model import FileMeta, Problem, ProblemKind
@@ -248,7 +248,7 @@ class BackendFiles:
     def _worth_reading(self, found: dict[str, FileMeta]) -> list[str]:
         """Files whose metadata moved since the last walk, or moved so recently that equal metadata proves nothing."""
         recent = self._walk_started_ns - RACY_WINDOW_NS
-        self._walk_started_ns = time.time_ns()
+        self._walk_started_ns = wall_ns()
         return [
             path
             for path, meta in found.items()
