@@ -8,7 +8,7 @@ stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
@@ -30,6 +30,8 @@ from .statefolder import LockBusy
 
 if TYPE_CHECKING:
     import networkx as nx
+
+    from .scan import Seen
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
@@ -284,7 +286,7 @@ def _known_roots(root: Path, also_known_as: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted((path for path in known if path != "/"), key=lambda path: (-len(path), path)))
 
 
-def _without_declarations(seen: dict) -> dict:
+def _without_declarations(seen: Mapping[str, Seen]) -> dict[str, Seen]:
     """The scan cache with every declaration dropped (read with other settings); hashes stay."""
     return {path: entry._replace(declaration=None) for path, entry in seen.items()}
 

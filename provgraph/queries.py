@@ -26,7 +26,7 @@ def _parents_of(report: Report) -> dict[str, list[str]]:
 def _walk(neighbours: Mapping[str, list[str]], start: str, transitive: bool) -> dict[str, tuple[str, ...]]:
     """Shortest paths from ``start`` (excluded) to every reachable node, start first."""
     paths: dict[str, tuple[str, ...]] = {}
-    queue = deque([(start, (start,))])
+    queue: deque[tuple[str, tuple[str, ...]]] = deque([(start, (start,))])
     while queue:
         node, path = queue.popleft()
         for neighbour in neighbours.get(node, ()):

@@ -104,9 +104,9 @@ def scan(
     if progress is not None:
         progress(len(listing), len(listing))
     withheld = {
-        path: refused
+        path: refused_sources
         for path, sources in declarations.items()
-        if (refused := tuple(source for source in sources if source in reader.refused))
+        if (refused_sources := tuple(source for source in sources if source in reader.refused))
     }
     declarations = _drop_refused(declarations, reader.refused, problems)
     missing = any(state.sha256 is None for source, state in states.items() if source not in reader.refused)
@@ -175,7 +175,7 @@ class _Reader:
         files: FileSource,
         previous: Mapping[str, Seen],
         racy_from_ns: int,
-        problems: list,
+        problems: list[Problem],
         sources_heading: str | None = None,
     ) -> None:
         self.files = files

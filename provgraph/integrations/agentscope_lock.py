@@ -183,7 +183,7 @@ class LockMirror:
             raise BackendError(f"{LOCK_NAME} in {self.files.folder} vanished while it was read")
         same = exchange is not None and identity == exchange.identity and exchange.sha256 == _sha256(data)
         if same and (identity or self._synced or (self._unsent is None and self._mirror() is None)):
-            if asked and identity:  # read again because it had just changed: now it has settled
+            if asked and identity and exchange is not None:  # read again because it had just changed: now settled
                 self._record(Exchange(identity, exchange.sha256, wall_ns()))
         else:
             self._set_mirror(data if self._unsent is None else _merged(data, self._unsent))
