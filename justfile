@@ -15,10 +15,11 @@ demo:
 bench N="10000":
     python -m tests.bench --files {{N}}
 
-# Lint and format check
+# Lint, format check and types (mypy, strict: see pyproject.toml)
 lint:
     ruff check provgraph tests
     ruff format --check provgraph tests
+    mypy provgraph
 
 # Execute the lineage notebook in place, keeping its outputs; redraws notebooks/demo_lineage.png
 notebook:

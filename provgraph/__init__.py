@@ -11,8 +11,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .api import Explanation, Memory, NotDerived, RootError, find_root
-from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, ProblemKind, Report, StaleEntry
-from .queries import Relative
+from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, ProblemKind, Relative, Report, StaleEntry
 from .state import StateError
 
 __all__ = [

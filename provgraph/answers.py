@@ -11,9 +11,9 @@ same text, so a person sees what the agent saw.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from .model import Edge, EdgeStatus, Explanation, NodeStatus, StaleEntry
-from .queries import FileLineage, Relative
+from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, StaleEntry
 from .render import causes_text, clip, day, explanation_document, safe_name, status_phrase
 
 __all__ = [
@@ -85,7 +85,7 @@ def lineage_text(found: FileLineage, *, max_lines: int = 20, max_chars: int = LI
     return "\n".join(head + shown + more + tail)
 
 
-def lineage_document(found: FileLineage) -> dict:
+def lineage_document(found: FileLineage) -> dict[str, Any]:
     """The same facts as data: ``why --json``'s object, whether the file exists, and every derived file.
 
     Unbounded: a program pages for itself.  Derived files come in the text's

@@ -8,8 +8,7 @@ stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from . import queries
+from .clock import current, wall_ns
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
@@ -30,6 +30,8 @@ from .statefolder import LockBusy
 
 if TYPE_CHECKING:
     import networkx as nx
+
+    from .scan import Seen
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
@@ -114,7 +116,7 @@ class Memory:
 
     def refresh(self, *, now: datetime | None = None) -> Report:
         """Scan the folder, update the stamps, and report what is stale."""
-        return self._transaction(_clock(now), frozenset())
+        return self._transaction(current(now), frozenset())
 
     def stamp(self, paths: Iterable[str], *, now: datetime | None = None) -> Report:
         """Record that each derived file in ``paths`` was just re-derived from its sources.
@@ -123,7 +125,7 @@ class Memory:
         when one of them declares no sources.
         """
         wanted = frozenset(paths)
-        return self._transaction(_clock(now), wanted)
+        return self._transaction(current(now), wanted)
 
     def explain(self, path: str, report: Report) -> Explanation:
         """What ``why`` prints: the file's sources, its causes and what derives from it.
@@ -183,7 +185,7 @@ class Memory:
 
     def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
         """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
-        started_ns = time.time_ns()
+        started_ns = wall_ns()
         listing, walk_problems = self.files.walk()
         walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
         unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
@@ -284,7 +286,7 @@ def _known_roots(root: Path, also_known_as: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted((path for path in known if path != "/"), key=lambda path: (-len(path), path)))
 
 
-def _without_declarations(seen: dict) -> dict:
+def _without_declarations(seen: Mapping[str, Seen]) -> dict[str, Seen]:
     """The scan cache with every declaration dropped (read with other settings); hashes stay."""
     return {path: entry._replace(declaration=None) for path, entry in seen.items()}
 
@@ -322,14 +324,6 @@ def _newest(metas: Iterable[FileMeta]) -> int:
     """The latest mtime or ctime, in nanoseconds (0 for no file)."""
     metas = list(metas)
     return max(max(map(itemgetter(1), metas), default=0), max(map(itemgetter(2), metas), default=0))
-
-
-def _clock(now: datetime | None) -> datetime:
-    if now is None:
-        return datetime.now().astimezone()
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError("now must be an aware datetime (with a time zone)")
-    return now
 
 
 def find_root(path: str | os.PathLike[str]) -> Path | None:

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import orjson
 
@@ -52,7 +52,8 @@ def cli(*args: str) -> int:
         return int(exit_.code or 0)
     try:
         with _collector_paused():
-            return options.run(options)
+            run: Callable[[argparse.Namespace], int] = options.run
+            return run(options)
     except ProvgraphError as error:
         _say_error(error)
         return EXIT_ERROR
@@ -176,7 +177,7 @@ def _why(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _print_json(document: dict) -> None:
+def _print_json(document: dict[str, Any]) -> None:
     """One indented JSON document on stdout (``why --json``, ``lineage --json``)."""
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
@@ -414,7 +415,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--state",
         metavar="DIR",
@@ -438,7 +439,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
     commands = parser.add_subparsers(metavar="COMMAND", required=True)
 
-    def command(name: str, run, help: str) -> argparse.ArgumentParser:
+    def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[common], help=help, description=help)
         sub.set_defaults(run=run)
         return sub

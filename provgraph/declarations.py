@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import re
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import unquote
@@ -351,8 +351,9 @@ def _plain_list(value: str, continued: list[str]) -> tuple[str, ...] | None:
             return None
         items = [item.strip() for item in value[1:-1].split(",")]
     else:
-        matches = [_ITEM.fullmatch(line) for line in continued if line.strip()]
-        if not matches or None in matches or len({match[1] for match in matches}) != 1:
+        lines = [line for line in continued if line.strip()]
+        matches = [match for line in lines if (match := _ITEM.fullmatch(line))]
+        if not matches or len(matches) != len(lines) or len({match[1] for match in matches}) != 1:
             return None
         items = [match[2].strip() for match in matches]
     return tuple(items) if all(_is_plain_string(item) for item in items) else None
@@ -365,14 +366,16 @@ def _is_plain_string(value: str) -> bool:
     from yaml.nodes import ScalarNode
     from yaml.resolver import Resolver
 
-    return Resolver().resolve(ScalarNode, value, (True, False)) == "tag:yaml.org,2002:str"
+    # PyYAML's stubs leave Resolver.resolve unannotated; it returns the tag, a str.
+    tag: str = Resolver().resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+    return tag == "tag:yaml.org,2002:str"
 
 
 class _References(Exception):
     """The YAML holds an anchor, an alias or a merge key: it is not given to the loader."""
 
 
-def _yaml_mapping(text: str) -> dict | None:
+def _yaml_mapping(text: str) -> dict[object, object] | None:
     """``text`` as a YAML mapping, None when it is not one.  Raises ``_References``
     for YAML with anchors, aliases or merge keys: expanding them takes time
     exponential in their nesting in some PyYAML releases, and no declaration
@@ -389,7 +392,7 @@ def _yaml_mapping(text: str) -> dict | None:
     return parsed if isinstance(parsed, dict) else None
 
 
-def _references(events: Iterable) -> bool:
+def _references(events: Iterable[object]) -> bool:
     """True at the first anchor, alias or plain ``<<`` scalar among YAML parser events
     (parsing is linear; only constructing follows references)."""
     import yaml
@@ -536,7 +539,7 @@ class Lookup:
         return _grouped(self.files, lambda path: posixpath.basename(path).casefold())
 
 
-def _grouped(paths: Iterable[str], key) -> dict[str, tuple[str, ...]]:
+def _grouped(paths: Iterable[str], key: Callable[[str], str]) -> dict[str, tuple[str, ...]]:
     groups: dict[str, list[str]] = {}
     for path in sorted(paths):
         groups.setdefault(key(path), []).append(path)

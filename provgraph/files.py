@@ -99,7 +99,14 @@ class LocalFiles:
         self._listed, self._device = found, _device(self.root)
         return found, problems
 
-    def _visit(self, entry: os.DirEntry[str], prefix: str, pending: list, found: dict, problems: list) -> None:
+    def _visit(
+        self,
+        entry: os.DirEntry[str],
+        prefix: str,
+        pending: list[tuple[str, str]],
+        found: dict[str, FileMeta],
+        problems: list[Problem],
+    ) -> None:
         name = entry.name
         if name.startswith("."):
             return
@@ -117,7 +124,9 @@ class LocalFiles:
         except OSError as error:
             problems.append(Problem(path, ProblemKind.UNREADABLE, _reason(error)))
 
-    def _visit_link(self, entry: os.DirEntry[str], path: str, found: dict, problems: list) -> None:
+    def _visit_link(
+        self, entry: os.DirEntry[str], path: str, found: dict[str, FileMeta], problems: list[Problem]
+    ) -> None:
         """Symlinked files inside the root count; folders are not followed (no loops)."""
         if not self._inside(entry.path):
             if entry.name.endswith(".md"):

@@ -158,7 +158,7 @@ def _later(one: Record, other: Record) -> Record:
     return min((one, other), key=_precedence)
 
 
-def _precedence(record: Record) -> tuple:
+def _precedence(record: Record) -> tuple[float, bool, float, str, str]:
     since = record.stamp.mismatch_since
     return (
         -record.stamp.stamped_at,

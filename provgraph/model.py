@@ -11,18 +11,22 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 __all__ = [
     "Cause",
     "Edge",
     "EdgeStatus",
     "Explanation",
+    "FileLineage",
     "FileMeta",
     "NodeStatus",
     "Problem",
     "ProblemKind",
+    "Relative",
     "Report",
+    "Snapshot",
+    "SourceState",
     "StaleEntry",
     "Stamp",
 ]
@@ -106,6 +110,43 @@ class Stamp:
     sha256: str | None
     stamped_at: float
     mismatch_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """A declared source as it is now; ``sha256`` None means it does not exist."""
+
+    sha256: str | None
+    mtime: float | None = None
+
+
+CacheRow = TypeVar("CacheRow", covariant=True)
+"""What a scan remembers about one file for the next scan (``scan.Seen``).  The
+pure stages never read it, so its type stays the scanner's business."""
+
+
+@dataclass(frozen=True)
+class Snapshot(Generic[CacheRow]):
+    """The memory folder as one scan saw it."""
+
+    files: tuple[str, ...]
+    declarations: Mapping[str, tuple[str, ...]]
+    """Derived file -> its resolved sources (sorted, never empty)."""
+    derived_at: Mapping[str, str | None]
+    sources: Mapping[str, SourceState]
+    problems: tuple[Problem, ...]
+    seen: Mapping[str, CacheRow] = field(repr=False)
+    refused: Mapping[str, ProblemKind] = field(default_factory=dict)
+    """Declared sources that must not be opened, with the kind of problem each is."""
+    contents: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """sha256 -> the memory files holding that content; filled only when some
+    source is missing, to tell where a renamed source went."""
+    withheld: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Derived file -> the sources it declares that were refused by this scan
+    (a folder, a FIFO, a link out of the root for now): their stamps are kept."""
+    unsettled: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """A remembered derived file whose declaration cannot be read now (unreadable,
+    empty, broken frontmatter) -> the sources it last declared, which were hashed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +265,36 @@ class Explanation:
     problems: tuple[Problem, ...] = ()
     """What could not be honoured in this file's declaration (a broken frontmatter,
     a refused entry): why it may declare fewer sources than it says."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relative:
+    """A file related to the one asked about, and how."""
+
+    path: str
+    status: NodeStatus
+    chain: tuple[str, ...]
+    """A shortest derivation chain, always written upstream first:
+    ``(source, ..., derived)``."""
+
+    @property
+    def distance(self) -> int:
+        """1 for a direct source or derived file, 2 through one file, and so on."""
+        return len(self.chain) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class FileLineage:
+    """Everything ``provgraph lineage`` and an agent's lineage tool say about one file.
+
+    The file's own explanation, then what derives from it: what an edit of
+    the file will affect, and what to re-check after it.
+    """
+
+    explanation: Explanation
+    descendants: tuple[Relative, ...]
+    """Every file derived from it, directly or through others, nearest first."""
+    stale: Mapping[str, StaleEntry]
+    """The stale entry of each stale descendant, by path."""
+    exists: bool
+    """False when the file is not there and nothing names it as a source."""

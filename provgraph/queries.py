@@ -9,28 +9,11 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from .lineage import children_of, node_statuses
-from .model import Explanation, NodeStatus, Report, StaleEntry
+from .model import Explanation, FileLineage, Relative, Report, StaleEntry
 
 __all__ = ["FileLineage", "Relative", "derived_from", "file_lineage", "sources_of", "stale_after_editing"]
-
-
-@dataclass(frozen=True, slots=True)
-class Relative:
-    """A file related to the one asked about, and how."""
-
-    path: str
-    status: NodeStatus
-    chain: tuple[str, ...]
-    """A shortest derivation chain, always written upstream first:
-    ``(source, ..., derived)``."""
-
-    @property
-    def distance(self) -> int:
-        """1 for a direct source or derived file, 2 through one file, and so on."""
-        return len(self.chain) - 1
 
 
 def _parents_of(report: Report) -> dict[str, list[str]]:
@@ -43,7 +26,7 @@ def _parents_of(report: Report) -> dict[str, list[str]]:
 def _walk(neighbours: Mapping[str, list[str]], start: str, transitive: bool) -> dict[str, tuple[str, ...]]:
     """Shortest paths from ``start`` (excluded) to every reachable node, start first."""
     paths: dict[str, tuple[str, ...]] = {}
-    queue = deque([(start, (start,))])
+    queue: deque[tuple[str, tuple[str, ...]]] = deque([(start, (start,))])
     while queue:
         node, path = queue.popleft()
         for neighbour in neighbours.get(node, ()):
@@ -82,23 +65,6 @@ def stale_after_editing(report: Report, source: str) -> tuple[StaleEntry, ...]:
     """
     downstream = {relative.path for relative in derived_from(report, source, transitive=True)}
     return tuple(entry for entry in report.stale if entry.path in downstream)
-
-
-@dataclass(frozen=True, slots=True)
-class FileLineage:
-    """Everything ``provgraph lineage`` and an agent's lineage tool say about one file.
-
-    The file's own explanation, then what derives from it: what an edit of
-    the file will affect, and what to re-check after it.
-    """
-
-    explanation: Explanation
-    descendants: tuple[Relative, ...]
-    """Every file derived from it, directly or through others, nearest first."""
-    stale: Mapping[str, StaleEntry]
-    """The stale entry of each stale descendant, by path."""
-    exists: bool
-    """False when the file is not there and nothing names it as a source."""
 
 
 def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> FileLineage:

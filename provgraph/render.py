@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import datetime
+from typing import Any
 
 import orjson
 
@@ -144,11 +145,11 @@ def _cause_text(cause: Cause) -> str:
     return text
 
 
-def _cause_document(cause: Cause, *, whole_chain: bool = True) -> dict:
+def _cause_document(cause: Cause, *, whole_chain: bool = True) -> dict[str, Any]:
     """One cause as JSON.  ``why`` spells out the chain of its one file; ``status``
     gives the next hop and the chain's length, which keeps its output linear in
     the number of causes (the hop's own cause of the same origin goes on)."""
-    document = {
+    document: dict[str, Any] = {
         "source": cause.source,
         "kind": cause.kind.value,
         "changed_on": day(cause.since),
@@ -237,7 +238,7 @@ STATUS_SCHEMA = 2
 (version 1 spelt out every chain, which grows with the square of a chain's length)."""
 
 
-def status_document(report: Report) -> dict:
+def status_document(report: Report) -> dict[str, Any]:
     """The ``status --json`` object (schema version ``STATUS_SCHEMA``)."""
     return {
         "version": STATUS_SCHEMA,
@@ -258,7 +259,7 @@ def status_document(report: Report) -> dict:
     }
 
 
-def json_chain(document: dict, path: str, cause: dict) -> list[str]:
+def json_chain(document: dict[str, Any], path: str, cause: dict[str, Any]) -> list[str]:
     """The whole chain ``[origin, ..., path]`` of one cause of a ``status --json``
     document: ``depth - 1`` times, the hop's own cause of the same origin gives the
     next hop.  What a reader of schema version 2 does to spell out a chain."""
@@ -272,7 +273,7 @@ def json_chain(document: dict, path: str, cause: dict) -> list[str]:
     return chain[::-1]
 
 
-def _problem_document(problem: Problem) -> dict:
+def _problem_document(problem: Problem) -> dict[str, str]:
     return {"path": problem.path, "kind": problem.kind.value, "detail": problem.detail}
 
 
@@ -377,7 +378,7 @@ def _headline(explanation: Explanation) -> str:
     return status_phrase(explanation.status)
 
 
-def explanation_document(explanation: Explanation) -> dict:
+def explanation_document(explanation: Explanation) -> dict[str, Any]:
     stale = explanation.stale
     return {
         "version": 1,

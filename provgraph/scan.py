@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .declarations import (
@@ -25,7 +24,7 @@ from .declarations import (
     resolve_entries,
 )
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
-from .model import FileMeta, Problem, ProblemKind
+from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
 
 __all__ = ["RACY_WINDOW_NS", "Seen", "Snapshot", "SourceState", "scan"]
 
@@ -50,38 +49,6 @@ class Seen(NamedTuple):
     """Only for memory (``*.md``) files."""
 
 
-@dataclass(frozen=True, slots=True)
-class SourceState:
-    """A declared source as it is now; ``sha256`` None means it does not exist."""
-
-    sha256: str | None
-    mtime: float | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The memory folder as one scan saw it."""
-
-    files: tuple[str, ...]
-    declarations: Mapping[str, tuple[str, ...]]
-    """Derived file -> its resolved sources (sorted, never empty)."""
-    derived_at: Mapping[str, str | None]
-    sources: Mapping[str, SourceState]
-    problems: tuple[Problem, ...]
-    seen: Mapping[str, Seen] = field(repr=False)
-    refused: Mapping[str, ProblemKind] = field(default_factory=dict)
-    """Declared sources that must not be opened, with the kind of problem each is."""
-    contents: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """sha256 -> the memory files holding that content; filled only when some
-    source is missing, to tell where a renamed source went."""
-    withheld: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Derived file -> the sources it declares that were refused by this scan
-    (a folder, a FIFO, a link out of the root for now): their stamps are kept."""
-    unsettled: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """A remembered derived file whose declaration cannot be read now (unreadable,
-    empty, broken frontmatter) -> the sources it last declared, which were hashed."""
-
-
 def scan(
     files: FileSource,
     previous: Mapping[str, Seen],
@@ -92,7 +59,7 @@ def scan(
     *,
     roots: tuple[str, ...] = (),
     sources_heading: str | None = None,
-) -> Snapshot:
+) -> Snapshot[Seen]:
     """Scan ``files``, trusting ``previous`` for files unchanged before ``racy_from_ns``.
 
     ``walked`` is the result of ``files.walk()`` when the caller already has it;
@@ -137,9 +104,9 @@ def scan(
     if progress is not None:
         progress(len(listing), len(listing))
     withheld = {
-        path: refused
+        path: refused_sources
         for path, sources in declarations.items()
-        if (refused := tuple(source for source in sources if source in reader.refused))
+        if (refused_sources := tuple(source for source in sources if source in reader.refused))
     }
     declarations = _drop_refused(declarations, reader.refused, problems)
     missing = any(state.sha256 is None for source, state in states.items() if source not in reader.refused)
@@ -208,7 +175,7 @@ class _Reader:
         files: FileSource,
         previous: Mapping[str, Seen],
         racy_from_ns: int,
-        problems: list,
+        problems: list[Problem],
         sources_heading: str | None = None,
     ) -> None:
         self.files = files

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
-from .model import Edge, EdgeStatus, Stamp
-from .scan import Snapshot, SourceState
+from .model import Edge, EdgeStatus, Snapshot, SourceState, Stamp
 
 __all__ = ["Derivation", "reconcile"]
 
@@ -29,7 +28,7 @@ class Derivation:
 
 def reconcile(
     records: Mapping[str, Derivation],
-    snapshot: Snapshot,
+    snapshot: Snapshot[object],
     now: float,
     restamp: Set[str] = frozenset(),
 ) -> tuple[dict[str, Derivation], tuple[Edge, ...]]:
@@ -80,7 +79,7 @@ class _Declared:
     readable: bool
 
 
-def _declared(path: str, old: Derivation | None, snapshot: Snapshot) -> _Declared | None:
+def _declared(path: str, old: Derivation | None, snapshot: Snapshot[object]) -> _Declared | None:
     """None when the file declares nothing now: its stamps are forgotten (or dormant)."""
     if path in snapshot.unsettled and old is not None:
         return _Declared((), tuple(old.stamps), old.derived_at, readable=False)
@@ -91,7 +90,9 @@ def _declared(path: str, old: Derivation | None, snapshot: Snapshot) -> _Declare
     return _Declared(sources, withheld, snapshot.derived_at.get(path), readable=True)
 
 
-def _stamped(old: Derivation | None, declared: _Declared, snapshot: Snapshot, now: float, restamp: bool) -> Derivation:
+def _stamped(
+    old: Derivation | None, declared: _Declared, snapshot: Snapshot[object], now: float, restamp: bool
+) -> Derivation:
     derived_at = declared.derived_at
     rederived = restamp or (
         declared.readable and old is not None and derived_at is not None and derived_at != old.derived_at

@@ -25,16 +25,16 @@ import math
 import os
 import stat
 import threading
-import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from .clock import wall_ns
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS
 from .lineage import propagate
@@ -188,7 +188,12 @@ class StateStore:
     which then records the root it belongs to.
     """
 
-    def __init__(self, root: str | os.PathLike[str], folder: str | os.PathLike[str] | None = None, warn=None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        folder: str | os.PathLike[str] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.folder = Path(folder) if folder is not None else None
         self.state_path = self.folder if self.folder is not None else self.root / STATE_DIR
@@ -487,7 +492,7 @@ class StateStore:
         except OSError:
             return None
         meta = FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        return LockSeal(meta, hashlib.sha256(data).hexdigest(), time.time_ns())
+        return LockSeal(meta, hashlib.sha256(data).hexdigest(), wall_ns())
 
     def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[bytes], what: str) -> None:
         where = (folders.lock_path if target == folders.lock else folders.state_path) / name
@@ -589,7 +594,7 @@ def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[s
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
 
 
-def _encode_recall(state: State) -> dict:
+def _encode_recall(state: State) -> dict[str, object]:
     """The no-change check's part, derived from the rest: the memory files read at the
     last full scan are the ones seen with a declaration; the sources outside them are
     the report's and the refused ones."""
@@ -607,11 +612,11 @@ def _outcome(state: State, path: str) -> list[int] | str | None:
     return None if seen is None else list(seen.meta)
 
 
-_NO_DECLARATION: tuple = ()
+_NO_DECLARATION: tuple[()] = ()
 """How most files encode, as an empty list: no ``derived_from``, no ``derived_at``, no problem."""
 
 
-def _encode_declaration(declaration: Declaration | None) -> list | tuple | None:
+def _encode_declaration(declaration: Declaration | None) -> list[object] | tuple[()] | None:
     if declaration is None:
         return None
     if not declaration.entries and declaration.derived_at is None and not declaration.problems:
@@ -623,11 +628,11 @@ def _encode_declaration(declaration: Declaration | None) -> list | tuple | None:
     ]
 
 
-def _encode_problem(problem: Problem) -> list:
+def _encode_problem(problem: Problem) -> list[str]:
     return [problem.path, problem.kind.value, problem.detail]
 
 
-def _encode_report(report: Report) -> dict:
+def _encode_report(report: Report) -> dict[str, object]:
     """Stale entries are not stored: they follow from the edges, and their chains grow with
     the square of the depth (a 10,000-deep chain would make a state file of half a gigabyte)."""
     return {
@@ -639,14 +644,14 @@ def _encode_report(report: Report) -> dict:
     }
 
 
-def _check_format(data: dict, format: str = FORMAT) -> None:
+def _check_format(data: dict[str, Any], format: str = FORMAT) -> None:
     if not isinstance(data, dict) or data.get("format") != format:
         raise _Corrupt(f"it is not a {format} file")
     if data.get("version") != VERSION:
         raise _Corrupt(f"unknown version {data.get('version')!r}, this provgraph reads version {VERSION}")
 
 
-def _decode_recall(data: dict, report: bytes) -> Recall | None:
+def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
     _check_format(data)
     if report == b"null":
         return None
@@ -680,7 +685,7 @@ def _decode_seal(data: object) -> LockSeal | None:
     return LockSeal(FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode)), _text(sha256), int(recorded_ns))
 
 
-def _decode_legacy(data: dict) -> dict[str, Derivation]:
+def _decode_legacy(data: dict[str, Any]) -> dict[str, Derivation]:
     """The stamps of a schema-1 ``state.json``, the state file before the lock."""
     from .stamps import Derivation
 
@@ -691,7 +696,7 @@ def _decode_legacy(data: dict) -> dict[str, Derivation]:
     }
 
 
-def _decode(data: dict) -> State:
+def _decode(data: dict[str, Any]) -> State:
     _check_format(data)
     # each table is taken out of the document as it is decoded, so its lists go at once
     return State(
@@ -704,14 +709,14 @@ def _decode(data: dict) -> State:
     )
 
 
-def _decode_stamps(stamps: dict) -> dict[str, Stamp]:
+def _decode_stamps(stamps: dict[str, Any]) -> dict[str, Stamp]:
     decoded = {}
     for source, (sha, at, since) in stamps.items():
         decoded[_text(source)] = Stamp(_optional_text(sha), _date(at), None if since is None else _date(since))
     return decoded
 
 
-def _decode_seen(table: dict) -> dict[str, Seen]:
+def _decode_seen(table: dict[str, Any]) -> dict[str, Seen]:
     """One row per file, decoded in one tight loop: a scan after a change needs them all."""
     from .declarations import NOTHING, Declaration
     from .scan import Seen
@@ -733,12 +738,12 @@ def _decode_seen(table: dict) -> dict[str, Seen]:
     return seen
 
 
-def _decode_problem(row: list) -> Problem:
+def _decode_problem(row: list[Any]) -> Problem:
     path, kind, detail = row
     return Problem(_text(path), ProblemKind(kind), _text(detail))
 
 
-def _decode_report(data: dict) -> Report:
+def _decode_report(data: dict[str, Any]) -> Report:
     edges = _decode_edges(data["edges"])
     return Report(
         root=_text(data["root"]),
@@ -751,7 +756,7 @@ def _decode_report(data: dict) -> Report:
     )
 
 
-def _decode_edges(rows: list) -> tuple[Edge, ...]:
+def _decode_edges(rows: list[Any]) -> tuple[Edge, ...]:
     """One row per declared source: checked and built in one tight loop, since the
     no-change path decodes them all."""
     status_of = _EDGE_STATUS

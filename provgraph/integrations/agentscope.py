@@ -153,8 +153,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     # -- hooks -----------------------------------------------------------------
 
     async def on_reasoning(
-        self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator]
-    ) -> AsyncGenerator:
+        self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
+    ) -> AsyncGenerator[Any, None]:
         """Mark the retrieved memory files that are stale, in the hint that shows them.
 
         ``AgenticMemoryMiddleware.on_reasoning`` (earlier in the list, so
@@ -180,8 +180,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
     async def on_acting(
-        self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator]
-    ) -> AsyncGenerator:
+        self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
+    ) -> AsyncGenerator[Any, None]:
         """Remember the memory files the model reads; end a memory write's result with its lineage notes.
 
         The notes (see ``provgraph.edits``) reach the model with the result
@@ -248,6 +248,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         """
         try:
             for hint in self._new_hints(agent):
+                if not isinstance(hint.hint, str):  # never: only text hints are new; this tells the type checker
+                    continue
                 self._reads_of(agent).update(_hint_paths(hint.hint, self._hint_path))
                 notes = _hint_notes(hint.hint, report, self._hint_path)
                 if notes:
@@ -273,6 +275,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
             else:
                 contents = await self._in_worker(lambda memory: _texts(memory, stale))
             for hint in hints:
+                if not isinstance(hint.hint, str):  # never: only text hints are new; this tells the type checker
+                    continue
                 notes = _reme_notes(hint.hint, report, contents)
                 if notes:
                     hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)

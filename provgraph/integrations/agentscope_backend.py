@@ -29,17 +29,17 @@ import asyncio
 import io
 import posixpath
 import tarfile
-import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol, TypeVar
 
-from agentscope.tool import BackendBase
+from agentscope.tool import BackendBase, ExecResult
 
+from ..clock import wall_ns
 from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS, NotRegular
 from ..model import FileMeta, Problem, ProblemKind
 
-__all__ = ["DEFAULT_BACKEND_TIMEOUT", "BackendError", "BackendFiles", "Companion"]
+__all__ = ["DEFAULT_BACKEND_TIMEOUT", "RACY_WINDOW_NS", "BackendError", "BackendFiles", "Companion"]
 
 DEFAULT_BACKEND_TIMEOUT = 10.0
 """Seconds one backend call may take before the check is abandoned (prompt unchanged, a warning)."""
@@ -248,7 +248,7 @@ class BackendFiles:
     def _worth_reading(self, found: dict[str, FileMeta]) -> list[str]:
         """Files whose metadata moved since the last walk, or moved so recently that equal metadata proves nothing."""
         recent = self._walk_started_ns - RACY_WINDOW_NS
-        self._walk_started_ns = time.time_ns()
+        self._walk_started_ns = wall_ns()
         return [
             path
             for path, meta in found.items()
@@ -347,7 +347,7 @@ class BackendFiles:
 
     # -- calls, each with a deadline ---------------------------------------------------------
 
-    async def _exec(self, command: list[str]) -> Any:
+    async def _exec(self, command: list[str]) -> ExecResult:
         return await self._call(self.backend.exec_shell(command, timeout=self.timeout))
 
     async def _call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
@@ -360,7 +360,7 @@ class BackendFiles:
             raise BackendError(f"the backend did not answer within {self.timeout:g} s")
         return task.result()
 
-    def _run(self, make: Any) -> Any:
+    def _run(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         """Run ``make()`` (a coroutine) on the agent's loop from the worker thread, and wait for it."""
         loop = self.loop
         if loop is None or _running_loop() is loop:
@@ -405,7 +405,8 @@ def _regular_members(result: Any, folder: str) -> dict[str, bytes]:
     try:
         with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as archive:
             return {
-                posixpath.normpath(member.name): archive.extractfile(member).read()
+                # a regular member always has a file: only other kinds give None
+                posixpath.normpath(member.name): archive.extractfile(member).read()  # type: ignore[union-attr]
                 for member in archive
                 if member.isreg()
             }

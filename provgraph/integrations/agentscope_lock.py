@@ -42,7 +42,6 @@ import hashlib
 import logging
 import os
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +49,7 @@ from typing import TypeVar
 
 import orjson
 
+from ..clock import wall_ns
 from ..lockfile import LOCK_NAME, LockError, decode_lock, encode_lock, merge_reads
 from ..statefolder import Folders, hold, open_folder, read_file, write_file
 from . import agentscope_backend as backend_files
@@ -183,11 +183,11 @@ class LockMirror:
             raise BackendError(f"{LOCK_NAME} in {self.files.folder} vanished while it was read")
         same = exchange is not None and identity == exchange.identity and exchange.sha256 == _sha256(data)
         if same and (identity or self._synced or (self._unsent is None and self._mirror() is None)):
-            if asked and identity:  # read again because it had just changed: now it has settled
-                self._record(Exchange(identity, exchange.sha256, time.time_ns()))
+            if asked and identity and exchange is not None:  # read again because it had just changed: now settled
+                self._record(Exchange(identity, exchange.sha256, wall_ns()))
         else:
             self._set_mirror(data if self._unsent is None else _merged(data, self._unsent))
-            self._record(Exchange(identity, _sha256(data), time.time_ns()))
+            self._record(Exchange(identity, _sha256(data), wall_ns()))
         self._synced = True
 
     # -- writing back -------------------------------------------------------------------
@@ -212,17 +212,17 @@ class LockMirror:
     def _replace(self, exchange: Exchange, data: bytes) -> None:
         if not self.files.has_shell:
             self.files.write(LOCK_NAME, data)
-            self._record(Exchange(None, _sha256(data), time.time_ns()))
+            self._record(Exchange(None, _sha256(data), wall_ns()))
             return
         replaced = self._rename(exchange.identity or "", data)
         if not replaced.written:  # another replica wrote meanwhile: merge, then try once more
             data = _merged(replaced.data, data)
             self._set_mirror(data)
-            self._record(Exchange(replaced.identity, _sha256(replaced.data), time.time_ns()))
+            self._record(Exchange(replaced.identity, _sha256(replaced.data), wall_ns()))
             replaced = self._rename(replaced.identity, data)
             if not replaced.written:
                 raise BackendError("the lock changed again while it was being written")
-        self._record(Exchange(replaced.identity, _sha256(data), time.time_ns(), written=True))
+        self._record(Exchange(replaced.identity, _sha256(data), wall_ns(), written=True))
 
     def _rename(self, expected: str, data: bytes) -> _Replaced:
         temporary = f".{LOCK_NAME}.{secrets.token_hex(6)}.tmp"

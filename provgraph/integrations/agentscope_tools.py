@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from agentscope.permission import PermissionBehavior, PermissionDecision
@@ -79,7 +80,7 @@ class ProvenanceTools:
             )
         for relative in candidates:
             try:
-                report, missing = await self._in_worker(lambda memory, relative=relative: _record(memory, relative))
+                report, missing = await self._in_worker(partial(_record, path=relative))
             except NotDerived:
                 continue
             except Exception as error:  # a tool answers in words; it never raises into the agent loop
@@ -141,10 +142,17 @@ def tools_of(middleware: ProvenanceTools) -> tuple[ToolBase, ...]:
         behavior=PermissionBehavior.ALLOW,
         message="provgraph only records stamps in its own state; memory files are not touched.",
     )
+    # FunctionTool takes a function that returns text and wraps it in a ToolChunk; its type hint
+    # names ToolChunk results only, hence the ignores.
     return (
-        FunctionTool(middleware.record_memory_rederivation, name=RECORD_TOOL, permission=allow),
-        FunctionTool(middleware.list_stale_derived_memories, name=LIST_TOOL, is_read_only=True, permission=allow),
-        FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),
+        FunctionTool(middleware.record_memory_rederivation, name=RECORD_TOOL, permission=allow),  # type: ignore[arg-type]
+        FunctionTool(
+            middleware.list_stale_derived_memories,  # type: ignore[arg-type]
+            name=LIST_TOOL,
+            is_read_only=True,
+            permission=allow,
+        ),
+        FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
     )
 
 

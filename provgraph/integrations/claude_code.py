@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -225,7 +226,7 @@ class SessionReads:
         self._clock = clock
 
     @classmethod
-    def beside(cls, state_folder: Path, **options) -> SessionReads:
+    def beside(cls, state_folder: Path, **options: Any) -> SessionReads:
         """The reads file in provgraph's state folder (``ROOT/.provgraph`` or ``--state DIR``)."""
         return cls(state_folder / READS_NAME, **options)
 
@@ -270,14 +271,14 @@ class SessionReads:
         finally:
             folders.close()
 
-    def _with_read(self, sessions: dict[str, dict], session: str, path: str) -> dict[str, dict]:
+    def _with_read(self, sessions: dict[str, dict[str, Any]], session: str, path: str) -> dict[str, dict[str, Any]]:
         now = self._clock()
         reads = [read for read in sessions.get(session, {}).get("reads", []) if read != path] + [path]
         sessions[session] = {"touched": now, "reads": reads[-self.max_reads :]}
         recent = sorted(sessions.items(), key=lambda item: item[1]["touched"], reverse=True)
         return {key: value for key, value in recent[: self.max_sessions] if now - value["touched"] <= self.max_age}
 
-    def _load(self, folder: int) -> dict[str, dict]:
+    def _load(self, folder: int) -> dict[str, dict[str, Any]]:
         """Sessions by id; a missing or undecodable file holds none (the reads only feed
         suggestions).  A symlink or a file that is not regular is an ``OSError``."""
         try:
@@ -289,7 +290,7 @@ class SessionReads:
             return {}
         return {key: value for key, value in sessions.items() if _is_session(value)}
 
-    def _save(self, folders: Folders, sessions: dict[str, dict]) -> None:
+    def _save(self, folders: Folders, sessions: dict[str, dict[str, Any]]) -> None:
         payload = orjson.dumps({"version": 1, "sessions": sessions})
         write_file(folders, folders.state, self.path.name, [payload], suffix=READS_TEMPORARY)
 
