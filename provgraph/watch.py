@@ -447,8 +447,9 @@ def _inside_tree(root: str, path: str) -> bool:
 
 
 def _link_stays(path: str, root: str) -> bool:
-    """Whether every step of a symbolic link's chain lies in watched folders of ``root``:
-    then re-pointing any step is an event.  A chain of more than 40 steps is doubtful."""
+    """Whether every step of a symbolic link's chain, and where it ends, lies in watched
+    folders of ``root``: then re-pointing any step, or changing what it leads to, is an
+    event.  A chain of more than 40 steps is doubtful."""
     current = path
     for _ in range(40):
         folder = os.path.realpath(os.path.dirname(current))
@@ -456,8 +457,8 @@ def _link_stays(path: str, root: str) -> bool:
             return False
         try:
             target = os.readlink(current)
-        except OSError:
-            return True  # not a link (the end of the chain), or gone
+        except OSError:  # the end of the chain: it too must be watched (not a hidden name or folder)
+            return _inside_tree(root, os.path.realpath(current))
         current = os.path.join(folder, target)
     return False
 

@@ -396,6 +396,21 @@ def test_a_link_through_a_path_outside_the_folder_walks() -> None:
         assert [entry.path for entry in report.stale] == ["derived.md"]
 
 
+def test_a_link_to_a_hidden_file_walks() -> None:
+    """Hidden names are not watched: a memory file that is a link to one could change unseen."""
+    with folder() as memory:
+        memory.write(".secret.md", "hidden content\n")
+        (memory.root / "shown.md").symlink_to(".secret.md")
+        memory.write("derived.md", "---\nderived_from: shown.md\n---\nfrom the shown file\n")
+        for _ in range(4):
+            assert memory.check() == memory.walked()
+        assert memory.doubt is Doubt.LINK_OUT
+        memory.write(".secret.md", "hidden content, edited\n")
+        report = memory.check()
+        assert report == memory.walked()
+        assert [entry.path for entry in report.stale] == ["derived.md"]
+
+
 def test_a_link_inside_the_folder_is_watched() -> None:
     with folder() as memory:
         (memory.root / "alias.md").symlink_to("sub/c.md")
