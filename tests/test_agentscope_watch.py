@@ -279,6 +279,22 @@ def _assert_settles_on_the_watch(memory: Folder) -> None:
     assert memory.walks == walks
 
 
+def _assert_walks_in_doubt(memory: Folder, doubt: Doubt) -> None:
+    """Check after check, the folder is walked (every answer a walk's), for ``doubt``."""
+    walks = memory.walks
+    for number in range(4):
+        assert memory.check() == memory.walked()
+        assert memory.walks == walks + number + 1
+    assert memory.doubt is doubt
+
+
+def _stale_at_the_next_check(memory: Folder) -> list[str]:
+    """The next check, which must be a fresh walk's answer: its stale files."""
+    report = memory.check()
+    assert report == memory.walked()
+    return [entry.path for entry in report.stale]
+
+
 def test_an_unchanged_folder_is_answered_without_a_walk_and_an_edit_is_seen_by_the_next_check() -> None:
     with folder() as memory:
         first = memory.check()
@@ -352,30 +368,21 @@ def test_an_overflowing_event_queue_walks_then_watches_again() -> None:
 def test_without_inotify_every_check_walks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "inotify_simple", None)  # the watch extra is not installed
     with folder() as memory:
-        for number in range(4):
-            assert memory.check() == memory.walked()
-            assert memory.walks == number + 1
-        assert memory.doubt is Doubt.UNSUPPORTED
+        _assert_walks_in_doubt(memory, Doubt.UNSUPPORTED)
         memory.write("a.md", "changed\n")
-        assert memory.check() == memory.walked()
+        assert _stale_at_the_next_check(memory) == ["b.md", "sub/c.md"]
 
 
 def test_a_file_system_inotify_cannot_see_walks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watch_module, "_mounts", lambda: [("/", "nfs4")])
     with folder() as memory:
-        for number in range(4):
-            assert memory.check() == memory.walked()
-            assert memory.walks == number + 1
-        assert memory.doubt is Doubt.FILE_SYSTEM
+        _assert_walks_in_doubt(memory, Doubt.FILE_SYSTEM)
 
 
 def test_too_many_folders_walk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watch_module, "MAX_FOLDERS", 2)
     with folder() as memory:
-        for number in range(4):
-            assert memory.check() == memory.walked()
-            assert memory.walks == number + 1
-        assert memory.doubt is Doubt.TOO_MANY_FOLDERS
+        _assert_walks_in_doubt(memory, Doubt.TOO_MANY_FOLDERS)
 
 
 def test_a_link_through_a_path_outside_the_folder_walks() -> None:
@@ -386,14 +393,10 @@ def test_a_link_through_a_path_outside_the_folder_walks() -> None:
         hop.symlink_to(memory.root / "a.md")
         (memory.root / "alias.md").symlink_to(hop)
         memory.write("derived.md", "---\nderived_from: alias.md\n---\nfrom the alias\n")
-        for _ in range(4):
-            assert memory.check() == memory.walked()
-        assert memory.doubt is Doubt.LINK_OUT
+        _assert_walks_in_doubt(memory, Doubt.LINK_OUT)
         hop.unlink()
         hop.symlink_to(memory.root / "data.txt")
-        report = memory.check()
-        assert report == memory.walked()
-        assert [entry.path for entry in report.stale] == ["derived.md"]
+        assert _stale_at_the_next_check(memory) == ["derived.md"]
 
 
 def test_a_link_to_a_hidden_file_walks() -> None:
@@ -402,13 +405,9 @@ def test_a_link_to_a_hidden_file_walks() -> None:
         memory.write(".secret.md", "hidden content\n")
         (memory.root / "shown.md").symlink_to(".secret.md")
         memory.write("derived.md", "---\nderived_from: shown.md\n---\nfrom the shown file\n")
-        for _ in range(4):
-            assert memory.check() == memory.walked()
-        assert memory.doubt is Doubt.LINK_OUT
+        _assert_walks_in_doubt(memory, Doubt.LINK_OUT)
         memory.write(".secret.md", "hidden content, edited\n")
-        report = memory.check()
-        assert report == memory.walked()
-        assert [entry.path for entry in report.stale] == ["derived.md"]
+        assert _stale_at_the_next_check(memory) == ["derived.md"]
 
 
 def test_a_link_inside_the_folder_is_watched() -> None:
@@ -421,14 +420,10 @@ def test_a_file_written_through_another_hard_link_is_seen() -> None:
     with folder() as memory:
         elsewhere = memory.base / "elsewhere.md"
         os.link(memory.root / "a.md", elsewhere)
-        for _ in range(4):
-            assert memory.check() == memory.walked()
-        assert memory.doubt is Doubt.HARD_LINK
+        _assert_walks_in_doubt(memory, Doubt.HARD_LINK)
         with open(elsewhere, "a") as through_the_other_name:
             through_the_other_name.write("appended elsewhere\n")
-        report = memory.check()
-        assert report == memory.walked()
-        assert "b.md" in [entry.path for entry in report.stale]
+        assert "b.md" in _stale_at_the_next_check(memory)
         elsewhere.unlink()  # one name again: the folder is watched once its shape changes
         memory.write("unrelated.md", "a new file\n")
         _assert_settles_on_the_watch(memory)
@@ -438,22 +433,16 @@ def test_a_source_in_a_hidden_folder_walks() -> None:
     with folder() as memory:
         memory.write(".hidden/source.md", "hidden\n")
         memory.write("derived.md", "---\nderived_from: .hidden/source.md\n---\nx\n")
-        for _ in range(4):
-            assert memory.check() == memory.walked()
-        assert memory.doubt is Doubt.HIDDEN_SOURCE
+        _assert_walks_in_doubt(memory, Doubt.HIDDEN_SOURCE)
         memory.write(".hidden/source.md", "hidden, edited\n")
-        report = memory.check()
-        assert report == memory.walked()
-        assert [entry.path for entry in report.stale] == ["derived.md"]
+        assert _stale_at_the_next_check(memory) == ["derived.md"]
 
 
 def test_a_pulled_lock_in_a_state_folder_outside_the_memory_folder_is_seen() -> None:
     with folder(state_outside=True) as memory:
         _assert_settles_on_the_watch(memory)
         _lock_pulled(memory, "a.md", 0)
-        report = memory.check()
-        assert report == memory.walked()
-        assert report.stale
+        assert _stale_at_the_next_check(memory)
 
 
 def test_a_memory_folder_removed_and_made_again_is_watched_again() -> None:
