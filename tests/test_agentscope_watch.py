@@ -507,3 +507,38 @@ def test_the_benchmark_times_calls_the_watch_answered(capsys: pytest.CaptureFixt
     printed = capsys.readouterr().out
     assert "on_system_prompt, local folder unchanged" in printed
     assert "40  " in printed and "×" in printed
+
+
+# -- through an agent ------------------------------------------------------------------
+
+
+def test_an_agents_write_reaches_the_next_model_call_and_a_quiet_reply_is_answered_from_the_watch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real ``Agent`` with the memory middleware and a scripted model: the model's ``Write``
+    of a source is in the system prompt of its very next call; a later reply that changes
+    nothing gets the same block without a walk."""
+    from test_agentscope import FILES, MOVED, OLD, memory_middleware, write
+    from test_agentscope_edits import read, reply, written
+
+    monkeypatch.setenv("PROVGRAPH_NOW", START.isoformat())
+    with tempfile.TemporaryDirectory() as base:
+        workdir = Path(base) / "work"
+        memory_folder = workdir / "Memory"
+        for relative, text in FILES.items():
+            write(memory_folder, relative, text, OLD)
+        provenance = ProvenanceMiddleware(workdir=str(workdir))
+        try:
+            middlewares = [memory_middleware(workdir), provenance]
+            edit = [read(memory_folder, "user-facts.md"), written(memory_folder, "user-facts.md", MOVED)]
+            model = asyncio.run(reply(middlewares, edit))
+            marker = "- profile.md: source(s) changed since derived"
+            assert [marker in prompt for prompt in model.system_prompts] == [False, False, True]
+            for _ in range(3):
+                asyncio.run(reply(middlewares, []))  # the walks after the write settle
+            walks = provenance._watched.walks if provenance._watched is not None else -1
+            quiet = asyncio.run(reply(middlewares, []))
+            assert all(marker in prompt for prompt in quiet.system_prompts)
+            assert provenance._watched is not None and provenance._watched.walks == walks
+        finally:
+            provenance.close()
