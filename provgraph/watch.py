@@ -91,7 +91,8 @@ class Doubt(enum.Enum):
 
 @dataclass(frozen=True)
 class WatchTargets:
-    """The places a memory folder's answer depends on, as real paths on this machine."""
+    """The folders a memory folder's answer depends on: the memory folder, the state
+    folder and the folder of the lock, by their paths on this machine."""
 
     root: str
     state: str
@@ -99,11 +100,23 @@ class WatchTargets:
 
     @classmethod
     def of(cls, memory: Memory) -> WatchTargets:
-        return cls(
-            os.path.realpath(memory.root),
-            os.path.realpath(memory.state_path),
-            os.path.realpath(memory.lock_path.parent),
-        )
+        return cls(str(memory.root), str(memory.state_path), str(memory.lock_path.parent))
+
+    def resolved(self) -> WatchTargets:
+        """The same folders by their real paths (what a symbolic link on the way leads to now)."""
+        return WatchTargets(*map(os.path.realpath, (self.root, self.state, self.lock_folder)))
+
+    def identity(self) -> tuple[tuple[int, int] | None, ...]:
+        """Which folders the paths lead to now: a link on the way re-pointed leads elsewhere."""
+        return tuple(map(_identity, (self.root, self.state)))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 class _Inotify(Protocol):
@@ -139,7 +152,10 @@ class FolderWatch:
     """
 
     def __init__(self, targets: WatchTargets, *, max_folders: int | None = None) -> None:
-        self.targets = targets
+        self.given = targets
+        """The folders as the memory names them; ``targets`` are where they lead at the last arming."""
+        self.targets = targets.resolved()
+        self._identity = targets.identity()
         self.max_folders = MAX_FOLDERS if max_folders is None else max_folders
         self.doubt: Doubt | None = None
         """Why the last walk could not be vouched for (None when it was, or before any)."""
@@ -160,6 +176,9 @@ class FolderWatch:
     def quiet(self) -> bool:
         """True when the last walk was vouched for and no event since concerns the answer."""
         if not self._vouched or self._inotify is None:
+            return False
+        if self.given.identity() != self._identity:
+            self._vouched, self._rearm = False, True  # a link on the way to a watched folder was re-pointed
             return False
         data = self._read()
         if data and self._absorb(data, during_walk=False):
@@ -216,6 +235,8 @@ class FolderWatch:
         try:
             self._inotify = _new_inotify()
             self._rearm = False
+            self._identity = self.given.identity()  # first: a link re-pointed from now on is seen
+            self.targets = self.given.resolved()
             self._watch_all()
         except _Refused as refused:
             self._refuse(refused.doubt)

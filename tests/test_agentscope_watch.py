@@ -445,6 +445,40 @@ def test_a_pulled_lock_in_a_state_folder_outside_the_memory_folder_is_seen() -> 
         assert _stale_at_the_next_check(memory)
 
 
+def test_a_memory_folder_reached_through_a_link_that_is_re_pointed_is_walked_where_it_leads() -> None:
+    """``work`` is a link to one release of the memory; re-pointing it to another one sends no
+    event into either folder: the check sees the path lead elsewhere, and walks there."""
+    with tempfile.TemporaryDirectory() as base:
+        releases = [Path(base) / name / "Memory" for name in ("one", "two")]
+        for number, release in enumerate(releases):
+            release.mkdir(parents=True)
+            (release / "a.md").write_text(f"release {number}\n")
+            (release / "b.md").write_text("---\nderived_from: a.md\n---\nb\n")
+        link = Path(base) / "work"
+        link.symlink_to(releases[0].parent)
+        middleware = ProvenanceMiddleware(workdir=str(link))
+        loop = asyncio.new_event_loop()
+        try:
+
+            def check() -> Report | None:
+                return loop.run_until_complete(middleware._checked())
+
+            for _ in range(4):
+                check()
+            Memory(releases[1]).refresh(now=START)
+            (releases[1] / "a.md").write_text("release 1, edited\n")  # stale there, and only there
+            before = check()
+            assert before is not None and not before.stale
+            (Path(base) / "next").symlink_to(releases[1].parent)
+            os.replace(Path(base) / "next", link)
+            report = check()
+            assert report is not None and [entry.path for entry in report.stale] == ["b.md"]
+            assert report == Memory(link / "Memory").refresh(now=report.scanned_at)
+        finally:
+            middleware.close()
+            loop.close()
+
+
 def test_a_memory_folder_removed_and_made_again_is_watched_again() -> None:
     with folder() as memory:
         _assert_settles_on_the_watch(memory)
