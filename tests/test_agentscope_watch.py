@@ -265,6 +265,22 @@ def test_the_watch_answers_what_a_fresh_walk_answers_after_any_edits(
             for _ in range(checks):
                 assert memory.check() == walked, step
         _assert_settles_on_the_watch(memory)
+        _every_file_edited_in_turn(memory)
+
+
+def _every_file_edited_in_turn(memory: Folder) -> None:
+    """Each file the folder holds now, edited alone once the folder is answered from the watch:
+    a folder the edits made and the watch missed gives itself away."""
+    for path in sorted(memory.root.rglob("*")):
+        relative = path.relative_to(memory.root)
+        hidden = any(part.startswith(".") for part in relative.parts)
+        if not path.is_file() or path.is_symlink() or hidden or path.name == "provgraph.lock":
+            continue
+        for _ in range(3):
+            memory.check()
+        with open(path, "a") as appended:
+            appended.write("edited at the end\n")
+        assert memory.check() == memory.walked(), relative
 
 
 def _assert_settles_on_the_watch(memory: Folder) -> None:
