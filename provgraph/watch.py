@@ -12,12 +12,16 @@ while that queue holds nothing that matters, and walks otherwise.
 
 What is watched: every folder of the memory folder that a walk enters (hidden
 ones are not walked, and events on hidden names are ignored), the state folder
-and the folder holding the lock.  A watch is added before the walk whose report
-it vouches for, so nothing changed during the walk is missed.  Any doubt means
+and the folder holding the lock; each check also stats the memory and state
+folders, since a symbolic link above them, re-pointed, sends no event into
+them.  A watch is added before the walk whose report it vouches for, so nothing
+changed during the walk is missed; events during the walk make one more walk,
+except those of the cache files the walk itself writes under the exclusive
+lock (never the lock file: a pulled one looks the same).  Any doubt means
 walking (``Memory.refresh()``) for that call: a full event queue, the watch
 limit, too many folders, a file system whose changes inotify may not see, a
-symbolic link that leads out of the watched folders (changing the link's
-target would go unseen), a file with several hard links (written through
+symbolic link that leads out of the watched folders or ends at a hidden name
+(changing the link's target would go unseen), a file with several hard links (written through
 another name, it sends no event here), a mount point inside the folder, a
 declared source in a hidden folder, a walk that warned (it may not have saved
 its answer), and every platform without inotify.  inotify comes from the
