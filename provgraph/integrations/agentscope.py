@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +44,7 @@ from ..edits import Advice, EditContext, edit_notes
 from ..files import NotRegular, OutsideRoot
 from ..model import Report, StaleEntry
 from ..render import causes_text, clip, prompt_block, safe_name
+from ..watch import WatchedRefresh
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
 from .agentscope_lock import LockMirror
 from .agentscope_tools import ADVICE as _ADVICE
@@ -126,10 +128,14 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
             # The lineage lock lives in the workspace; the state folder keeps a mirror of it (agentscope_lock).
             self.lock_mirror = LockMirror(self.files, self.state_path)
         self._memory: Memory | None = None
+        self._watched: WatchedRefresh | None = None
+        """The local folder's refresh, answered from the operating system's events when nothing changed."""
         self._guard = threading.Lock()
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
+        self._last_block: tuple[tuple[StaleEntry, ...] | None, int, str] = (None, 0, "")
+        """The stale entries and line cap of the last block made, and that block."""
         self._examined_hints: dict[str, None] = {}
         """The ids of the hints already looked at, oldest first, whatever agent and reply
         they belong to: agents sharing this middleware interleave their replies."""
@@ -176,8 +182,17 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         report = await self._round_check(agent)
         if report is None:
             return current_prompt
-        block = prompt_block(report, max_lines=self.max_lines, advice=_ADVICE, more_hint=_MORE_HINT)
+        block = self._block(report)
         return f"{current_prompt}\n\n{block}" if block else current_prompt
+
+    def _block(self, report: Report) -> str:
+        """The block of ``report``, made once for the same stale entries: an unchanged folder
+        answered from the watch gives back the very same entries, call after call."""
+        stale, max_lines, block = self._last_block
+        if stale is not report.stale or max_lines != self.max_lines:
+            block = prompt_block(report, max_lines=self.max_lines, advice=_ADVICE, more_hint=_MORE_HINT)
+            self._last_block = (report.stale, self.max_lines, block)
+        return block
 
     async def on_acting(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
@@ -233,7 +248,7 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         """
         try:
             if self.files is None:
-                return self._locked(None, lambda memory: memory.refresh(now=_now()))
+                return self._locked(None, self._local_refresh)
             return await self.refresh()
         except Exception as error:
             _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
@@ -383,12 +398,35 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
                 if self.files is not None:
                     self.files.forget()
 
+    def _local_refresh(self, memory: Memory) -> Report:
+        """``memory.refresh()``, answered without walking while the watch says nothing changed
+        (``provgraph.watch``); the walk itself wherever it cannot say so."""
+        assert self._watched is not None and self._watched.memory is memory
+        return self._watched.refresh(_now())
+
     def _open(self) -> Memory:
         if self._memory is None:
-            self._memory = Memory(
-                self.memory_path, state=self.state_path, files=self.files, sources_heading=self.sources_heading
-            )
+            if self.files is None:
+                self._watched = WatchedRefresh(self._new_memory)
+                weakref.finalize(self, self._watched.close)  # its descriptor goes with the middleware
+                self._memory = self._watched.memory
+            else:
+                self._memory = self._new_memory(None)
         return self._memory
+
+    def _new_memory(self, warn: Callable[[str], None] | None) -> Memory:
+        return Memory(
+            self.memory_path, state=self.state_path, files=self.files, sources_heading=self.sources_heading, warn=warn
+        )
+
+    def close(self) -> None:
+        """Release what the middleware holds (the watch's descriptor); a later check watches anew.
+
+        AgentScope's middlewares have no closing hook: without this call the
+        descriptor is released when the middleware is garbage-collected."""
+        with self._guard:
+            if self._watched is not None:
+                self._watched.close()
 
 
 def _round_of(agent: Any) -> tuple[int, str, int] | None:

@@ -41,6 +41,7 @@ from statistics import median
 
 from .generate import Workload, generate, write_dvc_yaml, write_makefile
 from .sandbox import bench_sandbox, print_sandbox
+from .watcher import bench_watcher, print_watcher
 
 GOALS = {"cold": 4.0, "warm": 3.0, "changed": 8.0, "hook": 5.0}
 RSS_GOAL_MB = 400
@@ -395,6 +396,7 @@ def _bench(options: argparse.Namespace, runs: int, base: Path) -> None:
     print(f"after the edit of {workload.leaf}: {cli.stale_after_change} stale files")
     if note:
         print(f"note: {note}")
+    print_watcher(bench_watcher(base, stat_walk, rounds=5 if options.quick else 40, calls=10 if options.quick else 100))
     print_sandbox(bench_sandbox(base, rounds=5 if options.quick else 20))
     _print_others(workload, runs, options, cli.figures)
     print(f"\nbenchmark time: {time.perf_counter() - started:.0f} s")
