@@ -15,10 +15,10 @@ must report the same one).  Pure: bytes in, records out.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -54,9 +54,10 @@ class LockError(ProvgraphError):
     """The bytes are not a provgraph lock at all (another program's file, another version)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One line: a derived file's stamp of one source, and its ``derived_at`` then."""
+class Record(NamedTuple):
+    """One line: a derived file's stamp of one source, and its ``derived_at`` then.
+
+    A tuple: a large lock holds one per edge, all built at every change."""
 
     derived: str
     source: str
@@ -98,11 +99,22 @@ def encode_lock(records: Iterable[Record]) -> bytes:
 
 
 def decode_lock(data: bytes) -> LockRead:
-    """Every record of a lock, merged lines reconciled; ``LockError`` when it is not a lock."""
+    """Every record of a lock, merged lines reconciled; ``LockError`` when it is not a lock.
+
+    A lock as provgraph writes it (one header, then one line per edge) is parsed in one
+    call, as a JSON array of its lines; only a lock a merge or a hand left in another
+    shape is read line by line."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise LockError("it is not UTF-8 text") from error
+    clean = _decode_clean(data)
+    return clean if clean is not None else _decode_lines(text)
+
+
+def _decode_lines(text: str) -> LockRead:
+    """Line by line, for a lock in any shape: repeated edges and conflict markers reconciled,
+    lines that are not records counted as damaged."""
     records: dict[tuple[str, str], Record] = {}
     merged = damaged = headers = 0
     for line in text.split("\n"):  # not splitlines: U+2028 or U+0085 may sit in a file name
@@ -125,6 +137,30 @@ def decode_lock(data: bytes) -> LockRead:
     if not headers:
         raise LockError("it has no provgraph lock header")
     return LockRead(records, merged + max(0, headers - 1), damaged)
+
+
+def _decode_clean(data: bytes) -> LockRead | None:
+    """The records of a clean lock, or None when it is not one (read it line by line then)."""
+    head, newline, body = data.partition(b"\n")
+    if not newline or not head.startswith(_HEADER_PREFIX.encode()) or body.count(_HEADER_PREFIX.encode()):
+        return None
+    _check_version(head.decode("utf-8"))
+    lines = body.rstrip(b"\n")
+    if not lines:
+        return LockRead({})
+    try:
+        rows = orjson.loads(b"[" + lines.replace(b"\n", b",") + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(rows) != lines.count(b"\n") + 1:
+        return None  # a line held more than one value
+    records: dict[tuple[str, str], Record] = {}
+    for row in rows:
+        record = _from_row(row)
+        if record is None or (record.derived, record.source) in records:
+            return None
+        records[(record.derived, record.source)] = record
+    return LockRead(records)
 
 
 def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
@@ -172,32 +208,38 @@ def _precedence(record: Record) -> tuple:
 def _record(line: str) -> Record | None:
     """One line as a record, or None when it is not one (a date out of range is not one)."""
     try:
-        derived, source, sha256, stamped_at, since, derived_at = orjson.loads(line)
-    except (orjson.JSONDecodeError, ValueError, TypeError):
+        return _from_row(orjson.loads(line))
+    except orjson.JSONDecodeError:
         return None
-    if not (_is_path(derived) and _is_path(source) and _is_optional_text(derived_at)):
+
+
+def _from_row(row: Any) -> Record | None:
+    """One decoded line as a record, or None when it is not one.  Checked in one
+    expression: a large lock has a line per edge, and all are read at every change."""
+    try:
+        derived, source, sha256, stamped_at, since, derived_at = row
+    except (ValueError, TypeError):
         return None
-    if not (sha256 is None or (isinstance(sha256, str) and _SHA256.match(sha256))):
-        return None
-    if not _is_date(stamped_at) or not (since is None or _is_date(since)):
+    if not (
+        _is_path(derived)
+        and _is_path(source)
+        and (derived_at is None or type(derived_at) is str)
+        and (sha256 is None or (type(sha256) is str and _SHA256.match(sha256)))
+        and _is_date(stamped_at)
+        and (since is None or _is_date(since))
+    ):
         return None
     stamp = Stamp(sha256, float(stamped_at), None if since is None else float(since))
     return Record(derived, source, stamp, derived_at)
 
 
 def _is_path(value: object) -> bool:
-    return isinstance(value, str) and bool(value) and "\x00" not in value
-
-
-def _is_optional_text(value: object) -> bool:
-    return value is None or isinstance(value, str)
+    return type(value) is str and value != "" and "\x00" not in value
 
 
 def _is_date(value: object) -> bool:
-    """Epoch seconds that a date can be made of."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0 <= value <= _LATEST
-    )
+    """Epoch seconds that a date can be made of (a bool, NaN or infinity is not one)."""
+    return type(value) in _NUMBERS and 0 <= value <= _LATEST  # type: ignore[operator]
+
+
+_NUMBERS = (int, float)

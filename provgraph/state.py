@@ -27,11 +27,11 @@ import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -54,7 +54,7 @@ from .statefolder import (
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
     from .declarations import Declaration
-    from .scan import Seen
+    from .scan import Resolution, Seen
     from .stamps import Derivation
 
 __all__ = [
@@ -104,7 +104,8 @@ class State:
     scan_started_ns: int = 0
     """Real clock at the start of the last full scan (for the racy-file rule)."""
     report: Report | None = None
-    """The last result, reused while nothing on disk changed."""
+    """The result of this scan; None in a state just loaded, whose last result stays
+    undecoded in ``stored_report`` (a scan after a change never needs it)."""
     walk_problems: tuple[Problem, ...] = ()
     refused: dict[str, ProblemKind] = field(default_factory=dict)
     """Declared sources that must not be opened (outside the root, not a regular
@@ -112,6 +113,17 @@ class State:
     settings: str = ""
     """The reading settings the cache and the last result were made with; with
     others, declarations are read again and the last result is not reused."""
+    stored_report: bytes = field(default=b"null", repr=False, compare=False)
+    """The last result as the cache holds it (JSON), decoded only by ``last_report``."""
+
+    def last_report(self) -> Report | None:
+        """This scan's result, or else the stored one, decoded now."""
+        if self.report is not None or self.stored_report == b"null":
+            return self.report
+        try:
+            return _decode_report(orjson.loads(self.stored_report))
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None  # damage in a part no scan reads: the next save replaces it
 
 
 @dataclass(frozen=True)
@@ -373,11 +385,13 @@ class StateStore:
         if data is None:
             return State()
         try:
-            document = orjson.loads(data)
+            document, stored_report = _split_cache(data)
             del data  # a large folder's cache: the bytes and the objects need not coexist
             if document.get("root") != os.fsdecode(self.root):
                 return State()  # the folder was copied or moved: another machine's cache
-            return _decode(document)
+            state = _decode(document)
+            state.stored_report = stored_report
+            return state
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
             reason = str(error) if isinstance(error, _Corrupt) else "it is not a valid provgraph cache"
             self._set_aside(folders, folders.state, CACHE_NAME, reason)
@@ -468,6 +482,8 @@ class StateStore:
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
+        if state.report is None:
+            state = replace(state, report=state.last_report())
         data = _lock_bytes(state.derivations, self._tx.lock_bytes is not None)
         if data is not None and data != self._tx.lock_bytes:
             self._write(folders, folders.lock, LOCK_NAME, [data], "write the lock file")
@@ -584,7 +600,7 @@ def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[s
     yield "report", None if state.report is None else _encode_report(state.report)
     yield (
         "seen",
-        {path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()},
+        {path: _encode_seen(seen) for path, seen in state.seen.items()},
     )
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
 
@@ -605,6 +621,16 @@ def _outcome(state: State, path: str) -> list[int] | str | None:
         return kind.value
     seen = state.seen.get(path)
     return None if seen is None else list(seen.meta)
+
+
+def _encode_seen(seen: Seen) -> list[object]:
+    """One file's row: its metadata, hash and declaration, and the declaration resolved
+    when it declares something."""
+    row: list[object] = [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)]
+    if seen.resolved is not None and seen.declaration is not None:
+        sources, refused = seen.resolved
+        row.append([sources, [[problem.kind.value, problem.detail] for problem in refused]])
+    return row
 
 
 _NO_DECLARATION: tuple = ()
@@ -691,6 +717,18 @@ def _decode_legacy(data: dict) -> dict[str, Derivation]:
     }
 
 
+def _split_cache(data: bytes) -> tuple[dict[str, object], bytes]:
+    """The cache's document without its last result, and that result's bytes: parsing
+    them would cost a scan as much as the tables it needs."""
+    report = data.find(_REPORT)
+    tables = data.find(_TABLES, report) if report >= 0 else -1
+    if tables < 0:
+        raise _Corrupt("it is not a valid provgraph cache")
+    document = orjson.loads(data[:report] + b"}")
+    document.update(orjson.loads(b"{" + data[tables + 1 :]))
+    return document, data[report + len(_REPORT) : tables]
+
+
 def _decode(data: dict) -> State:
     _check_format(data)
     # each table is taken out of the document as it is decoded, so its lists go at once
@@ -698,7 +736,6 @@ def _decode(data: dict) -> State:
         seen=_decode_seen(data.pop("seen")),
         scan_started_ns=int(data["scan_started_ns"]),
         walk_problems=tuple(_decode_problem(row) for row in data["walk_problems"]),
-        report=None if data["report"] is None else _decode_report(data.pop("report")),
         refused={_text(path): ProblemKind(kind) for path, kind in data["refused"].items()},
         settings=_text(data.get("settings", "")),
     )
@@ -717,7 +754,8 @@ def _decode_seen(table: dict) -> dict[str, Seen]:
     from .scan import Seen
 
     seen = {}
-    for path, (size, mtime_ns, ctime_ns, inode, sha, declaration) in table.items():
+    for path, row in table.items():
+        size, mtime_ns, ctime_ns, inode, sha, declaration, *resolved = row
         meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
         if declaration is not None:
             entries, derived_at, problems = declaration or ((), None, ())
@@ -729,8 +767,21 @@ def _decode_seen(table: dict) -> dict[str, Seen]:
                 )
             else:
                 declaration = NOTHING
-        seen[_text(path)] = Seen(meta, _optional_text(sha), declaration)
+        seen[_text(path)] = Seen(meta, _optional_text(sha), declaration, _decode_resolved(path, resolved))
     return seen
+
+
+def _decode_resolved(path: str, rest: list[Any]) -> Resolution | None:
+    """A row's resolved declaration (sources, refusals), when it has one."""
+    if not rest:
+        return None
+    ((sources, refused),) = rest
+    if not isinstance(sources, list) or not isinstance(refused, list):
+        raise _Corrupt("a resolved declaration must hold two lists")
+    return (
+        tuple(_text(source) for source in sources),
+        tuple(Problem(path, ProblemKind(kind), _text(detail)) for kind, detail in refused),
+    )
 
 
 def _decode_problem(row: list) -> Problem:
