@@ -16,7 +16,7 @@ must report the same one).  Pure: bytes in, records out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -91,11 +91,14 @@ class LockRead:
 def encode_lock(records: Iterable[Record]) -> bytes:
     """The lock's bytes: the header, then one sorted line per edge.  Equal records give
     equal bytes, so an unchanged lock is never rewritten."""
+    # each line is copied as it is ended: orjson hands out every result in a buffer of a
+    # few kilobytes, and a hundred thousand of those kept would take hundreds of megabytes
     lines = sorted(
         orjson.dumps([r.derived, r.source, r.stamp.sha256, r.stamp.stamped_at, r.stamp.mismatch_since, r.derived_at])
+        + b"\n"
         for r in records
     )
-    return HEADER.encode() + b"".join(line + b"\n" for line in lines)
+    return b"".join([HEADER.encode(), *lines])
 
 
 def decode_lock(data: bytes) -> LockRead:
@@ -104,12 +107,14 @@ def decode_lock(data: bytes) -> LockRead:
     A lock as provgraph writes it (one header, then one line per edge) is parsed in one
     call, as a JSON array of its lines; only a lock a merge or a hand left in another
     shape is read line by line."""
+    clean = _decode_clean(data)
+    if clean is not None:
+        return clean
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise LockError("it is not UTF-8 text") from error
-    clean = _decode_clean(data)
-    return clean if clean is not None else _decode_lines(text)
+    return _decode_lines(text)
 
 
 def _decode_lines(text: str) -> LockRead:
@@ -141,26 +146,45 @@ def _decode_lines(text: str) -> LockRead:
 
 def _decode_clean(data: bytes) -> LockRead | None:
     """The records of a clean lock, or None when it is not one (read it line by line then)."""
-    head, newline, body = data.partition(b"\n")
-    if not newline or not head.startswith(_HEADER_PREFIX.encode()) or body.count(_HEADER_PREFIX.encode()):
+    end = data.find(b"\n")
+    if end < 0 or not data.startswith(_HEADER_PREFIX.encode()) or data.find(_HEADER_PREFIX.encode(), end) >= 0:
         return None
-    _check_version(head.decode("utf-8"))
-    lines = body.rstrip(b"\n")
-    if not lines:
-        return LockRead({})
     try:
-        rows = orjson.loads(b"[" + lines.replace(b"\n", b",") + b"]")
-    except orjson.JSONDecodeError:
+        _check_version(data[:end].decode("utf-8"))
+    except UnicodeDecodeError:
         return None
-    if len(rows) != lines.count(b"\n") + 1:
-        return None  # a line held more than one value
     records: dict[tuple[str, str], Record] = {}
-    for row in rows:
-        record = _from_row(row)
-        if record is None or (record.derived, record.source) in records:
+    for rows in _row_batches(data, end + 1):
+        if rows is None:
             return None
-        records[(record.derived, record.source)] = record
+        for row in rows:
+            record = _from_row(row)
+            if record is None or (record.derived, record.source) in records:
+                return None
+            records[(record.derived, record.source)] = record
     return LockRead(records)
+
+
+_BATCH = 1 << 20
+"""Bytes of lines parsed in one call: few calls, and never a copy of a whole large lock."""
+
+
+def _row_batches(data: bytes, start: int) -> Iterator[list[Any] | None]:
+    """The lines from ``start`` on, parsed a batch at a time as JSON arrays; None for a
+    batch that is not one value per line (a blank line, a conflict marker, damage)."""
+    stop = len(data)
+    while stop > start and data[stop - 1] == ord("\n"):
+        stop -= 1
+    while start < stop:
+        end = data.find(b"\n", min(start + _BATCH, stop))
+        end = stop if end < 0 or end > stop else end
+        lines = data[start:end]
+        try:
+            rows = orjson.loads(b"[" + lines.replace(b"\n", b",") + b"]")
+        except orjson.JSONDecodeError:
+            rows = None
+        yield rows if rows is not None and len(rows) == lines.count(b"\n") + 1 else None
+        start = end + 1
 
 
 def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
