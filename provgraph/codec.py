@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from .lockfile import LockRead, Record, encode_lock
+from .lockfile import Record, encode_lock
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
@@ -101,11 +101,11 @@ def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | N
     return encode_lock(records) if records or exists else None
 
 
-def derivations_of(read: LockRead) -> dict[str, Derivation]:
-    """Each derived file's stamps, as the lock's records hold them."""
+def derivations_of(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:
+    """Each derived file's stamps, from the lock's table of them (``LockRead.derivations``)."""
     from .stamps import Derivation
 
-    return {derived: Derivation(at, stamps) for derived, (at, stamps) in read.derivations().items()}
+    return {derived: Derivation(at, stamps) for derived, (at, stamps) in table.items()}
 
 
 def decode_legacy(data: Any) -> dict[str, Derivation]:
@@ -219,18 +219,14 @@ def check_format(data: Any, format: str = FORMAT) -> None:
         raise Corrupt(f"unknown version {data.get('version')!r}, this provgraph reads version {VERSION}")
 
 
-def split_cache(data: bytes) -> tuple[dict[str, Any], bytes]:
-    """The cache's document without its last result, and that result's bytes: parsing
-    them would cost a scan as much as the tables it needs."""
+def split_cache(data: bytes) -> tuple[bytes, bytes, bytes]:
+    """The cache's three parts, each a JSON object or value of its own: what the no-change
+    check reads, the last result (which a scan never needs), and the per-file tables."""
     report = data.find(REPORT)
     tables = data.find(TABLES, report) if report >= 0 else -1
     if tables < 0:
         raise Corrupt("it is not a valid provgraph cache")
-    document = orjson.loads(data[:report] + b"}")
-    if not isinstance(document, dict):
-        raise Corrupt("it is not a valid provgraph cache")
-    document.update(orjson.loads(b"{" + data[tables + 1 :]))
-    return document, data[report + len(REPORT) : tables]
+    return data[:report] + b"}", data[report + len(REPORT) : tables], b"{" + data[tables + 1 :]
 
 
 def decode_seen(table: dict[str, Any]) -> dict[str, Seen]:

@@ -32,6 +32,7 @@ __all__ = [
     "LockRead",
     "Record",
     "decode_lock",
+    "decode_stamps",
     "encode_lock",
     "is_sync_copy",
     "merge_reads",
@@ -83,7 +84,7 @@ class LockRead:
         for (derived, source), record in sorted(self.records.items()):
             stamps.setdefault(derived, {})[source] = record.stamp
             best = latest.get(derived)
-            if best is None or record.stamp.stamped_at > best.stamp.stamped_at:
+            if best is None or _derived_later(record, best):
                 latest[derived] = record
         return {derived: (latest[derived].derived_at, table) for derived, table in stamps.items()}
 
@@ -144,25 +145,69 @@ def _decode_lines(text: str) -> LockRead:
     return LockRead(records, merged + max(0, headers - 1), damaged)
 
 
-def _decode_clean(data: bytes) -> LockRead | None:
-    """The records of a clean lock, or None when it is not one (read it line by line then)."""
+class _NotClean(Exception):
+    """Something in the lock is not what provgraph writes: read it line by line."""
+
+
+def _clean_records(data: bytes) -> Iterator[Record]:
+    """Each record of a lock as provgraph writes it, in order; ``_NotClean`` as soon as
+    something is not (another header, a blank line, a conflict marker, damage)."""
     end = data.find(b"\n")
     if end < 0 or not data.startswith(_HEADER_PREFIX.encode()) or data.find(_HEADER_PREFIX.encode(), end) >= 0:
-        return None
+        raise _NotClean
     try:
         _check_version(data[:end].decode("utf-8"))
-    except UnicodeDecodeError:
-        return None
-    records: dict[tuple[str, str], Record] = {}
+    except UnicodeDecodeError as error:
+        raise _NotClean from error
     for rows in _row_batches(data, end + 1):
         if rows is None:
-            return None
+            raise _NotClean
         for row in rows:
             record = _from_row(row)
-            if record is None or (record.derived, record.source) in records:
+            if record is None:
+                raise _NotClean
+            yield record
+
+
+def _decode_clean(data: bytes) -> LockRead | None:
+    """The records of a clean lock, or None when it is not one (read it line by line then)."""
+    records: dict[tuple[str, str], Record] = {}
+    try:
+        for record in _clean_records(data):
+            key = (record.derived, record.source)
+            if key in records:
                 return None
-            records[(record.derived, record.source)] = record
+            records[key] = record
+    except _NotClean:
+        return None
     return LockRead(records)
+
+
+def decode_stamps(data: bytes) -> dict[str, tuple[str | None, dict[str, Stamp]]] | None:
+    """What ``decode_lock(data).derivations()`` gives, for a clean lock, built straight
+    from its lines without a table of records in between (a large lock's stamps are
+    read at every change); None when the lock is not clean, or not a lock."""
+    stamps: dict[str, dict[str, Stamp]] = {}
+    latest: dict[str, Record] = {}
+    try:
+        for record in _clean_records(data):
+            table = stamps.setdefault(record.derived, {})
+            if record.source in table:
+                return None
+            table[record.source] = record.stamp
+            best = latest.get(record.derived)
+            if best is None or _derived_later(record, best):
+                latest[record.derived] = record
+    except (_NotClean, LockError):
+        return None
+    return {derived: (latest[derived].derived_at, dict(sorted(table.items()))) for derived, table in stamps.items()}
+
+
+def _derived_later(record: Record, best: Record) -> bool:
+    """Whether ``record`` carries the file's ``derived_at`` rather than ``best``: the later
+    stamp, and for the same stamp the first source by name (as ``derivations`` picks)."""
+    at, best_at = record.stamp.stamped_at, best.stamp.stamped_at
+    return at > best_at or (at == best_at and record.source < best.source)
 
 
 _BATCH = 1 << 20

@@ -57,7 +57,7 @@ from .codec import text as _text
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS
 from .lineage import propagate
-from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, is_sync_copy, merge_reads
+from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
 from .model import FileMeta, Problem, ProblemKind, Report
 from .statefolder import (
@@ -119,8 +119,8 @@ class State:
     scan_started_ns: int = 0
     """Real clock at the start of the last full scan (for the racy-file rule)."""
     report: Report | None = None
-    """The result of this scan; None in a state just loaded, whose last result stays
-    undecoded in ``stored_report`` (a scan after a change never needs it)."""
+    """The result of this scan; None in a state just loaded (a scan after a change never
+    needs the last one: ``StateStore.last_report`` reads it when asked)."""
     walk_problems: tuple[Problem, ...] = ()
     refused: dict[str, ProblemKind] = field(default_factory=dict)
     """Declared sources that must not be opened (outside the root, not a regular
@@ -128,17 +128,6 @@ class State:
     settings: str = ""
     """The reading settings the cache and the last result were made with; with
     others, declarations are read again and the last result is not reused."""
-    stored_report: bytes = field(default=b"null", repr=False, compare=False)
-    """The last result as the cache holds it (JSON), decoded only by ``last_report``."""
-
-    def last_report(self) -> Report | None:
-        """This scan's result, or else the stored one, decoded now."""
-        if self.report is not None or self.stored_report == b"null":
-            return self.report
-        try:
-            return _decode_report(orjson.loads(self.stored_report))
-        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
-            return None  # damage in a part no scan reads: the next save replaces it
 
 
 @dataclass(frozen=True)
@@ -354,6 +343,10 @@ class StateStore:
         self._tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
         if data is None:
             return self._load_legacy(folders)
+        clean = None if any(map(is_sync_copy, _names(folders.lock))) else decode_stamps(data)
+        if clean is not None:  # the common case, read without a table of records
+            self._tx.as_locked = derivations_of(clean)
+            return self._tx.as_locked
         try:
             read = decode_lock(data)
         except LockError as error:
@@ -367,7 +360,7 @@ class StateStore:
                 "took the newest stamp of each edge"
             )
         copies = self._sync_copies(folders)
-        derivations = derivations_of(merge_reads(read, copies))
+        derivations = derivations_of(merge_reads(read, copies).derivations())
         self._tx.as_locked = derivations if not (read.damaged or read.merged or copies) else None
         return derivations
 
@@ -408,18 +401,29 @@ class StateStore:
         if data is None:
             return State()
         try:
-            document, stored_report = split_cache(data)
+            head, _, tables = split_cache(data)
             del data  # a large folder's cache: the bytes and the objects need not coexist
-            if document.get("root") != os.fsdecode(self.root):
+            document = orjson.loads(head)
+            if not isinstance(document, dict) or document.get("root") != os.fsdecode(self.root):
                 return State()  # the folder was copied or moved: another machine's cache
+            document.update(orjson.loads(tables))
+            del tables
             state = _decode(document)
-            state.stored_report = stored_report
             self._tx.seal = _decode_seal(document["lock"])
             return state
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
             reason = str(error) if isinstance(error, _Corrupt) else "it is not a valid provgraph cache"
             self._set_aside(folders, folders.state, CACHE_NAME, reason)
             return State()
+
+    def last_report(self) -> Report | None:
+        """The last result the cache holds (its stale entries propagated again), or None."""
+        folders = self._tx.folders
+        data = self._read(folders.state, CACHE_NAME, self.state_path) if folders and folders.state >= 0 else None
+        try:
+            return None if data is None else _decode_report(orjson.loads(split_cache(data)[1]))
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
 
     def recall(self) -> Recall | None:
         """The no-change part of the cache, or None when there is none to trust.
@@ -506,8 +510,8 @@ class StateStore:
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
-        if state.report is None:
-            state = replace(state, report=state.last_report())
+        if state.report is None:  # a state saved as loaded keeps the last result
+            state = replace(state, report=self.last_report())
         as_locked = self._tx.as_locked
         if as_locked is not None and state.derivations == as_locked:
             data, seal = self._tx.lock_bytes, self._reseal(folders)

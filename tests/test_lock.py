@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provgraph import Memory, lockfile
-from provgraph.lockfile import Record, _decode_lines, decode_lock, encode_lock
+from provgraph.lockfile import Record, _decode_lines, decode_lock, decode_stamps, encode_lock
 from provgraph.model import Stamp
 
 
@@ -234,4 +234,9 @@ def test_a_lock_read_in_one_call_loads_what_reading_it_line_by_line_loads(record
         lines.insert(random.randint(1, len(lines)), lines[1])  # a union merge repeats a line
     data = "\n".join(lines).encode()
     with patch.object(lockfile, "_BATCH", random.choice([1, 64, 1 << 20])):  # lines parsed in batches
-        assert decode_lock(data) == _decode_lines(data.decode())
+        read = decode_lock(data)
+        assert read == _decode_lines(data.decode())
+        stamps = decode_stamps(data)
+        assert stamps is None or stamps == read.derivations()  # a shortcut, for clean locks
+        if data.rstrip(b"\n") == encode_lock(read.records.values()).rstrip(b"\n"):
+            assert stamps == read.derivations()
