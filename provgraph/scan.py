@@ -33,9 +33,11 @@ __all__ = ["RACY_WINDOW_NS", "Seen", "Snapshot", "SourceState", "scan"]
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
 
-_KEEP_BYTES = 64 * 1024 * 1024
+_KEEP_BYTES = 16 * 1024 * 1024
 """Small files read for their frontmatter are kept in memory up to this total,
-so that the ones that turn out to be sources are not read twice."""
+so that the ones that turn out to be sources are not read twice.  Past it, a
+source is read again to be hashed (from the page cache): a first scan of a
+large folder must not hold its contents."""
 
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
