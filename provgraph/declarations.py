@@ -571,6 +571,14 @@ def resolve_entries(
     return tuple(sorted(sources)), tuple(problems)
 
 
+def follows_listing(entries: tuple[str, ...]) -> bool:
+    """Whether resolving ``entries`` depends on which files exist: only a wiki link's does
+    (its bare name, its missing ``.md``, its case); every other entry resolves from its
+    own text, the declaring file's folder and the root's names, so its resolution holds
+    while the declaration does."""
+    return any(entry.strip().startswith(("[[", "![[")) for entry in entries)
+
+
 def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
     entry = entry.strip()
     target = _target(entry, lookup)

@@ -15,10 +15,10 @@ must report the same one).  Pure: bytes in, records out.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -32,6 +32,7 @@ __all__ = [
     "LockRead",
     "Record",
     "decode_lock",
+    "decode_stamps",
     "encode_lock",
     "is_sync_copy",
     "merge_reads",
@@ -54,9 +55,10 @@ class LockError(ProvgraphError):
     """The bytes are not a provgraph lock at all (another program's file, another version)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One line: a derived file's stamp of one source, and its ``derived_at`` then."""
+class Record(NamedTuple):
+    """One line: a derived file's stamp of one source, and its ``derived_at`` then.
+
+    A tuple: a large lock holds one per edge, all built at every change."""
 
     derived: str
     source: str
@@ -82,7 +84,7 @@ class LockRead:
         for (derived, source), record in sorted(self.records.items()):
             stamps.setdefault(derived, {})[source] = record.stamp
             best = latest.get(derived)
-            if best is None or record.stamp.stamped_at > best.stamp.stamped_at:
+            if best is None or _derived_later(record, best):
                 latest[derived] = record
         return {derived: (latest[derived].derived_at, table) for derived, table in stamps.items()}
 
@@ -90,19 +92,35 @@ class LockRead:
 def encode_lock(records: Iterable[Record]) -> bytes:
     """The lock's bytes: the header, then one sorted line per edge.  Equal records give
     equal bytes, so an unchanged lock is never rewritten."""
+    # each line is copied as it is ended: orjson hands out every result in a buffer of a
+    # few kilobytes, and a hundred thousand of those kept would take hundreds of megabytes
     lines = sorted(
         orjson.dumps([r.derived, r.source, r.stamp.sha256, r.stamp.stamped_at, r.stamp.mismatch_since, r.derived_at])
+        + b"\n"
         for r in records
     )
-    return HEADER.encode() + b"".join(line + b"\n" for line in lines)
+    return b"".join([HEADER.encode(), *lines])
 
 
 def decode_lock(data: bytes) -> LockRead:
-    """Every record of a lock, merged lines reconciled; ``LockError`` when it is not a lock."""
+    """Every record of a lock, merged lines reconciled; ``LockError`` when it is not a lock.
+
+    A lock as provgraph writes it (one header, then one line per edge) is parsed in one
+    call, as a JSON array of its lines; only a lock a merge or a hand left in another
+    shape is read line by line."""
+    clean = _decode_clean(data)
+    if clean is not None:
+        return clean
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise LockError("it is not UTF-8 text") from error
+    return _decode_lines(text)
+
+
+def _decode_lines(text: str) -> LockRead:
+    """Line by line, for a lock in any shape: repeated edges and conflict markers reconciled,
+    lines that are not records counted as damaged."""
     records: dict[tuple[str, str], Record] = {}
     merged = damaged = headers = 0
     for line in text.split("\n"):  # not splitlines: U+2028 or U+0085 may sit in a file name
@@ -125,6 +143,93 @@ def decode_lock(data: bytes) -> LockRead:
     if not headers:
         raise LockError("it has no provgraph lock header")
     return LockRead(records, merged + max(0, headers - 1), damaged)
+
+
+class _NotClean(Exception):
+    """Something in the lock is not what provgraph writes: read it line by line."""
+
+
+def _clean_records(data: bytes) -> Iterator[Record]:
+    """Each record of a lock as provgraph writes it, in order; ``_NotClean`` as soon as
+    something is not (another header, a blank line, a conflict marker, damage)."""
+    end = data.find(b"\n")
+    if end < 0 or not data.startswith(_HEADER_PREFIX.encode()) or data.find(_HEADER_PREFIX.encode(), end) >= 0:
+        raise _NotClean
+    try:
+        _check_version(data[:end].decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise _NotClean from error
+    for rows in _row_batches(data, end + 1):
+        if rows is None:
+            raise _NotClean
+        for row in rows:
+            record = _from_row(row)
+            if record is None:
+                raise _NotClean
+            yield record
+
+
+def _decode_clean(data: bytes) -> LockRead | None:
+    """The records of a clean lock, or None when it is not one (read it line by line then)."""
+    records: dict[tuple[str, str], Record] = {}
+    try:
+        for record in _clean_records(data):
+            key = (record.derived, record.source)
+            if key in records:
+                return None
+            records[key] = record
+    except _NotClean:
+        return None
+    return LockRead(records)
+
+
+def decode_stamps(data: bytes) -> dict[str, tuple[str | None, dict[str, Stamp]]] | None:
+    """What ``decode_lock(data).derivations()`` gives, for a clean lock, built straight
+    from its lines without a table of records in between (a large lock's stamps are
+    read at every change); None when the lock is not clean, or not a lock."""
+    stamps: dict[str, dict[str, Stamp]] = {}
+    latest: dict[str, Record] = {}
+    try:
+        for record in _clean_records(data):
+            table = stamps.setdefault(record.derived, {})
+            if record.source in table:
+                return None
+            table[record.source] = record.stamp
+            best = latest.get(record.derived)
+            if best is None or _derived_later(record, best):
+                latest[record.derived] = record
+    except (_NotClean, LockError):
+        return None
+    return {derived: (latest[derived].derived_at, dict(sorted(table.items()))) for derived, table in stamps.items()}
+
+
+def _derived_later(record: Record, best: Record) -> bool:
+    """Whether ``record`` carries the file's ``derived_at`` rather than ``best``: the later
+    stamp, and for the same stamp the first source by name (as ``derivations`` picks)."""
+    at, best_at = record.stamp.stamped_at, best.stamp.stamped_at
+    return at > best_at or (at == best_at and record.source < best.source)
+
+
+_BATCH = 1 << 20
+"""Bytes of lines parsed in one call: few calls, and never a copy of a whole large lock."""
+
+
+def _row_batches(data: bytes, start: int) -> Iterator[list[Any] | None]:
+    """The lines from ``start`` on, parsed a batch at a time as JSON arrays; None for a
+    batch that is not one value per line (a blank line, a conflict marker, damage)."""
+    stop = len(data)
+    while stop > start and data[stop - 1] == ord("\n"):
+        stop -= 1
+    while start < stop:
+        end = data.find(b"\n", min(start + _BATCH, stop))
+        end = stop if end < 0 or end > stop else end
+        lines = data[start:end]
+        try:
+            rows = orjson.loads(b"[" + lines.replace(b"\n", b",") + b"]")
+        except orjson.JSONDecodeError:
+            rows = None
+        yield rows if rows is not None and len(rows) == lines.count(b"\n") + 1 else None
+        start = end + 1
 
 
 def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
@@ -172,32 +277,38 @@ def _precedence(record: Record) -> tuple[float, bool, float, str, str]:
 def _record(line: str) -> Record | None:
     """One line as a record, or None when it is not one (a date out of range is not one)."""
     try:
-        derived, source, sha256, stamped_at, since, derived_at = orjson.loads(line)
-    except (orjson.JSONDecodeError, ValueError, TypeError):
+        return _from_row(orjson.loads(line))
+    except orjson.JSONDecodeError:
         return None
-    if not (_is_path(derived) and _is_path(source) and _is_optional_text(derived_at)):
+
+
+def _from_row(row: Any) -> Record | None:
+    """One decoded line as a record, or None when it is not one.  Checked in one
+    expression: a large lock has a line per edge, and all are read at every change."""
+    try:
+        derived, source, sha256, stamped_at, since, derived_at = row
+    except (ValueError, TypeError):
         return None
-    if not (sha256 is None or (isinstance(sha256, str) and _SHA256.match(sha256))):
-        return None
-    if not _is_date(stamped_at) or not (since is None or _is_date(since)):
+    if not (
+        _is_path(derived)
+        and _is_path(source)
+        and (derived_at is None or type(derived_at) is str)
+        and (sha256 is None or (type(sha256) is str and _SHA256.match(sha256)))
+        and _is_date(stamped_at)
+        and (since is None or _is_date(since))
+    ):
         return None
     stamp = Stamp(sha256, float(stamped_at), None if since is None else float(since))
     return Record(derived, source, stamp, derived_at)
 
 
 def _is_path(value: object) -> bool:
-    return isinstance(value, str) and bool(value) and "\x00" not in value
-
-
-def _is_optional_text(value: object) -> bool:
-    return value is None or isinstance(value, str)
+    return type(value) is str and value != "" and "\x00" not in value
 
 
 def _is_date(value: object) -> bool:
-    """Epoch seconds that a date can be made of."""
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and 0 <= value <= _LATEST
-    )
+    """Epoch seconds that a date can be made of (a bool, NaN or infinity is not one)."""
+    return type(value) in _NUMBERS and 0 <= value <= _LATEST  # type: ignore[operator]
+
+
+_NUMBERS = (int, float)

@@ -19,6 +19,7 @@ from .declarations import (
     NOTHING,
     Declaration,
     Lookup,
+    follows_listing,
     frontmatter_incomplete,
     read_declaration,
     resolve_entries,
@@ -31,9 +32,15 @@ __all__ = ["RACY_WINDOW_NS", "Seen", "Snapshot", "SourceState", "scan"]
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
 
-_KEEP_BYTES = 64 * 1024 * 1024
+_KEEP_BYTES = 16 * 1024 * 1024
 """Small files read for their frontmatter are kept in memory up to this total,
-so that the ones that turn out to be sources are not read twice."""
+so that the ones that turn out to be sources are not read twice.  Past it, a
+source is read again to be hashed (from the page cache): a first scan of a
+large folder must not hold its contents."""
+
+
+Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
+"""What ``resolve_entries`` made of a declaration: its sources, and the refused entries."""
 
 
 class Seen(NamedTuple):
@@ -47,6 +54,9 @@ class Seen(NamedTuple):
     """Only computed for files that are a source of something."""
     declaration: Declaration | None = None
     """Only for memory (``*.md``) files."""
+    resolved: Resolution | None = None
+    """The declaration's entries resolved (sources, refusals), kept with the declaration:
+    reused while it holds, unless it names a wiki link (see ``follows_listing``)."""
 
 
 def scan(
@@ -71,9 +81,10 @@ def scan(
     turns on the links under that heading (``previous`` must have been read with
     the same setting).
 
-    Declarations come from the cache, but their entries are resolved again on
-    every scan, against the files listed now: where a wiki link points depends
-    on which files exist.
+    Declarations and their resolved entries come from the cache while a file is
+    unchanged, but a declaration with a wiki link is resolved again on every
+    scan, against the files listed now: where a wiki link points depends on
+    which files exist.
     """
     listing, problems = walked if walked is not None else files.walk()
     problems = list(problems)
@@ -93,7 +104,7 @@ def scan(
             continue
         if declaration is NOTHING:
             continue
-        sources, refused = resolve_entries(path, declaration.entries, lookup)
+        sources, refused = reader.resolution(path, declaration, lookup)
         problems.extend(refused)
         if sources:
             declarations[path] = sources
@@ -230,6 +241,18 @@ class _Reader:
         self.seen[path] = Seen(meta, None, declaration)
         return declaration
 
+    def resolution(self, path: str, declaration: Declaration, lookup: Lookup) -> Resolution:
+        """The declaration's entries resolved: as the cache recorded them while the file is
+        the one it vouches for and no entry follows the listing, else resolved now."""
+        seen = self.seen.get(path)
+        kept = seen.resolved if seen is not None and seen is self.previous.get(path) else None
+        if kept is not None and not follows_listing(declaration.entries):
+            return kept
+        resolved = resolve_entries(path, declaration.entries, lookup)
+        if seen is not None:
+            self.seen[path] = seen._replace(resolved=resolved)
+        return resolved
+
     def source(self, path: str, meta: FileMeta | None) -> SourceState:
         if path in self._unreadable:
             return SourceState(None)
@@ -279,8 +302,7 @@ class _Reader:
         else:
             hasher = getattr(self.files, "sha256", None)
             sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()
-        declaration = current.declaration if current is not None else None
-        self.seen[path] = Seen(meta, sha, declaration)
+        self.seen[path] = Seen(meta, sha) if current is None else current._replace(meta=meta, sha256=sha)
         return sha
 
 

@@ -58,7 +58,9 @@ def reconcile(
             compared[source], edge = _compare(source, path, stamp, state, now, snapshot.contents)
             edges.append(edge)
         if compared:
-            updated[path] = Derivation(derivation.derived_at, compared)
+            updated[path] = (
+                derivation if _same(compared, derivation.stamps) else Derivation(derivation.derived_at, compared)
+            )
     edges.sort(key=lambda edge: (edge.derived, edge.source))
     return updated, tuple(edges)
 
@@ -90,10 +92,17 @@ def _declared(path: str, old: Derivation | None, snapshot: Snapshot[object]) -> 
     return _Declared(sources, withheld, snapshot.derived_at.get(path), readable=True)
 
 
+def _same(compared: Mapping[str, Stamp], stamps: Mapping[str, Stamp]) -> bool:
+    """Whether comparing left every stamp as it was (the same objects)."""
+    return all(stamp is stamps[source] for source, stamp in compared.items())
+
+
 def _stamped(
     old: Derivation | None, declared: _Declared, snapshot: Snapshot[object], now: float, restamp: bool
 ) -> Derivation:
     derived_at = declared.derived_at
+    if old is not None and not restamp and _as_before(old, declared):
+        return old  # nothing to adopt, forget or re-derive: most files after a change
     rederived = restamp or (
         declared.readable and old is not None and derived_at is not None and derived_at != old.derived_at
     )
@@ -101,6 +110,17 @@ def _stamped(
     stamps = {source: kept.get(source) or Stamp(snapshot.sources[source].sha256, now) for source in declared.sources}
     stamps.update((source, kept[source]) for source in declared.withheld if source in kept)
     return Derivation(derived_at, dict(sorted(stamps.items())))
+
+
+def _as_before(old: Derivation, declared: _Declared) -> bool:
+    """Whether the file declares, readably, exactly the sources it stamped, with the same
+    ``derived_at``: its derivation then stands as it was."""
+    return (
+        declared.readable
+        and not declared.withheld
+        and declared.derived_at == old.derived_at
+        and declared.sources == tuple(old.stamps)
+    )
 
 
 def _compare(

@@ -21,12 +21,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import math
 import os
 import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
@@ -35,12 +34,32 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .clock import wall_ns
+from .codec import (
+    FORMAT,
+    REPORT,
+    TABLES,
+    VERSION,
+    decode_legacy,
+    decode_report,
+    decode_seen,
+    derivations_of,
+    encode_report,
+    encode_seen,
+    lock_bytes,
+    split_cache,
+    stream,
+)
+from .codec import Corrupt as _Corrupt  # the names the no-change record's code reads
+from .codec import check_format as _check_format
+from .codec import decode_problem as _decode_problem
+from .codec import encode_problem as _encode_problem
+from .codec import text as _text
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS
 from .lineage import propagate
-from .lockfile import LOCK_NAME, LockError, LockRead, Record, decode_lock, encode_lock, is_sync_copy, merge_reads
+from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
-from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
+from .model import FileMeta, Problem, ProblemKind, Report
 from .statefolder import (
     Folders,
     hold,
@@ -53,7 +72,6 @@ from .statefolder import (
 )
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
-    from .declarations import Declaration
     from .scan import Seen
     from .stamps import Derivation
 
@@ -71,8 +89,6 @@ __all__ = [
     "listing_key",
 ]
 
-FORMAT = "provgraph-cache"
-VERSION = 1
 STATE_DIR = ".provgraph"
 CACHE_NAME = "cache.json"
 FLOCK_NAME = "flock"
@@ -80,7 +96,6 @@ FLOCK_NAME = "flock"
 ROOT_NAME = "root"
 """In a ``--state`` folder: the memory root it belongs to."""
 LEGACY_NAME = "state.json"
-LEGACY_FORMAT = "provgraph-state"
 
 
 class StateError(ProvgraphError):
@@ -104,7 +119,8 @@ class State:
     scan_started_ns: int = 0
     """Real clock at the start of the last full scan (for the racy-file rule)."""
     report: Report | None = None
-    """The last result, reused while nothing on disk changed."""
+    """The result of this scan; None in a state just loaded (a scan after a change never
+    needs the last one: ``StateStore.last_report`` reads it when asked)."""
     walk_problems: tuple[Problem, ...] = ()
     refused: dict[str, ProblemKind] = field(default_factory=dict)
     """Declared sources that must not be opened (outside the root, not a regular
@@ -154,10 +170,6 @@ def listing_key(listing: Mapping[str, FileMeta]) -> str:
     return hashlib.sha256(orjson.dumps(rows)).hexdigest()
 
 
-class _Corrupt(Exception):
-    pass
-
-
 @dataclass(frozen=True, slots=True)
 class LockSeal:
     """What the lock was when the cache was written: its metadata, the sha256 of its bytes,
@@ -178,6 +190,12 @@ class _Transaction:
     """The lock as this transaction loaded it: it is rewritten only when it changes."""
     migrating: bool = False
     """A schema-1 ``state.json`` was read: set it aside once the lock is written."""
+    seal: LockSeal | None = None
+    """What the cache says the lock was when it was written."""
+    as_locked: dict[str, Derivation] | None = None
+    """The stamps as loaded, when the lock's bytes are exactly their encoding (clean, and
+    the very bytes the seal vouches for): a save with equal stamps neither encodes nor
+    rewrites the lock."""
 
 
 class StateStore:
@@ -315,18 +333,25 @@ class StateStore:
         """Stamps from the lock (or from a schema-1 ``state.json`` to convert), the rest
         from the cache.  Damage is set aside with one warning and rebuilt."""
         self._recalled = None  # a full load follows a change: the kept head is stale
-        self._tx.migrating = False
+        self._tx.migrating, self._tx.seal = False, None
         folders = self._tx.folders
         if folders is None:
             return State()
         state = self._load_cache(folders)
         state.derivations = self._load_lock(folders)
+        if self._tx.as_locked is not None and not self.lock_unchanged(self._tx.seal):
+            self._tx.as_locked = None
         return state
 
     def _load_lock(self, folders: Folders) -> dict[str, Derivation]:
+        self._tx.as_locked = None
         self._tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
         if data is None:
             return self._load_legacy(folders)
+        clean = None if any(map(is_sync_copy, _names(folders.lock))) else decode_stamps(data)
+        if clean is not None:  # the common case, read without a table of records
+            self._tx.as_locked = derivations_of(clean)
+            return self._tx.as_locked
         try:
             read = decode_lock(data)
         except LockError as error:
@@ -339,7 +364,10 @@ class StateStore:
                 f"{self.lock_path} holds merged lines ({read.merged} repeated edges or conflict markers); "
                 "took the newest stamp of each edge"
             )
-        return _derivations(merge_reads(read, self._sync_copies(folders)))
+        copies = self._sync_copies(folders)
+        derivations = derivations_of(merge_reads(read, copies).derivations())
+        self._tx.as_locked = derivations if not (read.damaged or read.merged or copies) else None
+        return derivations
 
     def _sync_copies(self, folders: Folders) -> list[LockRead]:
         """The conflict copies a sync tool left beside the lock, read like the lock and
@@ -365,7 +393,7 @@ class StateStore:
         if data is None:
             return {}
         try:
-            derivations = _decode_legacy(orjson.loads(data))
+            derivations = decode_legacy(orjson.loads(data))
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError) as error:
             reason = str(error) if isinstance(error, _Corrupt) else "it is not valid provgraph state"
             self._set_aside(folders, folders.state, LEGACY_NAME, reason)
@@ -378,15 +406,29 @@ class StateStore:
         if data is None:
             return State()
         try:
-            document = orjson.loads(data)
+            head, _, tables = split_cache(data)
             del data  # a large folder's cache: the bytes and the objects need not coexist
-            if document.get("root") != os.fsdecode(self.root):
+            document = orjson.loads(head)
+            if not isinstance(document, dict) or document.get("root") != os.fsdecode(self.root):
                 return State()  # the folder was copied or moved: another machine's cache
-            return _decode(document)
+            document.update(orjson.loads(tables))
+            del tables
+            state = _decode(document)
+            self._tx.seal = _decode_seal(document["lock"])
+            return state
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
             reason = str(error) if isinstance(error, _Corrupt) else "it is not a valid provgraph cache"
             self._set_aside(folders, folders.state, CACHE_NAME, reason)
             return State()
+
+    def last_report(self) -> Report | None:
+        """The last result the cache holds (its stale entries propagated again), or None."""
+        folders = self._tx.folders
+        data = self._read(folders.state, CACHE_NAME, self.state_path) if folders and folders.state >= 0 else None
+        try:
+            return None if data is None else _decode_report(orjson.loads(split_cache(data)[1]))
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
 
     def recall(self) -> Recall | None:
         """The no-change part of the cache, or None when there is none to trust.
@@ -407,11 +449,11 @@ class StateStore:
             return None
         if self._recalled is not None and self._recalled[0] == head:
             return self._recalled[1]
-        split = head.find(_REPORT)
+        split = head.find(REPORT)
         if split < 0:
             return None
         try:
-            recall = _decode_recall(orjson.loads(head[:split] + b"}"), bytes(head[split + len(_REPORT) :]))
+            recall = _decode_recall(orjson.loads(head[:split] + b"}"), bytes(head[split + len(REPORT) :]))
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
         if recall is not None and recall.root != os.fsdecode(self.root):
@@ -473,11 +515,18 @@ class StateStore:
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
-        data = _lock_bytes(state.derivations, self._tx.lock_bytes is not None)
-        if data is not None and data != self._tx.lock_bytes:
-            self._write(folders, folders.lock, LOCK_NAME, [data], "write the lock file")
-            self._tx.lock_bytes = data
-        seal = self._seal(folders, data)
+        if state.report is None:  # a state saved as loaded keeps the last result
+            state = replace(state, report=self.last_report())
+        as_locked = self._tx.as_locked
+        if as_locked is not None and state.derivations == as_locked:
+            data, seal = self._tx.lock_bytes, self._reseal(folders)
+        else:
+            data = lock_bytes(state.derivations, self._tx.lock_bytes is not None)
+            if data is not None and data != self._tx.lock_bytes:
+                self._write(folders, folders.lock, LOCK_NAME, [data], "write the lock file")
+                self._tx.lock_bytes = data
+            seal = self._seal(folders, data)
+        self._tx.as_locked = None
         self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), seal), "write")
         if self._tx.migrating:
             self._tx.migrating = False
@@ -487,12 +536,14 @@ class StateStore:
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
         if data is None:
             return None
-        try:
-            info = os.stat(LOCK_NAME, dir_fd=folders.lock, follow_symlinks=False)
-        except OSError:
-            return None
-        meta = FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        return LockSeal(meta, hashlib.sha256(data).hexdigest(), wall_ns())
+        meta = _lock_meta(folders)
+        return None if meta is None else LockSeal(meta, hashlib.sha256(data).hexdigest(), wall_ns())
+
+    def _reseal(self, folders: Folders) -> LockSeal | None:
+        """The seal of a lock left as it was loaded, whose bytes the old seal vouched for:
+        its sha256 is known, so a large lock is not hashed again."""
+        seal, meta = self._tx.seal, _lock_meta(folders)
+        return None if seal is None or meta is None else LockSeal(meta, seal.sha256, wall_ns())
 
     def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[bytes], what: str) -> None:
         where = (folders.lock_path if target == folders.lock else folders.state_path) / name
@@ -502,28 +553,19 @@ class StateStore:
             raise StateError(where, _cannot(what, where, error)) from error
 
 
+def _lock_meta(folders: Folders) -> FileMeta | None:
+    try:
+        info = os.stat(LOCK_NAME, dir_fd=folders.lock, follow_symlinks=False)
+    except OSError:
+        return None
+    return FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
 def _names(folder: int) -> list[str]:
     try:
         return os.listdir(folder)
     except OSError:
         return []
-
-
-def _lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
-    """The lock for these stamps; None when there is none and nothing to put in it (a
-    folder without derived files gets no lock)."""
-    records = [
-        Record(derived, source, stamp, derivation.derived_at)
-        for derived, derivation in derivations.items()
-        for source, stamp in derivation.stamps.items()
-    ]
-    return encode_lock(records) if records or exists else None
-
-
-def _derivations(read: LockRead) -> dict[str, Derivation]:
-    from .stamps import Derivation
-
-    return {derived: Derivation(at, stamps) for derived, (at, stamps) in read.derivations().items()}
 
 
 def _read_head(folder: int, name: str) -> bytearray | None:
@@ -535,9 +577,9 @@ def _read_head(folder: int, name: str) -> bytearray | None:
             raise OSError(errno.EINVAL, "not a regular file", name)
         head = bytearray()
         while chunk := os.read(descriptor, _HEAD_CHUNK):
-            searched = max(0, len(head) - len(_TABLES) + 1)
+            searched = max(0, len(head) - len(TABLES) + 1)
             head += chunk
-            end = head.find(_TABLES, searched)
+            end = head.find(TABLES, searched)
             if end >= 0:
                 del head[end:]
                 return head
@@ -556,24 +598,13 @@ def _cannot(what: str, path: Path, error: OSError) -> str:
     return f"cannot {what} {path}: {reason}{hint}"
 
 
-# -- encoding ----------------------------------------------------------------
-# Plain lists keep the file small: a state file holds one row per memory file.
-
-
-_TABLES = b',"seen":'
-"""Where the per-file tables start in the cache, after what ``recall`` reads
-(inside a JSON string a quote is always escaped, so these bytes mark the key)."""
-_REPORT = b',"report":'
-"""Where the last result starts: ``recall`` parses it only once the check passed."""
+# -- the cache's layout ----------------------------------------------------------------
 
 
 def _encoded(state: State, root: str, seal: LockSeal | None) -> Iterator[bytes]:
-    """The state file's bytes, one top-level entry at a time, as ``orjson.dumps`` would
-    write the whole object: a large folder's tables are never all held as lists at once."""
-    yield b"{"
-    for index, (key, value) in enumerate(_entries(state, root, seal)):
-        yield (b',"' if index else b'"') + key.encode() + b'":' + orjson.dumps(value)
-    yield b"}"
+    """The cache's bytes, one top-level entry at a time: a large folder's tables are never
+    all held as lists at once."""
+    return stream(_entries(state, root, seal))
 
 
 def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[str, object]]:
@@ -586,11 +617,8 @@ def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[s
     yield "settings", state.settings
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
     yield from _encode_recall(state).items()
-    yield "report", None if state.report is None else _encode_report(state.report)
-    yield (
-        "seen",
-        {path: [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)] for path, seen in state.seen.items()},
-    )
+    yield "report", None if state.report is None else encode_report(state.report)
+    yield "seen", encode_seen(state.seen)
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
 
 
@@ -610,45 +638,6 @@ def _outcome(state: State, path: str) -> list[int] | str | None:
         return kind.value
     seen = state.seen.get(path)
     return None if seen is None else list(seen.meta)
-
-
-_NO_DECLARATION: tuple[()] = ()
-"""How most files encode, as an empty list: no ``derived_from``, no ``derived_at``, no problem."""
-
-
-def _encode_declaration(declaration: Declaration | None) -> list[object] | tuple[()] | None:
-    if declaration is None:
-        return None
-    if not declaration.entries and declaration.derived_at is None and not declaration.problems:
-        return _NO_DECLARATION
-    return [
-        list(declaration.entries),
-        declaration.derived_at,
-        [[kind.value, detail] for kind, detail in declaration.problems],
-    ]
-
-
-def _encode_problem(problem: Problem) -> list[str]:
-    return [problem.path, problem.kind.value, problem.detail]
-
-
-def _encode_report(report: Report) -> dict[str, object]:
-    """Stale entries are not stored: they follow from the edges, and their chains grow with
-    the square of the depth (a 10,000-deep chain would make a state file of half a gigabyte)."""
-    return {
-        "root": report.root,
-        "files": report.file_count,
-        "edges": [[e.source, e.derived, e.status.value, e.stamped_at, e.since, e.moved_to] for e in report.edges],
-        "cycles": [list(cycle) for cycle in report.cycles],
-        "problems": [_encode_problem(problem) for problem in report.problems],
-    }
-
-
-def _check_format(data: dict[str, Any], format: str = FORMAT) -> None:
-    if not isinstance(data, dict) or data.get("format") != format:
-        raise _Corrupt(f"it is not a {format} file")
-    if data.get("version") != VERSION:
-        raise _Corrupt(f"unknown version {data.get('version')!r}, this provgraph reads version {VERSION}")
 
 
 def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
@@ -685,111 +674,27 @@ def _decode_seal(data: object) -> LockSeal | None:
     return LockSeal(FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode)), _text(sha256), int(recorded_ns))
 
 
-def _decode_legacy(data: dict[str, Any]) -> dict[str, Derivation]:
-    """The stamps of a schema-1 ``state.json``, the state file before the lock."""
-    from .stamps import Derivation
-
-    _check_format(data, LEGACY_FORMAT)
-    return {
-        _text(path): Derivation(_optional_text(record["derived_at"]), _decode_stamps(record["stamps"]))
-        for path, record in data["derivations"].items()
-    }
-
-
 def _decode(data: dict[str, Any]) -> State:
     _check_format(data)
-    # each table is taken out of the document as it is decoded, so its lists go at once
+    # each table is taken out of the document as it is decoded, so its rows go at once
     return State(
-        seen=_decode_seen(data.pop("seen")),
+        seen=decode_seen(data.pop("seen")),
         scan_started_ns=int(data["scan_started_ns"]),
         walk_problems=tuple(_decode_problem(row) for row in data["walk_problems"]),
-        report=None if data["report"] is None else _decode_report(data.pop("report")),
         refused={_text(path): ProblemKind(kind) for path, kind in data["refused"].items()},
         settings=_text(data.get("settings", "")),
     )
 
 
-def _decode_stamps(stamps: dict[str, Any]) -> dict[str, Stamp]:
-    decoded = {}
-    for source, (sha, at, since) in stamps.items():
-        decoded[_text(source)] = Stamp(_optional_text(sha), _date(at), None if since is None else _date(since))
-    return decoded
-
-
-def _decode_seen(table: dict[str, Any]) -> dict[str, Seen]:
-    """One row per file, decoded in one tight loop: a scan after a change needs them all."""
-    from .declarations import NOTHING, Declaration
-    from .scan import Seen
-
-    seen = {}
-    for path, (size, mtime_ns, ctime_ns, inode, sha, declaration) in table.items():
-        meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
-        if declaration is not None:
-            entries, derived_at, problems = declaration or ((), None, ())
-            if entries or derived_at is not None or problems:
-                declaration = Declaration(
-                    tuple(_text(entry) for entry in entries),
-                    _optional_text(derived_at),
-                    tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
-                )
-            else:
-                declaration = NOTHING
-        seen[_text(path)] = Seen(meta, _optional_text(sha), declaration)
-    return seen
-
-
-def _decode_problem(row: list[Any]) -> Problem:
-    path, kind, detail = row
-    return Problem(_text(path), ProblemKind(kind), _text(detail))
-
-
-def _decode_report(data: dict[str, Any]) -> Report:
-    edges = _decode_edges(data["edges"])
+def _decode_report(data: object) -> Report:
+    """The stored result, its stale entries propagated again from its edges."""
+    stored = decode_report(data)
     return Report(
-        root=_text(data["root"]),
+        root=stored.root,
         scanned_at=datetime.fromtimestamp(0, UTC),
-        file_count=int(data["files"]),
-        edges=edges,
-        stale=propagate(edges),
-        cycles=tuple(tuple(_text(path) for path in cycle) for cycle in data["cycles"]),
-        problems=tuple(_decode_problem(row) for row in data["problems"]),
+        file_count=stored.file_count,
+        edges=stored.edges,
+        stale=propagate(stored.edges),
+        cycles=stored.cycles,
+        problems=stored.problems,
     )
-
-
-def _decode_edges(rows: list[Any]) -> tuple[Edge, ...]:
-    """One row per declared source: checked and built in one tight loop, since the
-    no-change path decodes them all."""
-    status_of = _EDGE_STATUS
-    edges = []
-    for source, derived, status, at, since, moved_to in rows:
-        if type(source) is not str or type(derived) is not str:
-            raise _Corrupt("an edge must join two paths")
-        at = None if at is None else _date(at)
-        since = None if since is None else _date(since)
-        edges.append(Edge(source, derived, status_of[status], at, since, _optional_text(moved_to)))
-    return tuple(edges)
-
-
-_EDGE_STATUS = {status.value: status for status in EdgeStatus}
-
-
-_LATEST = 253402300799.0
-"""The last second of year 9999: a later (or negative) date cannot be shown."""
-
-
-def _date(value: object) -> float:
-    """Epoch seconds that a date can be made of; anything else is damage."""
-    number = float(value)  # type: ignore[arg-type]
-    if not (math.isfinite(number) and 0 <= number <= _LATEST):
-        raise _Corrupt(f"a date out of range: {value!r}")
-    return number
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise _Corrupt(f"expected text, found {type(value).__name__}")
-    return value
-
-
-def _optional_text(value: object) -> str | None:
-    return None if value is None else _text(value)

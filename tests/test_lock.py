@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provgraph import Memory
-from provgraph.lockfile import Record, decode_lock, encode_lock
+from provgraph import Memory, lockfile
+from provgraph.lockfile import Record, _decode_lines, decode_lock, decode_stamps, encode_lock
 from provgraph.model import Stamp
 
 
@@ -216,3 +217,26 @@ def test_any_interleaving_of_two_locks_loads_the_newest_stamp_of_each_edge(ours,
         assert record.stamp.stamped_at == max(candidate.stamp.stamped_at for candidate in candidates)
     assert read.damaged == 0
     assert read == decode_lock(b"".join(sorted(lines)))  # the order of the lines never matters
+
+
+_DAMAGE = st.sampled_from(["", "   ", "<<<<<<< ours", "=======", ">>>>>>> theirs", "[1, 2]", "not json", "[] []"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_RECORD, max_size=10), st.lists(_DAMAGE, max_size=3), st.randoms(use_true_random=False))
+def test_a_lock_read_in_one_call_loads_what_reading_it_line_by_line_loads(records, damage, random) -> None:
+    """Reading a clean lock in one call is a shortcut: any lock, clean, merged or damaged,
+    loads exactly what the line-by-line reading of it loads."""
+    lines = encode_lock(_table(records).values()).decode().split("\n")
+    for extra in damage:
+        lines.insert(random.randint(1, len(lines)), extra)
+    if len(lines) > 2 and random.random() < 0.3:
+        lines.insert(random.randint(1, len(lines)), lines[1])  # a union merge repeats a line
+    data = "\n".join(lines).encode()
+    with patch.object(lockfile, "_BATCH", random.choice([1, 64, 1 << 20])):  # lines parsed in batches
+        read = decode_lock(data)
+        assert read == _decode_lines(data.decode())
+        stamps = decode_stamps(data)
+        assert stamps is None or stamps == read.derivations()  # a shortcut, for clean locks
+        if data.rstrip(b"\n") == encode_lock(read.records.values()).rstrip(b"\n"):
+            assert stamps == read.derivations()
