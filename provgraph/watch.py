@@ -42,6 +42,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .clock import current
 from .log import log_warning
 from .model import Report
 from .state import LOCK_NAME, STATE_DIR
@@ -417,7 +418,7 @@ class WatchedRefresh:
 
     def refresh(self, now: datetime | None = None) -> Report:
         """``Memory.refresh(now=now)``'s answer; ``now`` None reads the clock, as there."""
-        now = now if now is not None else datetime.now().astimezone()
+        now = current(now)
         last = self._last
         if last is not None and self.watch.quiet():
             return replace(last, scanned_at=now)
