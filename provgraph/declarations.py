@@ -245,8 +245,9 @@ def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[st
     """Entries the body (``head`` from ``start``) declares: ``derived_from::`` fields, and
     the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
-    if _FIELD_BYTES.search(head, start) is None and (wanted is None or head.find(wanted, start) < 0):
-        return ()
+    fields = head.find(b"derived_from", start) >= 0 and _FIELD_BYTES.search(head, start) is not None
+    if not fields and (wanted is None or head.find(wanted, start) < 0):
+        return ()  # the common case, settled by a byte search far faster than the pattern's
     entries: list[str] = []
     section: int | None = None
     for line in _prose_lines(head[start:].decode("utf-8", "replace")):
@@ -395,9 +396,6 @@ class _YamlFails:
 
 
 _YAML_FAILS = _YamlFails()
-_UNSURE = re.compile(r"[^\S \n\r]|\r(?!\n)|[\x00-\x08\x0e-\x1f\x7f-\x9f\ufeff\ufffe\uffff]")
-"""Tabs, odd line breaks and spaces, control characters, a byte order mark: YAML has
-rules of its own for each, and no common declaration holds one."""
 _TOKEN = re.compile(
     r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
     r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
@@ -413,6 +411,7 @@ _SPANNING = re.compile(
     r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
 )
 """A quoted string, a bracket or a block scalar that may go on over the next lines."""
+_OPENING = re.compile(r"[\"'\[{|>]")
 
 
 def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[str, ...]:
@@ -420,7 +419,7 @@ def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[
     quoted items, wiki links in a list, names beyond ASCII), worked out without YAML;
     ``_Unsure`` for anything else.  It must be the YAML path's answer to the letter,
     problems included, so only forms whose YAML reading is certain are taken."""
-    if key_lines[0][len(_KEY) : len(_KEY) + 1] not in ("", " ") or _UNSURE.search(text):
+    if key_lines[0][len(_KEY) : len(_KEY) + 1] not in ("", " ") or _odd_characters(text):
         raise _Unsure
     continued = key_lines[1:]
     if value and any(line.strip() for line in continued):
@@ -430,6 +429,13 @@ def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[
         _require_plain_lines_before(text)
         return _entries_from_lines(key_lines)
     return _entries_from_value(reading, "\n".join(key_lines))
+
+
+def _odd_characters(text: str) -> bool:
+    """True when ``text`` holds a tab, an odd line break or space, a control character,
+    a byte order mark or anything else Python does not print: YAML has rules of its
+    own for several, and no common declaration holds one."""
+    return not text.replace("\r\n", "").replace("\n", "").isprintable()
 
 
 def _one_line_reading(value: str) -> object:
@@ -516,12 +522,14 @@ def _require_plain_lines_before(text: str) -> None:
     comment, a blank line or an indented line, none opening a quoted string, a bracket
     or a block scalar that may go on over lines.  Then YAML reads the declaration where
     it stands, its error is the whole frontmatter's, and the YAML path reads the lines."""
-    for line in text.splitlines():
-        if line.startswith(_KEY):
-            return
-        if (line[:1] != " " and not _TOP_LINE.fullmatch(line)) or _SPANNING.search(line):
-            raise _Unsure
-    raise _Unsure
+    end = 0 if text.startswith(_KEY) else text.find("\n" + _KEY)
+    if end < 0:
+        raise _Unsure
+    lines = text[:end].splitlines()
+    if any(line[:1] != " " and not _TOP_LINE.fullmatch(line) for line in lines):
+        raise _Unsure
+    if _OPENING.search(text, 0, end) and any(_SPANNING.search(line) for line in lines):
+        raise _Unsure
 
 
 class _References(Exception):

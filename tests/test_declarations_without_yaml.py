@@ -195,6 +195,31 @@ def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> No
     assert read_declaration(head) == _through_yaml(head)
 
 
+@st.composite
+def surrounded(draw: st.DrawFn) -> bytes:
+    """A declaration that YAML refuses where it stands (a Markdown link first), between
+    lines that may open a quoted string or a bracket and close it after it: YAML then
+    reads the declaration as part of that string, and so must the reader."""
+    entries = draw(st.lists(st.one_of(_LINK, _PATH), min_size=1, max_size=3))
+    form = draw(st.sampled_from(["comma", "inline", "block"]))
+    if form == "comma":
+        declaration = ["derived_from: " + ", ".join(entries)]
+    elif form == "inline":
+        declaration = ["derived_from: [" + ", ".join(entries) + "]"]
+    else:
+        declaration = ["derived_from:"] + [f"  - {entry}" for entry in entries]
+    opener, closer = draw(st.sampled_from(_AROUND))
+    middle = draw(st.lists(_OTHER_LINES, max_size=2))
+    lines = [*draw(st.lists(_OTHER_LINES, max_size=2)), opener, *middle, *declaration, "type: user", closer]
+    return ("---\n" + "\n".join(lines) + "\n---\nThe body.\n").encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(surrounded())
+def test_a_declaration_inside_a_string_that_spans_lines_is_read_as_yaml_reads_it(head: bytes) -> None:
+    assert read_declaration(head) == _through_yaml(head)
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.one_of(
