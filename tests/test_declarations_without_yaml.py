@@ -195,19 +195,22 @@ def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> No
     assert read_declaration(head) == _through_yaml(head)
 
 
+def _written(entries: list[str], form: str) -> list[str]:
+    """``entries`` declared in one of the three forms, as a memory file writes them."""
+    if form == "comma":
+        return ["derived_from: " + ", ".join(entries)]
+    if form == "inline":
+        return ["derived_from: [" + ", ".join(entries) + "]"]
+    return ["derived_from:"] + [f"  - {entry}" for entry in entries]
+
+
 @st.composite
 def surrounded(draw: st.DrawFn) -> bytes:
     """A declaration that YAML refuses where it stands (a Markdown link first), between
     lines that may open a quoted string or a bracket and close it after it: YAML then
     reads the declaration as part of that string, and so must the reader."""
     entries = draw(st.lists(st.one_of(_LINK, _PATH), min_size=1, max_size=3))
-    form = draw(st.sampled_from(["comma", "inline", "block"]))
-    if form == "comma":
-        declaration = ["derived_from: " + ", ".join(entries)]
-    elif form == "inline":
-        declaration = ["derived_from: [" + ", ".join(entries) + "]"]
-    else:
-        declaration = ["derived_from:"] + [f"  - {entry}" for entry in entries]
+    declaration = _written(entries, draw(st.sampled_from(["comma", "inline", "block"])))
     opener, closer = draw(st.sampled_from(_AROUND))
     middle = draw(st.lists(_OTHER_LINES, max_size=2))
     lines = [*draw(st.lists(_OTHER_LINES, max_size=2)), opener, *middle, *declaration, "type: user", closer]
@@ -300,13 +303,7 @@ def benchmark_declarations(draw: st.DrawFn) -> tuple[bytes, tuple[str, ...]]:
             max_size=4,
         )
     )
-    form = draw(st.sampled_from(["comma", "inline", "block"]))
-    if form == "comma":
-        lines = ["derived_from: " + ", ".join(entries)]
-    elif form == "inline":
-        lines = ["derived_from: [" + ", ".join(entries) + "]"]
-    else:
-        lines = ["derived_from:"] + [f"  - {entry}" for entry in entries]
+    lines = _written(entries, draw(st.sampled_from(["comma", "inline", "block"])))
     description = draw(st.sampled_from(["memory agent notes", "Note: memory agent notes"]))
     head = ["name: digest 000099", f"description: {description}", "type: project"]
     return frontmatter(*head, *lines, *draw(st.sampled_from([[], ["derived_at: 2026-05-13"]]))), tuple(entries)
