@@ -209,12 +209,14 @@ class LocalFiles:
             os.close(descriptor)
 
     def sha256(self, path: str) -> str:
-        """Hash without holding a large file in memory."""
-        digest = hashlib.sha256()
-        descriptor, _ = self._open(path)
+        """Hash without holding a large file in memory; a small file in one read, as ``read``."""
+        descriptor, size = self._open(path)
         try:
-            for chunk in _chunks(descriptor):
-                digest.update(chunk)
+            first = os.read(descriptor, min(size + 1, _CHUNK))
+            digest = hashlib.sha256(first)
+            if first and len(first) != size:
+                for chunk in _chunks(descriptor):
+                    digest.update(chunk)
         finally:
             os.close(descriptor)
         return digest.hexdigest()

@@ -1,4 +1,5 @@
-"""A memory file is read whole (or up to the limit asked), whatever each read returns.
+"""A memory file is read and hashed whole (or read up to the limit asked), whatever each
+read returns.
 
 Reading stops after one read when that read gives as many bytes as the open file
 had; a short read (network and FUSE file systems, signals) or a file that grew or
@@ -7,6 +8,7 @@ shrank meanwhile is read on to its real end.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -33,6 +35,7 @@ def test_a_file_is_read_whole_however_short_each_read_is(
     real_read = os.read
     monkeypatch.setattr(os, "read", lambda descriptor, wanted: real_read(descriptor, min(wanted, 7)))
     assert source.read("note.md", limit) == CONTENT[:limit]
+    assert source.sha256("note.md") == hashlib.sha256(CONTENT).hexdigest()
 
 
 @pytest.mark.parametrize("limit", [None, 1, len(CONTENT), 64 * 1024])
