@@ -383,7 +383,7 @@ def _reads_as_text(plain: str) -> bool:
     from yaml.nodes import ScalarNode
     from yaml.resolver import Resolver
 
-    return Resolver().resolve(ScalarNode, plain, (True, False)) == "tag:yaml.org,2002:str"
+    return bool(Resolver().resolve(ScalarNode, plain, (True, False)) == "tag:yaml.org,2002:str")
 
 
 class _Unsure(Exception):
