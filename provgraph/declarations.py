@@ -4,8 +4,12 @@ Pure functions: bytes in, a ``Declaration`` out.  The reader tries, in order:
 
 1. a plain one-line value (``derived_from: a.md, b.md``), split directly;
    this is what most memory files hold and it needs no YAML at all;
-2. YAML on the ``derived_from`` lines alone, then on the whole frontmatter;
-3. when the frontmatter is not valid YAML (an unquoted colon in a
+2. the other common forms (Markdown links, quoted items, wiki links in a
+   list, names beyond ASCII), read by a small exact reader that works out
+   what the steps below would give and declines whatever it is not certain
+   of; a property test holds it to their answer;
+3. YAML on the ``derived_from`` lines alone, then on the whole frontmatter;
+4. when the frontmatter is not valid YAML (an unquoted colon in a
    description, an unquoted Markdown link), the lines themselves, the way
    agent memory middlewares read frontmatter.
 
@@ -67,6 +71,9 @@ _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
 _FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
+_NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t~<=!&*]|\.md$")
+"""A character that no value YAML types implicitly (a number, a date, a boolean,
+null) is written with, or the ``.md`` that none ends with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +245,9 @@ def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[st
     """Entries the body (``head`` from ``start``) declares: ``derived_from::`` fields, and
     the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
-    if _FIELD_BYTES.search(head, start) is None and (wanted is None or head.find(wanted, start) < 0):
-        return ()
+    fields = head.find(b"derived_from", start) >= 0 and _FIELD_BYTES.search(head, start) is not None
+    if not fields and (wanted is None or head.find(wanted, start) < 0):
+        return ()  # the common case, settled by a byte search far faster than the pattern's
     entries: list[str] = []
     section: int | None = None
     for line in _prose_lines(head[start:].decode("utf-8", "replace")):
@@ -333,6 +341,8 @@ def _entries(key_lines: list[str], text: str) -> tuple[str, ...]:
     listed = _plain_list(value, key_lines[1:])
     if listed is not None:
         return listed
+    with contextlib.suppress(_Unsure):
+        return _entries_without_yaml(value, key_lines, text)
     written = "\n".join(key_lines)
     parsed = _yaml_mapping(written)
     if parsed is None:
@@ -361,14 +371,168 @@ def _plain_list(value: str, continued: list[str]) -> tuple[str, ...] | None:
 
 def _is_plain_string(value: str) -> bool:
     """True when YAML would read ``value`` as this very string (no quoting, no types)."""
-    if not _PLAIN.fullmatch(value):
-        return False
+    return _PLAIN.fullmatch(value) is not None and _reads_as_text(value)
+
+
+def _reads_as_text(plain: str) -> bool:
+    """True when YAML types the plain scalar ``plain`` as a string, not a number, date,
+    boolean or null.  Those types are written with few characters (no ``/``, no
+    ``#``, nothing beyond ASCII) and none ends with ``.md``, which settles almost
+    every name without loading YAML's resolver."""
+    if _NEVER_TYPED.search(plain):
+        return True
     from yaml.nodes import ScalarNode
     from yaml.resolver import Resolver
 
     # PyYAML's stubs leave Resolver.resolve unannotated; it returns the tag, a str.
-    tag: str = Resolver().resolve(ScalarNode, value, (True, False))  # type: ignore[no-untyped-call]
+    tag: str = Resolver().resolve(ScalarNode, plain, (True, False))  # type: ignore[no-untyped-call]
     return tag == "tag:yaml.org,2002:str"
+
+
+class _Unsure(Exception):
+    """The reader without YAML cannot be certain of what YAML makes of a declaration."""
+
+
+class _YamlFails:
+    """A declaration that is certainly not valid YAML, where it stands: the YAML path
+    then reads it line by line."""
+
+
+_YAML_FAILS = _YamlFails()
+_TOKEN = re.compile(
+    r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
+    r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
+    r"|(?P<quoted>\"(?P<double>[^\"\\]*)\"|'(?P<single>[^']*)')"
+    r"|(?P<plain>[\w./][\w./+ -]*)) *(?P<end>,|$)"
+)
+"""One entry as the common forms write it (a wiki link, a Markdown link, a quoted string,
+a plain name) and the comma after it, if any."""
+_NOT_PLAIN_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
+_TOP_LINE = re.compile(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
+_SPANNING = re.compile(
+    r"(?:^|[-?:]) *(?:[&!]\S* +)*"
+    r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
+)
+"""A quoted string, a bracket or a block scalar that may go on over the next lines."""
+_OPENING = re.compile(r"[\"'\[{|>]")
+
+
+def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[str, ...]:
+    """What the YAML path reads from the forms the shortcuts above leave (Markdown links,
+    quoted items, wiki links in a list, names beyond ASCII), worked out without YAML;
+    ``_Unsure`` for anything else.  It must be the YAML path's answer to the letter,
+    problems included, so only forms whose YAML reading is certain are taken."""
+    if key_lines[0][len(_KEY) : len(_KEY) + 1] not in ("", " ") or _odd_characters(text):
+        raise _Unsure
+    continued = key_lines[1:]
+    if value and any(line.strip() for line in continued):
+        raise _Unsure  # a value that goes on over lines
+    reading = _one_line_reading(value) if value else _block_reading(continued)
+    if reading is _YAML_FAILS:
+        _require_plain_lines_before(text)
+        return _entries_from_lines(key_lines)
+    return _entries_from_value(reading, "\n".join(key_lines))
+
+
+def _odd_characters(text: str) -> bool:
+    """True when ``text`` holds a tab, an odd line break or space, a control character,
+    a byte order mark or anything else Python does not print: YAML has rules of its
+    own for several, and no common declaration holds one."""
+    return not text.replace("\r\n", "").replace("\n", "").isprintable()
+
+
+def _one_line_reading(value: str) -> object:
+    """What YAML reads ``derived_from: value`` as, or ``_YAML_FAILS``."""
+    if value[0] in "[\"'":
+        return _bracketed_or_quoted(value)
+    if value[0] in _NOT_PLAIN_START or ": " in value or value.endswith(":") or " #" in value:
+        raise _Unsure
+    if not _reads_as_text(value):
+        raise _Unsure
+    return value  # one plain scalar, brackets and quotes in it included
+
+
+def _bracketed_or_quoted(value: str) -> object:
+    """``[a, b]``; ``"a, b"``; or a value that YAML reads as a bracket or a quoted string
+    followed by more (``[A](a.md), b.md``, ``[[a]], b.md``, ``"a", b``): an error."""
+    if value[-1] == "]":
+        items = _tokens(value[1:-1])
+        if items is not None:
+            return _list_reading(items)
+    tokens = _tokens(value)
+    if tokens is None:
+        raise _Unsure
+    first = tokens[0]
+    if len(tokens) == 1 and first["quoted"]:
+        return first["double"] if first["double"] is not None else first["single"]
+    if (first["link"] or len(tokens) > 1) and ":" not in value and " #" not in value:
+        return _YAML_FAILS
+    raise _Unsure
+
+
+def _block_reading(continued: list[str]) -> object:
+    """What YAML reads the ``- a`` lines under ``derived_from:`` as, or ``_YAML_FAILS``."""
+    matches = [_ITEM.fullmatch(line) for line in continued if line.strip()]
+    if not matches:
+        return None
+    if any(match is None for match in matches) or len({match[1] for match in matches if match}) != 1:
+        raise _Unsure
+    tokens = [_TOKEN.fullmatch(match[2]) for match in matches if match]
+    if any(token is None or token["end"] for token in tokens):
+        raise _Unsure
+    return _list_reading([token for token in tokens if token])
+
+
+def _list_reading(tokens: list[re.Match[str]]) -> object:
+    """The list YAML reads, or ``_YAML_FAILS`` when an item is a Markdown link (a bracket
+    and then more, which YAML refuses)."""
+    if any(token["link"] for token in tokens):
+        if any(token["quoted"] and ":" in token["quoted"] for token in tokens):
+            raise _Unsure
+        return _YAML_FAILS
+    return [_yaml_item(token) for token in tokens]
+
+
+def _yaml_item(token: re.Match[str]) -> object:
+    """What YAML reads one list item as."""
+    if token["quoted"]:
+        return token["double"] if token["double"] is not None else token["single"]
+    if token["wiki"]:
+        inner = token["inner"]
+        if inner.endswith(" ") or " #" in inner or not _reads_as_text(inner):
+            raise _Unsure
+        return [[inner]]  # a list in a list, which the wiki link reading expects
+    plain = token["plain"].rstrip()
+    if not _reads_as_text(plain):
+        raise _Unsure
+    return plain
+
+
+def _tokens(text: str) -> list[re.Match[str]] | None:
+    """``text`` as comma-separated entries of the common forms; None when it is not."""
+    tokens: list[re.Match[str]] = []
+    position = 0
+    while (token := _TOKEN.match(text, position)) is not None:
+        tokens.append(token)
+        if not token["end"]:
+            return tokens
+        position = token.end()
+    return None
+
+
+def _require_plain_lines_before(text: str) -> None:
+    """``_Unsure`` unless every line above ``derived_from:`` is a ``key: value`` line, a
+    comment, a blank line or an indented line, none opening a quoted string, a bracket
+    or a block scalar that may go on over lines.  Then YAML reads the declaration where
+    it stands, its error is the whole frontmatter's, and the YAML path reads the lines."""
+    end = 0 if text.startswith(_KEY) else text.find("\n" + _KEY)
+    if end < 0:
+        raise _Unsure
+    lines = text[:end].splitlines()
+    if any(line[:1] != " " and not _TOP_LINE.fullmatch(line) for line in lines):
+        raise _Unsure
+    if _OPENING.search(text, 0, end) and any(_SPANNING.search(line) for line in lines):
+        raise _Unsure
 
 
 class _References(Exception):

@@ -146,20 +146,22 @@ class LocalFiles:
     def _real_inside(self, real: str) -> bool:
         return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
 
-    def _open(self, path: str) -> int:
+    def _open(self, path: str) -> tuple[int, int]:
         """Open the very path that was checked, resolved: a name swapped for a symlink
         in between is not followed (the open fails), so nothing outside the root is opened.
-        Only a regular file stays open; anything else raises ``NotRegular`` unread."""
-        descriptor = self._open_listed(path)
-        if descriptor is not None:
-            return descriptor
+        Only a regular file stays open; anything else raises ``NotRegular`` unread.
+        Returns the descriptor and the size the open file has."""
+        opened = self._open_listed(path)
+        if opened is not None:
+            return opened
         descriptor = os.open(self._resolved(path), _READ_FLAGS)
-        if not stat_module.S_ISREG(os.fstat(descriptor).st_mode):
+        info = os.fstat(descriptor)
+        if not stat_module.S_ISREG(info.st_mode):
             os.close(descriptor)
             raise NotRegular(path)
-        return descriptor
+        return descriptor, info.st_size
 
-    def _open_listed(self, path: str) -> int | None:
+    def _open_listed(self, path: str) -> tuple[int, int] | None:
         """A file of the last walk, opened without resolving its path (resolving costs a
         system call per folder level), and kept only when it is the very file the walk
         found there, untouched since: a regular file with the same device, inode and
@@ -181,7 +183,7 @@ class LocalFiles:
             and info.st_dev == self._device
             and stat_module.S_ISREG(info.st_mode)
         ):
-            return descriptor
+            return descriptor, info.st_size
         os.close(descriptor)
         return None
 
@@ -209,22 +211,39 @@ class LocalFiles:
         return _meta(info)
 
     def read(self, path: str, limit: int | None = None) -> bytes:
-        descriptor = self._open(path)
+        descriptor, size = self._open(path)
         try:
-            return b"".join(_chunks(descriptor, limit))
+            return _read(descriptor, size, limit)
         finally:
             os.close(descriptor)
 
     def sha256(self, path: str) -> str:
-        """Hash without holding a large file in memory."""
-        digest = hashlib.sha256()
-        descriptor = self._open(path)
+        """Hash without holding a large file in memory; a small file in one read, as ``read``."""
+        descriptor, size = self._open(path)
         try:
-            for chunk in _chunks(descriptor):
-                digest.update(chunk)
+            first = os.read(descriptor, min(size + 1, _CHUNK))
+            digest = hashlib.sha256(first)
+            if first and len(first) != size:
+                for chunk in _chunks(descriptor):
+                    digest.update(chunk)
         finally:
             os.close(descriptor)
         return digest.hexdigest()
+
+
+def _read(descriptor: int, size: int, limit: int | None) -> bytes:
+    """The file's bytes up to its end (or ``limit``), in one read when that read gives
+    as many bytes as the open file had (``size``), as it nearly always does: a memory
+    file costs one read, not a second one that only finds the end.  Otherwise (a
+    short read, a file that grew or shrank meanwhile) read on to the end."""
+    wanted = size + 1 if limit is None else min(limit, size + 1)
+    if wanted > _CHUNK:
+        return b"".join(_chunks(descriptor, limit))
+    first = os.read(descriptor, wanted)
+    if not first or len(first) == size or len(first) == limit:
+        return first
+    rest = _chunks(descriptor, None if limit is None else limit - len(first))
+    return first + b"".join(rest)
 
 
 def _chunks(descriptor: int, limit: int | None = None) -> Iterator[bytes]:

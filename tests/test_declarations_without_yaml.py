@@ -1,0 +1,317 @@
+"""Declarations in the common forms are read without YAML, and never differently.
+
+The reader without YAML takes the forms that memory files write every day
+(comma lists, ``[a, b]`` lists, ``- a`` lists, Markdown links, root-relative
+entries, quoted strings, wiki links, ``metadata:`` blocks, descriptions with an
+unquoted colon) and hands anything else to the YAML path.  Whatever it takes,
+it must read exactly as the YAML path does: the same entries, the same
+``derived_at``, the same problem with the same words.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from provgraph import declarations
+from provgraph.declarations import read_declaration
+
+# -- what a frontmatter may hold ------------------------------------------------------------
+
+_NAME = st.sampled_from(["a", "facts", "user-facts", "b_2", "notes", "x1", "yes", "no", "1.5"])
+_PATH = st.builds(
+    lambda up, folders, name, suffix: up + "".join(f"{folder}/" for folder in folders) + name + suffix,
+    st.sampled_from(["", "", "/", "../", "./"]),
+    st.lists(_NAME, max_size=2),
+    _NAME,
+    st.sampled_from([".md", ".md", "", ".txt"]),
+)
+_UNICODE_PATH = st.builds(
+    lambda name, suffix: name + suffix,
+    st.text(st.characters(codec="utf-8", categories=("L", "N")), min_size=1, max_size=6),
+    st.sampled_from([".md", ""]),
+)
+_TYPED = st.sampled_from(["yes", "no", "on", "1.5", "42", "~", "null", "2026-01-01", "true", ".inf", "0x1F", "1:30"])
+_ODD = "ab ./-_:#,[](){}<>|&*!%@`'\"\\\t=?~é\u00a0\u2028\ufeff"
+_JUNK = st.text(st.sampled_from(_ODD), min_size=1, max_size=8)
+_LINK_TEXT = st.one_of(
+    st.sampled_from(["User facts", "B", "", "Facts, the raw ones"]),
+    st.text(st.sampled_from("ab ,:#&*'\"|-"), max_size=5),
+)
+_LINK = st.builds(
+    lambda text, target, extra: f"[{text}]({target}{extra})",
+    _LINK_TEXT,
+    _PATH,
+    st.sampled_from(["", "", "#top", "%20x", ' "title"', " x"]),
+)
+_WIKI = st.builds(
+    lambda inner, extra: f"[[{inner}{extra}]]",
+    st.one_of(_PATH, _UNICODE_PATH, _TYPED, _JUNK.filter(lambda text: "]" not in text and "[" not in text)),
+    st.sampled_from(["", "", "|alias", "#Heading", " ", ", b"]),
+)
+_QUOTED_TEXT = st.one_of(_PATH, _TYPED, st.text(st.sampled_from("ab .,:#[]()'\\\"é\t\u00a0\u2028\ufeff"), max_size=8))
+_QUOTED = st.one_of(
+    st.builds(lambda text: '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"', _QUOTED_TEXT),
+    st.builds(lambda text: "'" + text.replace("'", "''") + "'", _QUOTED_TEXT),
+    st.builds(lambda text: '"' + text + '"', _QUOTED_TEXT),  # escapes left as written, good or bad
+)
+_ENTRY = st.one_of(
+    _PATH,
+    _PATH,
+    _LINK,
+    _LINK,
+    _WIKI,
+    _QUOTED,
+    _UNICODE_PATH,
+    _TYPED,
+    _JUNK,
+    st.sampled_from(["&a x.md", "*a", "<<", "- a.md", "? a", "a.md # note", "a: b", ""]),
+)
+
+
+@st.composite
+def _derived_from(draw: st.DrawFn) -> list[str]:
+    """The ``derived_from`` lines, in one of the forms or a damaged one."""
+    entries = draw(st.lists(_ENTRY, min_size=1, max_size=4))
+    key = draw(st.sampled_from(["derived_from:"] * 7 + ["derived_from :"]))
+    gap = draw(st.sampled_from([" "] * 6 + ["  ", "", "\t"]))
+    comment = draw(st.sampled_from([""] * 6 + ["  # note", " #note", "#x"]))
+    form = draw(st.sampled_from(["comma", "inline", "block"]))
+    if form == "comma":
+        return [key + gap + draw(st.sampled_from([", ", ",", " , "])).join(entries) + comment]
+    if form == "inline":
+        closing = draw(st.sampled_from(["]", "]", ", ]", "", "] x"]))
+        return [key + gap + "[" + ", ".join(entries) + closing + comment]
+    indent = draw(st.sampled_from(["", "  ", "  ", "    ", "\t"]))
+    lines = [key + comment] + [f"{indent}- {entry}" for entry in entries]
+    if draw(st.booleans()):
+        lines.insert(draw(st.integers(1, len(lines))), draw(st.sampled_from(["", "  ", " " + indent + "- x.md"])))
+    return lines
+
+
+_OTHER_LINES = st.sampled_from(
+    [
+        "name: Profile",
+        "description: When you tailor an answer: read this first.",
+        "description: Note: the user's own words",
+        'description: "Quoted: with a colon"',
+        "description: 'it''s quoted'",
+        'description: "never closed',
+        "description: 'never closed",
+        'closes here"',
+        "  closes here'",
+        "description: |",
+        "description: >-",
+        "  a block or a continued line",
+        '  "an indented quote',
+        "tags: [a, b]",
+        "tags: [a,",
+        "  b]",
+        "tags: {a: 1}",
+        "tags:",
+        "  - a",
+        "- a",
+        "# a comment",
+        "",
+        "   ",
+        "anchor: &a x.md",
+        "alias: *a",
+        "<<: *a",
+        "type: user",
+        "derived_at: 2026-11-10",
+        "derived_at: '2026-11-12' # re-derived",
+        "derived_from: b.md",
+        "...",
+        "--- x",
+        "%YAML 1.1",
+        "? complex",
+        "\tname: tabbed",
+        "key:value",
+        "name: café",
+    ]
+)
+
+
+_AROUND = [
+    ('description: "never closed', 'closes here"'),
+    ("description: 'never closed", "  closes here'"),
+    ('- "never closed', 'closes here"'),
+    ("tags: [a,", "  b]"),
+    ("tags: {a: 1,", "b: 2}"),
+    ("description: |", "  a block"),
+    ("--- |", "text"),
+    ("first line", "last line"),
+]
+
+
+@st.composite
+def _metadata(draw: st.DrawFn, inner: list[str]) -> list[str]:
+    indent = draw(st.sampled_from(["  ", "  ", "    ", " "]))
+    lines = [draw(st.sampled_from(["metadata:", "metadata:", "metadata:  # nested", "metadata: {"]))]
+    lines += [indent + line if line else line for line in inner]
+    if draw(st.booleans()):
+        lines.append(draw(st.sampled_from(["  odd: indentation", "x: y", ""])))
+    return lines
+
+
+@st.composite
+def frontmatters(draw: st.DrawFn) -> bytes:
+    """A whole file head: frontmatter of the common forms among odd lines, in any encoding
+    detail a file may have (a byte order mark, CRLF, unicode)."""
+    declaration = draw(_derived_from())
+    before = draw(st.lists(_OTHER_LINES, max_size=4))
+    after = draw(st.lists(_OTHER_LINES, max_size=3))
+    if draw(st.integers(0, 3)) == 0:
+        declaration = draw(_metadata(draw(st.lists(_OTHER_LINES, max_size=2)) + declaration))
+    if draw(st.booleans()):  # around the declaration, something that may swallow it
+        opener, closer = draw(st.sampled_from(_AROUND))
+        before.append(opener)
+        after.insert(draw(st.integers(0, len(after))), closer)
+    lines = before + declaration + after
+    newline = draw(st.sampled_from(["\n", "\n", "\r\n"]))
+    bom = draw(st.sampled_from(["", "", "\ufeff"]))
+    text = bom + "---" + newline + newline.join(lines) + newline + "---" + newline + "The body.\n"
+    return text.encode("utf-8")
+
+
+def _through_yaml(head: bytes) -> declarations.Declaration:
+    """What the YAML path reads, the reader without YAML declining everything."""
+
+    def decline(*_: object) -> tuple[str, ...]:
+        raise declarations._Unsure
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(declarations, "_entries_without_yaml", decline)
+        return read_declaration(head)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(frontmatters())
+def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> None:
+    assert read_declaration(head) == _through_yaml(head)
+
+
+def _written(entries: list[str], form: str) -> list[str]:
+    """``entries`` declared in one of the three forms, as a memory file writes them."""
+    if form == "comma":
+        return ["derived_from: " + ", ".join(entries)]
+    if form == "inline":
+        return ["derived_from: [" + ", ".join(entries) + "]"]
+    return ["derived_from:"] + [f"  - {entry}" for entry in entries]
+
+
+@st.composite
+def surrounded(draw: st.DrawFn) -> bytes:
+    """A declaration that YAML refuses where it stands (a Markdown link first), between
+    lines that may open a quoted string or a bracket and close it after it: YAML then
+    reads the declaration as part of that string, and so must the reader."""
+    entries = draw(st.lists(st.one_of(_LINK, _PATH), min_size=1, max_size=3))
+    declaration = _written(entries, draw(st.sampled_from(["comma", "inline", "block"])))
+    opener, closer = draw(st.sampled_from(_AROUND))
+    middle = draw(st.lists(_OTHER_LINES, max_size=2))
+    lines = [*draw(st.lists(_OTHER_LINES, max_size=2)), opener, *middle, *declaration, "type: user", closer]
+    return ("---\n" + "\n".join(lines) + "\n---\nThe body.\n").encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(surrounded())
+def test_a_declaration_inside_a_string_that_spans_lines_is_read_as_yaml_reads_it(head: bytes) -> None:
+    assert read_declaration(head) == _through_yaml(head)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
+        st.builds(lambda typed, tail: typed + tail, _TYPED, st.text(st.sampled_from("0.:-+e_ mdZT/#é"), max_size=4)),
+    )
+)
+def test_a_plain_name_is_text_to_yaml_whenever_the_shortcut_says_so(plain: str) -> None:
+    from yaml.nodes import ScalarNode
+    from yaml.resolver import Resolver
+
+    if declarations._reads_as_text(plain):
+        assert Resolver().resolve(ScalarNode, plain, (True, False)) == "tag:yaml.org,2002:str"
+
+
+# -- the common forms never reach YAML --------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _yaml_unusable() -> Iterator[None]:
+    """YAML made unusable: a declaration that still reads did not need it."""
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("YAML was used")
+
+    def resolver_free(plain: str) -> bool:
+        if declarations._NEVER_TYPED.search(plain):
+            return True
+        raise AssertionError(f"YAML's resolver was used for {plain!r}")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(declarations, "_yaml_mapping", refuse)
+        patch.setattr(declarations, "_reads_as_text", resolver_free)
+        yield
+
+
+def frontmatter(*lines: str) -> bytes:
+    return ("---\n" + "\n".join(lines) + "\n---\n# Title\n\nThe body.\n").encode()
+
+
+@pytest.mark.parametrize(
+    ("lines", "entries"),
+    [
+        (["derived_from: a.md, [B Notes](../b.md)"], ("a.md", "[B Notes](../b.md)")),
+        (["derived_from: [B Notes](../b.md), /c.md"], ("[B Notes](../b.md)", "/c.md")),
+        (["derived_from: [a.md, [B](b.md), /c.md]"], ("a.md", "[B](b.md)", "/c.md")),
+        (["derived_from:", "  - [B](b.md)", "  - /topics/c.md"], ("[B](b.md)", "/topics/c.md")),
+        (["derived_from:", "  - user-facts.md", '  - "[Preferences](preferences.md)"'], None),
+        (["derived_from: [[user-facts]], [[preferences.md|my preferences]]"], None),
+        (["derived_from:", "  - [[user-facts.md]]", "  - [[b.md#Top]]"], ("[[user-facts.md]]", "[[b.md#Top]]")),
+        (["derived_from: ['a.md', \"b.md\"]"], ("a.md", "b.md")),
+        (['derived_from: "a.md, b.md"'], ("a.md", "b.md")),
+        (["derived_from: café.md, 日記.md"], ("café.md", "日記.md")),
+        (["name: x", "description: Note: an unquoted colon", "derived_from: [A](a.md), b.md"], ("[A](a.md)", "b.md")),
+        (["metadata:", "  type: user", "  derived_from: [A](a.md), b.md"], ("[A](a.md)", "b.md")),
+    ],
+)
+def test_the_common_forms_are_read_without_yaml(lines: list[str], entries: tuple[str, ...] | None) -> None:
+    with _yaml_unusable():
+        declaration = read_declaration(frontmatter(*lines))
+    assert declaration.problems == ()
+    assert declaration.entries == (entries or declaration.entries)
+    assert declaration.entries
+
+
+@st.composite
+def benchmark_declarations(draw: st.DrawFn) -> tuple[bytes, tuple[str, ...]]:
+    """A declaration as the benchmark's folders write it, and the entries it names."""
+    entries = draw(
+        st.lists(
+            st.one_of(
+                st.builds(lambda path: "/" + path, _NAME.map(lambda name: f"notes/{name}-000012.md")),
+                _NAME.map(lambda name: f"../people/{name}-000034.md"),
+                _NAME.map(lambda name: f"{name}-000056.md"),
+                st.builds(lambda name: f"[{name.title()} 000078](../topics/{name}-000078.md)", _NAME),
+            ),
+            min_size=2,
+            max_size=4,
+        )
+    )
+    lines = _written(entries, draw(st.sampled_from(["comma", "inline", "block"])))
+    description = draw(st.sampled_from(["memory agent notes", "Note: memory agent notes"]))
+    head = ["name: digest 000099", f"description: {description}", "type: project"]
+    return frontmatter(*head, *lines, *draw(st.sampled_from([[], ["derived_at: 2026-05-13"]]))), tuple(entries)
+
+
+@settings(max_examples=200, deadline=None)
+@given(benchmark_declarations())
+def test_every_declaration_the_benchmark_writes_is_read_without_yaml(declared: tuple[bytes, tuple[str, ...]]) -> None:
+    head, entries = declared
+    with _yaml_unusable():
+        assert read_declaration(head).entries == entries
