@@ -12,20 +12,19 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
-from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
-from . import queries
+from . import nochange, queries
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .log import log_warning
-from .model import Cause, Edge, EdgeStatus, Explanation, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from .model import Cause, Edge, EdgeStatus, Explanation, FileMeta, NodeStatus, Problem, Report, StaleEntry
 from .queries import Relative
-from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, listing_key
+from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore
 from .statefolder import LockBusy
 
 if TYPE_CHECKING:
@@ -226,44 +225,19 @@ class Memory:
         return _with_hints(report, listing)
 
     def _unchanged(self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]) -> Report | None:
-        """The last result when no file it depends on can have changed, else None.
-
-        Every memory file must show the very metadata recorded when it was last
-        read (compared as one digest of the whole listing), every source outside
-        the listing must stat as it did, and none may have been modified so
-        close to that scan that equal metadata proves nothing.
-        """
+        """The last result when no file it depends on can have changed (``nochange.holds``),
+        else None.  A source whose metadata proves nothing (``trusts_stat`` False) is
+        always scanned."""
         if not self.files.trusts_stat:
             return None
         recall = self._store.recall()
-        if (
-            recall is None
-            or walk_problems != recall.walk_problems
-            or recall.settings != self._settings
-            or not self._store.lock_unchanged(recall.lock)
-        ):
+        if recall is None:
             return None
-        limit = recall.scan_started_ns - RACY_WINDOW_NS
-        if _newest(listing.values()) >= limit or listing_key(listing) != recall.listing:
-            return None
-        if not all(self._stats_as_before(path, recorded, limit) for path, recorded in recall.watched):
+        rows = tuple((problem.path, problem.kind.value, problem.detail) for problem in walk_problems)
+        look = nochange.Look(listing, rows, self._settings)
+        if not nochange.holds(recall.conditions, look, self._store.lock_unchanged, nochange.sight_through(self.files)):
             return None
         return recall.report
-
-    def _stats_as_before(self, path: str, recorded: tuple[int, ...] | str | None, limit: int) -> bool:
-        """A source outside the listing: still missing, refused for the same reason, or
-        with the same metadata, not modified within the racy window."""
-        try:
-            meta = self.files.stat(path)
-        except OutsideRoot:
-            return recorded == ProblemKind.OUTSIDE_ROOT.value
-        except NotRegular:
-            return recorded == ProblemKind.BAD_ENTRY.value
-        except OSError:
-            return False
-        if meta is None:
-            return recorded is None
-        return meta == recorded and max(meta.mtime_ns, meta.ctime_ns) < limit
 
 
 def _exists(files: FileSource, path: str) -> bool:
@@ -316,12 +290,6 @@ def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
     """The typo hint of a missing source, unless the rename hint already names that file."""
     hint = hints.get(found.source)
     return None if hint == found.moved_to else hint
-
-
-def _newest(metas: Iterable[FileMeta]) -> int:
-    """The latest mtime or ctime, in nanoseconds (0 for no file)."""
-    metas = list(metas)
-    return max(max(map(itemgetter(1), metas), default=0), max(map(itemgetter(2), metas), default=0))
 
 
 def _clock(now: datetime | None) -> datetime:

@@ -19,14 +19,10 @@ from typing import Protocol
 
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
+from .nochange import RACY_WINDOW_NS  # the racy rule is the no-change rule's; the scan applies it too
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
 
-RACY_WINDOW_NS = 2_000_000_000
-"""A file whose mtime is this close to (or after) the previous scan's start may
-have been written again within the file system's timestamp granularity after
-it was read, with identical metadata; such a file is read again rather than
-trusted (the same rule git applies to its index)."""
 
 _CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)

@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 
 import provgraph.api
 import provgraph.files
+import provgraph.nochange
 import provgraph.scan
 from provgraph import EdgeStatus, Memory, Report, StaleEntry
 from provgraph.files import LocalFiles
@@ -57,7 +58,7 @@ LATE = T0 + 1000 * DAY
 """An mtime after any refresh: not a plausible date for a change either."""
 EPOCH = datetime.fromtimestamp(0, UTC)
 YEAR_NS = 365 * 24 * 3600 * 10**9
-RACY_HOLDERS = (provgraph.files, provgraph.scan, provgraph.api)
+RACY_HOLDERS = (provgraph.files, provgraph.scan, provgraph.api, provgraph.nochange)
 
 NAMES = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
 FOLDERS = ("", "notes/", "notes/deep/", "people/")
