@@ -8,6 +8,7 @@ stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -110,10 +111,20 @@ class Memory:
         """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
         self._warn = warn or log_warning
         self._progress = progress
+        self._last = threading.local()
 
     def refresh(self, *, now: datetime | None = None) -> Report:
         """Scan the folder, update the stamps, and report what is stale."""
-        return self._transaction(_clock(now), frozenset())
+        report, conditions = self._transaction(_clock(now), frozenset())
+        self._last.conditions = conditions if self.files.trusts_stat else None
+        return report
+
+    def _saved_conditions(self) -> nochange.Conditions | None:
+        """What the state saved (or reused) by this thread's last ``refresh`` records for the
+        no-change rule: while those conditions hold, a refresh gives that report again
+        (with its own ``now``).  None when nothing was saved (the lock was held by another
+        process), or when metadata proves nothing (``trust_cache`` False)."""
+        return getattr(self._last, "conditions", None)
 
     def stamp(self, paths: Iterable[str], *, now: datetime | None = None) -> Report:
         """Record that each derived file in ``paths`` was just re-derived from its sources.
@@ -122,7 +133,7 @@ class Memory:
         when one of them declares no sources.
         """
         wanted = frozenset(paths)
-        return self._transaction(_clock(now), wanted)
+        return self._transaction(_clock(now), wanted)[0]
 
     def explain(self, path: str, report: Report) -> Explanation:
         """What ``why`` prints: the file's sources, its causes and what derives from it.
@@ -164,7 +175,7 @@ class Memory:
         """The lineage as a networkx DiGraph (see ``lineage.to_networkx``)."""
         return to_networkx(report.edges, report.stale, report.cycles)
 
-    def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:
+    def _transaction(self, now: datetime, restamp: frozenset[str]) -> tuple[Report, nochange.Conditions | None]:
         """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
@@ -178,16 +189,17 @@ class Memory:
                 ) from None
         self._warn(f"the state in {self.state_path} is locked by another provgraph process; this answer is not saved")
         with self._store.unlocked():
-            return self._run(now, restamp, save=False)
+            return self._run(now, restamp, save=False)[0], None
 
-    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
+    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> tuple[Report, nochange.Conditions | None]:
         """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
         started_ns = time.time_ns()
         listing, walk_problems = self.files.walk()
         walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
         unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:
-            return _with_hints(replace(unchanged, root=str(self.root), scanned_at=now), listing)
+            report, conditions = unchanged
+            return _with_hints(replace(report, root=str(self.root), scanned_at=now), listing), conditions
         from .scan import scan  # the no-change path above needs neither
         from .stamps import reconcile
 
@@ -219,15 +231,18 @@ class Memory:
             problems=snapshot.problems,
         )
         seen, refused = dict(snapshot.seen), dict(snapshot.refused)
+        conditions = None
         if save:
             state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
-            self._store.save(state)
-        return _with_hints(report, listing)
+            conditions = self._store.save(state)
+        return _with_hints(report, listing), conditions
 
-    def _unchanged(self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]) -> Report | None:
-        """The last result when no file it depends on can have changed (``nochange.holds``),
-        else None.  A source whose metadata proves nothing (``trusts_stat`` False) is
-        always scanned."""
+    def _unchanged(
+        self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]
+    ) -> tuple[Report, nochange.Conditions] | None:
+        """The last result, with the conditions under which it holds, when no file it
+        depends on can have changed (``nochange.holds``), else None.  A source whose
+        metadata proves nothing (``trusts_stat`` False) is always scanned."""
         if not self.files.trusts_stat:
             return None
         recall = self._store.recall()
@@ -237,7 +252,8 @@ class Memory:
         look = nochange.Look(listing, rows, self._settings)
         if not nochange.holds(recall.conditions, look, self._store.lock_unchanged, nochange.sight_through(self.files)):
             return None
-        return recall.report
+        report = recall.report
+        return None if report is None else (report, recall.conditions)
 
 
 def _exists(files: FileSource, path: str) -> bool:

@@ -24,6 +24,7 @@ import orjson
 
 from .errors import ProvgraphError
 from .model import Stamp
+from .nochange import LOCK_NAME, is_sync_copy  # rule 2 of the no-change rule looks for sync copies
 
 __all__ = [
     "HEADER",
@@ -37,7 +38,6 @@ __all__ = [
     "merge_reads",
 ]
 
-LOCK_NAME = "provgraph.lock"
 LOCK_VERSION = 1
 HEADER = (
     f"# provgraph lock {LOCK_VERSION}: [derived file, source, sha256, stamped at, changed since, derived_at]"
@@ -138,13 +138,6 @@ def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
             kept = records.get(key)
             records[key] = record if kept is None else _later(kept, record)
     return LockRead(records, merged, damaged)
-
-
-def is_sync_copy(name: str) -> bool:
-    """A copy of the lock that a sync tool made when two machines changed it at once:
-    ``provgraph.sync-conflict-<when>-<device>.lock`` (Syncthing), ``provgraph (conflicted
-    copy ...).lock`` (Dropbox) and the like."""
-    return name != LOCK_NAME and name.startswith("provgraph") and name.endswith(".lock") and "conflict" in name
 
 
 def _check_version(line: str) -> None:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .files import FileSource
 
 __all__ = [
+    "LOCK_NAME",
     "RACY_WINDOW_NS",
     "Conditions",
     "LockSeal",
@@ -46,6 +47,7 @@ __all__ = [
     "decode_watched",
     "encode_watched",
     "holds",
+    "is_sync_copy",
     "listing_key",
     "lock_as_sealed",
     "sight_through",
@@ -57,6 +59,9 @@ RACY_WINDOW_NS = 2_000_000_000
 have been written again within the file system's timestamp granularity after
 it was read, with identical metadata; such a file is read again rather than
 trusted (the same rule git applies to its index)."""
+
+LOCK_NAME = "provgraph.lock"
+"""The portable lock's file name (``lockfile``)."""
 
 Meta = tuple[int, int, int, int]
 """What stat says of a file: size, mtime_ns, ctime_ns, inode (``model.FileMeta`` is one)."""
@@ -161,6 +166,13 @@ def lock_as_sealed(seal: LockSeal | None, meta: Meta | None, read: Callable[[], 
         return True
     data = read()
     return data is not None and _sha256(data) == seal.sha256
+
+
+def is_sync_copy(name: str) -> bool:
+    """A copy of the lock that a sync tool made when two machines changed it at once:
+    ``provgraph.sync-conflict-<when>-<device>.lock`` (Syncthing), ``provgraph (conflicted
+    copy ...).lock`` (Dropbox) and the like."""
+    return name != LOCK_NAME and name.startswith("provgraph") and name.endswith(".lock") and "conflict" in name
 
 
 def listing_key(listing: Mapping[str, Meta]) -> str:

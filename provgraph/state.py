@@ -431,9 +431,10 @@ class StateStore:
 
     # -- writing --
 
-    def save(self, state: State) -> None:
+    def save(self, state: State) -> Conditions:
         """Write the lock when a stamp or a date changed, then the cache; a converted
-        ``state.json`` is set aside only once both are written."""
+        ``state.json`` is set aside only once both are written.  Returns what the cache
+        records for the no-change rule: while it holds, ``state.report`` is the answer."""
         self._recalled = None
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive:
@@ -442,12 +443,13 @@ class StateStore:
         if data is not None and data != self._tx.lock_bytes:
             self._write(folders, folders.lock, LOCK_NAME, [data], "write the lock file")
             self._tx.lock_bytes = data
-        seal = self._seal(folders, data)
-        self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), seal), "write")
+        conditions = _conditions(state, self._seal(folders, data))
+        self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), conditions), "write")
         if self._tx.migrating:
             self._tx.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
             self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
+        return conditions
 
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
         if data is None:
@@ -532,25 +534,27 @@ _REPORT = b',"report":'
 """Where the last result starts: ``recall`` parses it only once the check passed."""
 
 
-def _encoded(state: State, root: str, seal: LockSeal | None) -> Iterator[bytes]:
+def _encoded(state: State, root: str, conditions: Conditions) -> Iterator[bytes]:
     """The state file's bytes, one top-level entry at a time, as ``orjson.dumps`` would
     write the whole object: a large folder's tables are never all held as lists at once."""
     yield b"{"
-    for index, (key, value) in enumerate(_entries(state, root, seal)):
+    for index, (key, value) in enumerate(_entries(state, root, conditions)):
         yield (b',"' if index else b'"') + key.encode() + b'":' + orjson.dumps(value)
     yield b"}"
 
 
-def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[str, object]]:
+def _entries(state: State, root: str, conditions: Conditions) -> Iterator[tuple[str, object]]:
     """Each top-level entry, built only when it is written; the no-change check's part first."""
     yield "format", FORMAT
     yield "version", VERSION
     yield "root", root
+    seal = conditions.lock
     yield "lock", None if seal is None else [*seal.meta, seal.sha256, seal.recorded_ns]
     yield "scan_started_ns", state.scan_started_ns
     yield "settings", state.settings
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
-    yield from _encode_recall(state).items()
+    yield "listing", conditions.listing
+    yield "watched", encode_watched(conditions.watched)
     yield "report", None if state.report is None else _encode_report(state.report)
     yield (
         "seen",
@@ -559,7 +563,7 @@ def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[s
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
 
 
-def _encode_recall(state: State) -> dict:
+def _conditions(state: State, seal: LockSeal | None) -> Conditions:
     """The no-change check's part, derived from the rest: the memory files read at the
     last full scan are the ones seen with a declaration; the sources outside them are
     the report's and the refused ones (``nochange.watched_sources``)."""
@@ -570,7 +574,8 @@ def _encode_recall(state: State) -> dict:
         {path: kind.value for path, kind in state.refused.items()},
         {path: seen.meta for path, seen in state.seen.items()},
     )
-    return {"listing": listing_key(read), "watched": encode_watched(watched)}
+    rows = tuple(_problem_row(problem) for problem in state.walk_problems)
+    return Conditions(seal, state.scan_started_ns, rows, listing_key(read), watched, state.settings)
 
 
 _NO_DECLARATION: tuple = ()
