@@ -8,23 +8,21 @@ that cannot be written.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import sys
 import time
-from pathlib import Path
 
 from . import __version__
 from .errors import ProvgraphError
-from .paths import parts_under
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     import logging
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
+    from pathlib import Path
     from typing import NoReturn, TextIO
 
     from .api import Memory
@@ -32,8 +30,9 @@ if TYPE_CHECKING:
     from .model import Problem, Report
     from .nochange import Conditions
 
-# The command imports the rest of provgraph only once the quick answer (``replay``) could
-# not answer: an unchanged folder is answered without the API, YAML, networkx or orjson.
+# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``, ``logging``,
+# ``argparse``) only once the quick answer (``replay``) could not answer: an unchanged
+# folder is answered without the API, YAML, networkx or orjson.
 
 __all__ = ["cli", "main"]
 
@@ -109,17 +108,17 @@ def _now() -> datetime | None:
     return pinned_now()
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+class _collector_paused:  # noqa: N801 (used as a function: ``with _collector_paused():``)
     """A scan builds hundreds of thousands of small objects and no reference cycle; the
     cyclic garbage collector would walk them all again and again for nothing.  Paused by
     the command, a short-lived process, never by the library inside its caller's."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+
+    def __enter__(self) -> None:
+        self._enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exception: object) -> None:
+        if self._enabled:
             gc.enable()
 
 
@@ -288,6 +287,8 @@ def _hook(options: argparse.Namespace) -> int:
     except claude_code.BadEvent as error:
         _say("hook", str(error))
         return EXIT_OK  # a hook must not break the session it serves
+    from pathlib import Path
+
     if not Path(options.root).exists():
         return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
     if event is None or event.name == "SessionStart":
@@ -300,6 +301,8 @@ def _hook(options: argparse.Namespace) -> int:
 
 
 def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
+    from pathlib import Path
+
     from .integrations import claude_code
 
     root = Path(os.path.abspath(options.root))
@@ -366,6 +369,8 @@ def _printed_options(options: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
+    from pathlib import Path
+
     from .api import Memory
 
     root = root if root is not None else Path(options.root)
@@ -430,6 +435,8 @@ class Progress:
 
 def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, list[str]]:
     """The memory root of ``files`` and their root-relative POSIX paths."""
+    from pathlib import Path
+
     from .api import find_root
 
     roots = set()
@@ -451,6 +458,8 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
 
 
 def _relative(root: Path, file: str) -> str:
+    from .paths import parts_under
+
     parts = parts_under(root, file)
     if parts is None or parts[0] == ".provgraph":
         raise UsageError(f"{file} is not under the memory root {root}")

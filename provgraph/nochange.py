@@ -21,7 +21,7 @@ compute that very result again:
    still refused for the same reason, or the same metadata, not racy.
 
 Everything here is pure but for ``sight_through``, which asks a ``FileSource``.
-The module imports nothing heavier than ``enum`` and ``typing``: the command
+The module imports nothing but ``enum``: the command
 line's quick answer (``replay``) applies the same rule before anything else
 of provgraph is imported.
 """
@@ -29,8 +29,10 @@ of provgraph is imported.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, NamedTuple
+from array import array
+from itertools import chain
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
@@ -84,27 +86,63 @@ class Sight(enum.Enum):
     """A folder, a FIFO, provgraph's own files: refused, never opened."""
 
 
-class Watched(NamedTuple):
+class _Record:
+    """A small frozen value compared by its fields (its ``__slots__``), as a ``NamedTuple``
+    would be; written out because importing ``typing`` would cost the command's quick
+    answer more than walking a small folder."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *values: object) -> None:
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}{self._fields()!r}"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+
+class Watched(_Record):
     """One declared source outside the listing, as it looked."""
 
+    __slots__ = ("path", "sight", "meta")
     path: str
     sight: Sight
-    meta: Meta | None = None
+    meta: Meta | None
     """Only for ``Sight.FILE``."""
 
+    def __init__(self, path: str, sight: Sight, meta: Meta | None = None) -> None:
+        super().__init__(path, sight, meta)
 
-class LockSeal(NamedTuple):
+
+class LockSeal(_Record):
     """What the lock was when the result was saved: its metadata, the sha256 of its bytes,
     and when this was recorded.  The result holds only for that very lock."""
 
+    __slots__ = ("meta", "sha256", "recorded_ns")
     meta: Meta
     sha256: str
     recorded_ns: int
 
+    def __init__(self, meta: Meta, sha256: str, recorded_ns: int) -> None:
+        super().__init__(meta, sha256, recorded_ns)
 
-class Conditions(NamedTuple):
+
+class Conditions(_Record):
     """What the last full scan saw of every input of its result (see the module's rule)."""
 
+    __slots__ = ("lock", "scan_started_ns", "walk_problems", "listing", "watched", "settings")
     lock: LockSeal | None
     scan_started_ns: int
     """Real clock at the start of that scan (for the racy window)."""
@@ -115,13 +153,28 @@ class Conditions(NamedTuple):
     settings: str
     """The reading settings (the sources heading, the root's names) the result was made with."""
 
+    def __init__(
+        self,
+        lock: LockSeal | None,
+        scan_started_ns: int,
+        walk_problems: tuple[ProblemRow, ...],
+        listing: str,
+        watched: tuple[Watched, ...],
+        settings: str,
+    ) -> None:
+        super().__init__(lock, scan_started_ns, walk_problems, listing, watched, settings)
 
-class Look(NamedTuple):
+
+class Look(_Record):
     """What a refresh sees now: the walk's listing and problems, and its settings."""
 
+    __slots__ = ("listing", "walk_problems", "settings")
     listing: Mapping[str, Meta]
     walk_problems: tuple[ProblemRow, ...]
     settings: str
+
+    def __init__(self, listing: Mapping[str, Meta], walk_problems: tuple[ProblemRow, ...], settings: str) -> None:
+        super().__init__(listing, walk_problems, settings)
 
 
 def holds(
@@ -178,21 +231,31 @@ def is_sync_copy(name: str) -> bool:
 def listing_key(listing: Mapping[str, Meta]) -> str:
     """A digest of every path with its metadata, independent of listing order.
 
-    A path holds no NUL, so ``path NUL size NUL mtime NUL ctime NUL inode NEWLINE``
-    cannot run into the next row: two listings have one key only if they are equal."""
-    rows = "".join(
-        [
-            f"{path}\0{size}\0{mtime}\0{ctime}\0{inode}\n"
-            for path, (size, mtime, ctime, inode) in sorted(listing.items())
-        ]
-    )
-    return _sha256(rows.encode("utf-8", "surrogateescape"))
+    The sorted paths joined by NUL (a path holds none), then their numbers, eight bytes
+    each: two listings have one key only if they are equal.  Built by C loops rather than
+    by formatting numbers as text, which would cost more than the walk of a large folder."""
+    paths = sorted(listing)
+    names = "\0".join(paths).encode("utf-8", "surrogateescape")
+    flat = chain.from_iterable(map(listing.__getitem__, paths))
+    try:
+        numbers, form = array("q", flat).tobytes(), b"q"
+    except OverflowError:  # an inode number past 2**63: written as text
+        numbers, form = " ".join(map(str, chain.from_iterable(map(listing.__getitem__, paths)))).encode(), b"t"
+    return _sha256(b"%s%d\0%s\0%s" % (form, len(paths), names, numbers))
 
 
 def _sha256(data: bytes) -> str:
-    import hashlib  # only here: most quick answers never hash
+    """``hashlib.sha256``; for a small input, from CPython's own module where there is one:
+    ``hashlib`` loads OpenSSL first, which costs more than hashing a small folder's listing
+    (OpenSSL's is faster, which pays for a large one)."""
+    try:
+        module = __import__("_sha256" if len(data) < _SMALL else "hashlib")
+    except ImportError:
+        module = __import__("hashlib")
+    return str(module.sha256(data).hexdigest())
 
-    return hashlib.sha256(data).hexdigest()
+
+_SMALL = 1 << 18
 
 
 # -- what the last scan watched, as the full path records it --------------------

@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from operator import attrgetter
 
 from .nochange import LOCK_NAME, Conditions, LockSeal, Look, Sight, Watched, holds, is_sync_copy, lock_as_sealed
 from .walk import sight, walk
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 __all__ = ["Command", "answer", "parse", "record"]
 
@@ -242,8 +243,10 @@ def _holds(command: Command, conditions: Conditions) -> bool:
     )
 
 
-def _meta(info: os.stat_result) -> tuple[int, int, int, int]:
-    return info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino
+_meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
+    "st_size", "st_mtime_ns", "st_ctime_ns", "st_ino"
+)
+"""What stat says, as the no-change rule compares it (``model.FileMeta``'s order)."""
 
 
 def _lock_holds(folder: str, seal: LockSeal | None) -> bool:
@@ -279,15 +282,22 @@ def _print(before: str, after: str | None, code: int) -> int:
 
 
 def _now_iso() -> str:
-    """``scanned_at`` as the full path writes it: the pinned clock, or the real now."""
-    from .clock import pinned_now
+    """``scanned_at`` as the full path writes it (``datetime.isoformat``, to the second,
+    with the offset): the pinned clock, or the real now in the local zone, read from
+    ``time`` as ``datetime.astimezone`` reads it (``datetime`` costs an import)."""
+    if os.environ.get("PROVGRAPH_NOW"):
+        from .clock import pinned_now
 
-    now = pinned_now()
-    if now is None:
-        from datetime import datetime
-
-        now = datetime.now().astimezone()
-    return now.isoformat(timespec="seconds")
+        pinned = pinned_now()
+        assert pinned is not None
+        return pinned.isoformat(timespec="seconds")
+    now = time.localtime(time.time())
+    offset = now.tm_gmtoff
+    sign, offset = ("-", -offset) if offset < 0 else ("+", offset)
+    hours, rest = divmod(offset, 3600)
+    minutes, seconds = divmod(rest, 60)
+    zone = f"{sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
+    return time.strftime("%Y-%m-%dT%H:%M:%S", now) + zone
 
 
 # -- the record -------------------------------------------------------------------

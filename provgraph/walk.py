@@ -31,68 +31,83 @@ def walk(
 ) -> tuple[dict[str, Meta], list[ProblemRow]]:
     """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``),
     by root-relative POSIX path, with ``meta_of`` its stat; and the problems met."""
-    found: dict[str, Meta] = {}
-    problems: list[ProblemRow] = []
-    pending = [("", root)]
-    inside = real_root.rstrip("/") + "/"
-    while pending:
-        prefix, folder = pending.pop()
+    walker = _Walker(real_root, meta_of)
+    walker.pending.append(("", root))
+    while walker.pending:
+        prefix, folder = walker.pending.pop()
         try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    if not entry.name.startswith("."):
-                        _visit(entry, prefix, (real_root, inside), meta_of, pending, found, problems)
+            walker.folder(folder, prefix)
         except OSError as error:
-            problems.append((prefix.rstrip("/") or ".", UNREADABLE, _reason(error)))
-    return found, problems
+            walker.problems.append((prefix.rstrip("/") or ".", UNREADABLE, _reason(error)))
+    return walker.found, walker.problems
 
 
-def _visit(
-    entry: os.DirEntry[str],
-    prefix: str,
-    real: tuple[str, str],
-    meta_of: Callable[[os.stat_result], Meta],
-    pending: list[tuple[str, str]],
-    found: dict[str, Meta],
-    problems: list[ProblemRow],
-) -> None:
-    name = entry.name
-    path = prefix + name
-    try:
-        if not (name.isascii() or is_utf8(name)):
-            if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
-                problems.append((printable(path), UNREADABLE, "its name is not valid UTF-8"))
-        elif entry.is_symlink():
-            _visit_link(entry, path, real, meta_of, found, problems)
-        elif entry.is_dir(follow_symlinks=False):
-            pending.append((path + "/", entry.path))
-        elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
-            found[path] = meta_of(entry.stat(follow_symlinks=False))
-    except OSError as error:
-        problems.append((path, UNREADABLE, _reason(error)))
+class _Walker:
+    """What one walk has found so far, and the folders it has still to list."""
 
+    __slots__ = ("found", "inside", "meta_of", "pending", "problems", "real_root")
 
-def _visit_link(
-    entry: os.DirEntry[str],
-    path: str,
-    real: tuple[str, str],
-    meta_of: Callable[[os.stat_result], Meta],
-    found: dict[str, Meta],
-    problems: list[ProblemRow],
-) -> None:
-    """Symlinked files inside the root count; folders are not followed (no loops)."""
-    resolved = os.path.realpath(entry.path)
-    if not (resolved == real[0] or resolved.startswith(real[1])):
-        if entry.name.endswith(".md"):
-            problems.append((path, OUTSIDE_ROOT, "symlink to a path outside the root"))
-        return
-    if entry.name.endswith(".md"):
+    def __init__(self, real_root: str, meta_of: Callable[[os.stat_result], Meta]) -> None:
+        self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
+        self.meta_of = meta_of
+        self.found: dict[str, Meta] = {}
+        self.problems: list[ProblemRow] = []
+        self.pending: list[tuple[str, str]] = []
+
+    def folder(self, folder: str, prefix: str) -> None:
+        """One folder's entries.  The common one, a regular ``.md`` file with an ASCII name,
+        is taken in the loop itself (a large folder has thousands); ``visit`` sorts out the rest."""
+        found, meta_of = self.found, self.meta_of
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                if name.endswith(".md") and name.isascii() and _regular(entry):
+                    try:
+                        found[prefix + name] = meta_of(entry.stat(follow_symlinks=False))
+                    except OSError as error:
+                        self.problems.append((prefix + name, UNREADABLE, _reason(error)))
+                else:
+                    self.visit(entry, prefix + name)
+
+    def visit(self, entry: os.DirEntry[str], path: str) -> None:
+        name = entry.name
         try:
-            info = os.stat(entry.path)
-        except OSError:
-            return  # dangling link: skipped, never opened
-        if stat_module.S_ISREG(info.st_mode):
-            found[path] = meta_of(info)
+            if not (name.isascii() or is_utf8(name)):
+                if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
+                    self.problems.append((printable(path), UNREADABLE, "its name is not valid UTF-8"))
+            elif entry.is_symlink():
+                self.visit_link(entry, path)
+            elif entry.is_dir(follow_symlinks=False):
+                self.pending.append((path + "/", entry.path))
+            elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                self.found[path] = self.meta_of(entry.stat(follow_symlinks=False))
+        except OSError as error:
+            self.problems.append((path, UNREADABLE, _reason(error)))
+
+    def visit_link(self, entry: os.DirEntry[str], path: str) -> None:
+        """Symlinked files inside the root count; folders are not followed (no loops)."""
+        resolved = os.path.realpath(entry.path)
+        if not (resolved == self.real_root or resolved.startswith(self.inside)):
+            if entry.name.endswith(".md"):
+                self.problems.append((path, OUTSIDE_ROOT, "symlink to a path outside the root"))
+            return
+        if entry.name.endswith(".md"):
+            try:
+                info = os.stat(entry.path)
+            except OSError:
+                return  # dangling link: skipped, never opened
+            if stat_module.S_ISREG(info.st_mode):
+                self.found[path] = self.meta_of(info)
+
+
+def _regular(entry: os.DirEntry[str]) -> bool:
+    """A regular file (not a link); False when that cannot be told, for ``visit`` to report."""
+    try:
+        return entry.is_file(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def place(root: str, real_root: str, path: str) -> tuple[Sight | None, str]:

@@ -42,6 +42,7 @@ import provgraph.scan
 from provgraph import EdgeStatus, Memory, Report, StaleEntry
 from provgraph.files import LocalFiles
 from provgraph.model import FileMeta
+from provgraph.nochange import listing_key
 from provgraph.render import status_document
 from provgraph.state import State, StateStore
 
@@ -806,3 +807,17 @@ def test_status_json_is_identical_under_different_hash_seeds(tmp_path):
     assert len(outputs) == 1
     document_ = json.loads(outputs.pop())
     assert document_["counts"]["stale"] == len(sources) - 2 and document_["cycles"]
+
+
+_METAS = st.tuples(
+    st.integers(0, 2**40), st.integers(-(2**62), 2**62), st.integers(0, 2**62), st.integers(0, 2**64 - 1)
+)
+_PATHS = st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=8)
+_LISTINGS = st.dictionaries(_PATHS, _METAS, max_size=6)
+
+
+@given(_LISTINGS, _LISTINGS)
+def test_two_listings_have_one_digest_exactly_when_they_are_equal(one, other) -> None:
+    """The no-change rule compares listings by their digest: it must not run two apart."""
+    assert (listing_key(one) == listing_key(other)) == (one == other)
+    assert listing_key(dict(reversed(list(one.items())))) == listing_key(one)

@@ -27,6 +27,7 @@ import pytest
 from conftest import PROVGRAPH
 
 import provgraph.nochange
+import provgraph.replay as replay
 from provgraph.cli import cli
 
 COMMANDS = (("status",), ("status", "--json"), ("check",))
@@ -265,3 +266,58 @@ def test_the_package_gives_every_public_name_and_imports_the_api_only_when_asked
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout, done.stderr) == (0, "ok\n", "")
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "root", "state", "heading"),
+    [
+        (["status"], "status", ".", None, None),
+        (["status", "mem", "--json"], "status --json", "mem", None, None),
+        (["check", "--allow-broken", "--state", "s", "mem"], "check --allow-broken", "mem", "s", None),
+        (["check", "--state=s", "--sources-heading"], "check", ".", "s", "## Sources"),
+        (["status", "--sources-heading", "--json"], "status --json", ".", None, "## Sources"),
+        (["status", "--sources-heading=## Provenance"], "status", ".", None, "## Provenance"),
+    ],
+)
+def test_the_command_lines_the_quick_answer_reads_as_the_full_path_does(args, name, root, state, heading) -> None:
+    command = replay.parse(args)
+    assert command is not None
+    assert (command.name, command.root, command.state, command.heading) == (name, root, state, heading)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["why", "x.md"],
+        ["prompt"],
+        ["status", "--js"],
+        ["status", "--no-cache"],
+        ["status", "-h"],
+        ["status", "a", "b"],
+        ["status", "--"],
+        ["check", "--json"],
+        ["status", "--allow-broken"],
+        ["status", "~/memory"],
+        ["status", "--state"],
+        ["status", "--state", "--json"],
+        ["status", "--state="],
+        ["status", "--sources-heading", "mem"],
+        ["status", "--sources-heading=Sources"],
+    ],
+)
+def test_any_other_command_line_is_left_to_the_full_path(args) -> None:
+    assert replay.parse(args) is None
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns", "Pacific/Kiritimati", "Europe/Paris"])
+def test_the_quick_answers_now_is_written_as_the_full_path_writes_it(zone, monkeypatch) -> None:
+    monkeypatch.setenv("TZ", zone)
+    monkeypatch.delenv("PROVGRAPH_NOW", raising=False)
+    time.tzset()
+    before = datetime.now().astimezone().isoformat(timespec="seconds")
+    written = replay._now_iso()
+    after = datetime.now().astimezone().isoformat(timespec="seconds")
+    assert written in (before, after)
+    monkeypatch.setenv("PROVGRAPH_NOW", "2026-11-24T10:00:00+05:30")
+    assert replay._now_iso() == "2026-11-24T10:00:00+05:30"
