@@ -178,7 +178,7 @@ def _clock_readable() -> bool:
     return True
 
 
-def _check(command: Command, state: int) -> tuple[str, str | None, int] | None:
+def _check(command: Command, state: int) -> tuple[bytes, bytes | None, int] | None:
     """The stored text (split around ``scanned_at`` for ``status --json``) and exit code,
     when the record is this command's and the no-change rule holds under the lock."""
     fields = _unpack(_read(state, _name(command)))
@@ -189,7 +189,7 @@ def _check(command: Command, state: int) -> tuple[str, str | None, int] | None:
     code, parts = int(fields[3]), int(fields[4])
     if parts not in (1, 2):
         return None
-    before, after = fields[5].decode(), fields[6].decode() if parts == 2 else None
+    before, after = fields[5], fields[6] if parts == 2 else None
     conditions = _decode_conditions(fields[5 + parts :])
     flock = _try_lock(state)
     if flock is None:
@@ -269,16 +269,32 @@ def _lock_holds(folder: str, seal: LockSeal | None) -> bool:
         os.close(descriptor)
 
 
-def _print(before: str, after: str | None, code: int) -> int:
-    text = before if after is None else before + _now_iso() + after
+def _print(before: bytes, after: bytes | None, code: int) -> int:
+    """The stored text on stdout, as the full path's ``sys.stdout.write`` would put it there."""
+    chunks = [before] if after is None else [before, _now_iso().encode(), after]
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        _write(chunks)
     except BrokenPipeError:
         # the reader went away (`provgraph status | head`), as the full path says it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     return code
+
+
+def _write(chunks: list[bytes]) -> None:
+    """Straight to the byte stream when the text stream would encode to the same bytes
+    (UTF-8, as the record holds it), saving a decoding and an encoding of a large answer."""
+    import codecs
+
+    stdout = sys.stdout
+    encoding = getattr(stdout, "encoding", None)
+    if encoding and codecs.lookup(encoding).name == "utf-8" and hasattr(stdout, "buffer"):
+        stdout.flush()
+        stdout.buffer.writelines(chunks)
+        stdout.buffer.flush()
+    else:
+        stdout.write(b"".join(chunks).decode())
+        stdout.flush()
 
 
 def _now_iso() -> str:
@@ -311,15 +327,9 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
 
     from .statefolder import Folders, write_file
 
-    split = text.find(SCANNED_AT) if command.name == "status --json" else -1
-    if command.name == "status --json" and split < 0:
+    parts = _parts(command, text)
+    if parts is None:
         return
-    if split >= 0:
-        start = split + len(SCANNED_AT)
-        end = text.index('"', start)
-        parts = [text[:start].encode(), text[end:].encode()]
-    else:
-        parts = [text.encode()]
     try:
         state = os.open(state_path, _DIRECTORY)
     except OSError:
@@ -329,10 +339,22 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
         fields = [FORMAT, command.key(), root, b"%d" % code, b"%d" % len(parts), *parts]
         fields += _encode_conditions(conditions)
         write_file(Folders(state, state, Path(state_path), Path(state_path)), state, _name(command), [_pack(fields)])
-    except OSError:
+    except (OSError, ValueError):
         pass
     finally:
         os.close(state)
+
+
+def _parts(command: Command, text: str) -> list[bytes] | None:
+    """The text as UTF-8, for ``status --json`` in two parts around its ``scanned_at``;
+    None when it cannot be stored (a text that is not valid Unicode is not replayed)."""
+    try:
+        if command.name != "status --json":
+            return [text.encode()]
+        start = text.index(SCANNED_AT) + len(SCANNED_AT)
+        return [text[:start].encode(), text[text.index('"', start) :].encode()]
+    except ValueError:
+        return None
 
 
 def _name(command: Command) -> str:
