@@ -29,10 +29,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["Command", "answer", "parse", "record"]
+__all__ = ["RECORD_NAMES", "Command", "answer", "parse", "record"]
 
 FORMAT = b"provgraph-answer 1"
 RECORD_PREFIX = "answer-"
+RECORD_NAMES = frozenset(RECORD_PREFIX + name for name in ("status", "status-json", "check", "check-allow-broken"))
+"""The records a state folder may hold, one per covered command."""
 STATE_DIR = ".provgraph"
 FLOCK_NAME = "flock"
 ROOT_NAME = "root"
@@ -234,11 +236,10 @@ def _holds(command: Command, conditions: Conditions) -> bool:
     real_root = os.path.realpath(root)
     listing, problems = walk(root, real_root, _meta)
     look = Look(listing, tuple(sorted(set(problems))), conditions.settings)
-    folder = command.lock_folder()
     return holds(
         conditions,
         look,
-        lambda seal: _lock_holds(folder, seal),
+        lambda seal: _lock_holds(command, seal),
         lambda path: sight(root, real_root, path),
     )
 
@@ -249,11 +250,13 @@ _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
 """What stat says, as the no-change rule compares it (``model.FileMeta``'s order)."""
 
 
-def _lock_holds(folder: str, seal: LockSeal | None) -> bool:
-    """``state.StateStore.lock_unchanged``, from the lock's folder by name."""
+def _lock_holds(command: Command, seal: LockSeal | None) -> bool:
+    """``state.StateStore.lock_unchanged``, from the lock's folder opened as it opens it:
+    the root through any link, a ``--state`` folder never through one."""
     import stat
 
-    descriptor = os.open(folder, _DIRECTORY)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC if command.state is None else _DIRECTORY
+    descriptor = os.open(command.lock_folder(), flags)
     try:
         if any(map(is_sync_copy, os.listdir(descriptor))):
             return False

@@ -135,13 +135,15 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     once, then each command run once, so that each writes its record."""
     base = tmp_path_factory.mktemp("replay")
     first = memory_folder(base / "first")
-    cases = [*CHANGES, "sync copy", "nothing changed", "other settings", "state elsewhere", "racy", "damaged"]
+    cases = [*CHANGES, "sync copy", "linked", "nothing changed", "other settings", "state elsewhere", "racy", "damaged"]
     made = {case: Path(shutil.copytree(first, base / f"case{index}")) for index, case in enumerate(cases)}
     elsewhere = base / "states" / "one"
     full_path("status", "--state", str(elsewhere), cwd=made["state elsewhere"])
     time.sleep(PAST_THE_RACY_WINDOW)
+    (base / "link").symlink_to(made["linked"])
     for case, root in made.items():
         state = ("--state", str(elsewhere)) if case == "state elsewhere" else ()
+        state += (str(base / "link"),) if case == "linked" else ()
         for args in COMMANDS:
             if case == "racy":
                 write(root / "notes" / "other.md", f"---\nname: Other\n---\nJust written for {args}.\n")
@@ -192,6 +194,12 @@ def test_another_time_zone_or_state_folder_is_answered_by_the_full_path(folders,
     assert same_answers(root, env={"TZ": "Pacific/Kiritimati"}) == [False, False, False]
     assert same_answers(root, "--state", str(tmp_path / "state")) == [False, False, False]
     assert same_answers(root, "--sources-heading") == [False, False, False]
+
+
+def test_a_root_named_through_a_symlink_gets_its_quick_answer(folders) -> None:
+    root = folders["linked"]
+    assert same_answers(root.parent, str(root.parent / "link")) == [True, True, True]
+    assert same_answers(root) == [False, False, False]  # named otherwise: recorded anew
 
 
 def test_a_state_folder_elsewhere_gets_its_own_quick_answer(folders) -> None:
