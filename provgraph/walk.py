@@ -63,13 +63,14 @@ class _Walker:
                 name = entry.name
                 if name.startswith("."):
                     continue
-                if name.endswith(".md") and name.isascii() and _regular(entry):
+                if name.endswith(".md") and name.isascii():
                     try:
-                        found[prefix + name] = meta_of(entry.stat(follow_symlinks=False))
-                    except OSError as error:
-                        self.problems.append((prefix + name, UNREADABLE, _reason(error)))
-                else:
-                    self.visit(entry, prefix + name)
+                        if entry.is_file(follow_symlinks=False):
+                            found[prefix + name] = meta_of(entry.stat(follow_symlinks=False))
+                            continue
+                    except OSError:
+                        pass  # visited again below, where the problem is reported
+                self.visit(entry, prefix + name)
 
     def visit(self, entry: os.DirEntry[str], path: str) -> None:
         name = entry.name
@@ -100,14 +101,6 @@ class _Walker:
                 return  # dangling link: skipped, never opened
             if stat_module.S_ISREG(info.st_mode):
                 self.found[path] = self.meta_of(info)
-
-
-def _regular(entry: os.DirEntry[str]) -> bool:
-    """A regular file (not a link); False when that cannot be told, for ``visit`` to report."""
-    try:
-        return entry.is_file(follow_symlinks=False)
-    except OSError:
-        return False
 
 
 def place(root: str, real_root: str, path: str) -> tuple[Sight | None, str]:
