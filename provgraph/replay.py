@@ -192,12 +192,13 @@ def _check(command: Command, state: int) -> tuple[bytes, bytes | None, int] | No
     if parts not in (1, 2):
         return None
     before, after = fields[5], fields[6] if parts == 2 else None
-    conditions = _decode_conditions(fields[5 + parts :])
+    known = fields[5 + parts]
+    conditions = _decode_conditions(fields[6 + parts :])
     flock = _try_lock(state)
     if flock is None:
         return None
     try:
-        if not _holds(command, conditions):
+        if not _holds(command, conditions, known[1:] if known.startswith(b"=") else None):
             return None
     finally:
         os.close(flock)
@@ -231,7 +232,7 @@ def _try_lock(state: int) -> int | None:
     return descriptor
 
 
-def _holds(command: Command, conditions: Conditions) -> bool:
+def _holds(command: Command, conditions: Conditions, known: bytes | None) -> bool:
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     listing, problems = walk(root, real_root, _meta)
@@ -239,7 +240,7 @@ def _holds(command: Command, conditions: Conditions) -> bool:
     return holds(
         conditions,
         look,
-        lambda seal: _lock_holds(command, seal),
+        lambda seal: _lock_holds(command, seal, known),
         lambda path: sight(root, real_root, path),
     )
 
@@ -250,9 +251,10 @@ _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
 """What stat says, as the no-change rule compares it (``model.FileMeta``'s order)."""
 
 
-def _lock_holds(command: Command, seal: LockSeal | None) -> bool:
+def _lock_holds(command: Command, seal: LockSeal | None, known: bytes | None) -> bool:
     """``state.StateStore.lock_unchanged``, from the lock's folder opened as it opens it:
-    the root through any link, a ``--state`` folder never through one."""
+    the root through any link, a ``--state`` folder never through one.  ``known``: the
+    lock's bytes as the record holds them, checked against the seal when it was written."""
     import stat
 
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC if command.state is None else _DIRECTORY
@@ -267,7 +269,7 @@ def _lock_holds(command: Command, seal: LockSeal | None) -> bool:
         if not stat.S_ISREG(info.st_mode):
             return False
         meta = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        return lock_as_sealed(seal, meta, lambda: _read(descriptor, LOCK_NAME))
+        return lock_as_sealed(seal, meta, lambda: _read(descriptor, LOCK_NAME), known)
     finally:
         os.close(descriptor)
 
@@ -339,13 +341,41 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
         return
     try:
         root = (_read(state, ROOT_NAME) or b"") if command.state is not None else b""
-        fields = [FORMAT, command.key(), root, b"%d" % code, b"%d" % len(parts), *parts]
+        fields = [
+            FORMAT,
+            command.key(),
+            root,
+            b"%d" % code,
+            b"%d" % len(parts),
+            *parts,
+            _sealed_lock(command, conditions),
+        ]
         fields += _encode_conditions(conditions)
         write_file(Folders(state, state, Path(state_path), Path(state_path)), state, _name(command), [_pack(fields)])
     except (OSError, ValueError):
         pass
     finally:
         os.close(state)
+
+
+def _sealed_lock(command: Command, conditions: Conditions) -> bytes:
+    """``=`` and the lock's bytes when they have the seal's sha256 (a young lock is then
+    compared with them rather than hashed), else nothing."""
+    import hashlib
+
+    if conditions.lock is None:
+        return b""
+    try:
+        descriptor = os.open(command.lock_folder(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        data = _read(descriptor, LOCK_NAME)
+    finally:
+        os.close(descriptor)
+    if data is None or hashlib.sha256(data).hexdigest() != conditions.lock.sha256:
+        return b""
+    return b"=" + data
 
 
 def _parts(command: Command, text: str) -> list[bytes] | None:

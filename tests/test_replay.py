@@ -12,6 +12,7 @@ than that window before the runs that write the records.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import shutil
@@ -329,3 +330,21 @@ def test_the_quick_answers_now_is_written_as_the_full_path_writes_it(zone, monke
     assert written in (before, after)
     monkeypatch.setenv("PROVGRAPH_NOW", "2026-11-24T10:00:00+05:30")
     assert replay._now_iso() == "2026-11-24T10:00:00+05:30"
+
+
+def test_a_lock_younger_than_its_seal_is_compared_by_content_hashed_or_known() -> None:
+    """Rule 2: metadata proves the lock only once it is older than the racy window; before
+    that its bytes decide, hashed, or compared with bytes known to have the seal's sha256."""
+    from provgraph.nochange import RACY_WINDOW_NS, LockSeal, lock_as_sealed
+
+    written = time.time_ns()
+    meta = (4, written, written, 7)
+    seal = LockSeal(meta, hashlib.sha256(b"lock").hexdigest(), written + 1)
+    for known in (None, b"lock"):
+        assert lock_as_sealed(seal, meta, lambda: b"lock", known)
+        assert not lock_as_sealed(seal, meta, lambda: b"lokc", known)
+        assert not lock_as_sealed(seal, meta, lambda: None, known)
+    old = LockSeal(meta, seal.sha256, written + RACY_WINDOW_NS + 1)
+    assert lock_as_sealed(old, meta, lambda: b"never read")
+    assert not lock_as_sealed(old, (4, written, written + 1, 7), lambda: b"lokc")
+    assert lock_as_sealed(None, None, lambda: None) and not lock_as_sealed(seal, None, lambda: None)
