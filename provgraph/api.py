@@ -123,7 +123,8 @@ class Memory:
         """What the state saved (or reused) by this thread's last ``refresh`` records for the
         no-change rule: while those conditions hold, a refresh gives that report again
         (with its own ``now``).  None when nothing was saved (the lock was held by another
-        process), or when metadata proves nothing (``trust_cache`` False)."""
+        process), when a file changed while the scan read it, or when metadata proves
+        nothing (``trust_cache`` False)."""
         return getattr(self._last, "conditions", None)
 
     def stamp(self, paths: Iterable[str], *, now: datetime | None = None) -> Report:
@@ -235,6 +236,8 @@ class Memory:
         if save:
             state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
             conditions = self._store.save(state)
+            if nochange.listing_key(listing) != conditions.listing:
+                conditions = None  # a file changed as it was read: the hints below saw another listing
         return _with_hints(report, listing), conditions
 
     def _unchanged(

@@ -53,7 +53,7 @@ def cli(*args: str) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        with _collector_paused():
+        with _CollectorPaused():
             return options.run(options)
     except ProvgraphError as error:
         _say_error(error)
@@ -108,7 +108,7 @@ def _now() -> datetime | None:
     return pinned_now()
 
 
-class _collector_paused:  # noqa: N801 (used as a function: ``with _collector_paused():``)
+class _CollectorPaused:
     """A scan builds hundreds of thousands of small objects and no reference cycle; the
     cyclic garbage collector would walk them all again and again for nothing.  Paused by
     the command, a short-lived process, never by the library inside its caller's."""

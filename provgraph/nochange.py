@@ -240,7 +240,7 @@ def listing_key(listing: Mapping[str, Meta]) -> str:
     each: two listings have one key only if they are equal.  Built by C loops rather than
     by formatting numbers as text, which would cost more than the walk of a large folder."""
     paths = sorted(listing)
-    names = "\0".join(paths).encode("utf-8", "surrogateescape")
+    names = "\0".join(paths).encode("utf-8", "surrogatepass")  # any code point, one way
     flat = chain.from_iterable(map(listing.__getitem__, paths))
     try:
         numbers, form = array("q", flat).tobytes(), b"q"

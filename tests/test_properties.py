@@ -596,7 +596,7 @@ def test_saved_state_loads_back_equal_and_gives_the_same_report(scenario):
 
     def recording_save(self, state):
         saved.append(state)
-        real_save(self, state)
+        return real_save(self, state)
 
     with stat_cache(trusting), memory_folder(lineage) as folder, pytest.MonkeyPatch.context() as patch:
         patch.setattr(StateStore, "save", recording_save)
