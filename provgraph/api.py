@@ -8,24 +8,24 @@ stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
-from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import orjson
 
-from . import queries
+from . import nochange, queries
 from .clock import current, wall_ns
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .log import log_warning
-from .model import Cause, Edge, EdgeStatus, Explanation, FileMeta, NodeStatus, Problem, ProblemKind, Report, StaleEntry
+from .model import Cause, Edge, EdgeStatus, Explanation, FileMeta, NodeStatus, Problem, Report, StaleEntry
 from .queries import Relative
-from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, listing_key
+from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore
 from .statefolder import LockBusy
 
 if TYPE_CHECKING:
@@ -113,10 +113,21 @@ class Memory:
         """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
         self._warn = warn or log_warning
         self._progress = progress
+        self._last = threading.local()
 
     def refresh(self, *, now: datetime | None = None) -> Report:
         """Scan the folder, update the stamps, and report what is stale."""
-        return self._transaction(current(now), frozenset())
+        report, conditions = self._transaction(current(now), frozenset())
+        self._last.conditions = conditions if self.files.trusts_stat else None
+        return report
+
+    def _saved_conditions(self) -> nochange.Conditions | None:
+        """What the state saved (or reused) by this thread's last ``refresh`` records for the
+        no-change rule: while those conditions hold, a refresh gives that report again
+        (with its own ``now``).  None when nothing was saved (the lock was held by another
+        process), when a file changed while the scan read it, or when metadata proves
+        nothing (``trust_cache`` False)."""
+        return getattr(self._last, "conditions", None)
 
     def stamp(self, paths: Iterable[str], *, now: datetime | None = None) -> Report:
         """Record that each derived file in ``paths`` was just re-derived from its sources.
@@ -125,7 +136,7 @@ class Memory:
         when one of them declares no sources.
         """
         wanted = frozenset(paths)
-        return self._transaction(current(now), wanted)
+        return self._transaction(current(now), wanted)[0]
 
     def explain(self, path: str, report: Report) -> Explanation:
         """What ``why`` prints: the file's sources, its causes and what derives from it.
@@ -167,7 +178,7 @@ class Memory:
         """The lineage as a networkx DiGraph (see ``lineage.to_networkx``)."""
         return to_networkx(report.edges, report.stale, report.cycles)
 
-    def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:
+    def _transaction(self, now: datetime, restamp: frozenset[str]) -> tuple[Report, nochange.Conditions | None]:
         """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
@@ -181,16 +192,17 @@ class Memory:
                 ) from None
         self._warn(f"the state in {self.state_path} is locked by another provgraph process; this answer is not saved")
         with self._store.unlocked():
-            return self._run(now, restamp, save=False)
+            return self._run(now, restamp, save=False)[0], None
 
-    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
+    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> tuple[Report, nochange.Conditions | None]:
         """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
         started_ns = wall_ns()
         listing, walk_problems = self.files.walk()
         walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
         unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:
-            return _with_hints(replace(unchanged, root=str(self.root), scanned_at=now), listing)
+            last, held = unchanged
+            return _with_hints(replace(last, root=str(self.root), scanned_at=now), listing), held
         from .scan import scan  # the no-change path above needs neither
         from .stamps import reconcile
 
@@ -222,50 +234,31 @@ class Memory:
             problems=snapshot.problems,
         )
         seen, refused = dict(snapshot.seen), dict(snapshot.refused)
+        conditions: nochange.Conditions | None = None
         if save:
             state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
-            self._store.save(state)
-        return _with_hints(report, listing)
+            conditions = self._store.save(state)
+            if nochange.listing_key(listing) != conditions.listing:
+                conditions = None  # a file changed as it was read: the hints below saw another listing
+        return _with_hints(report, listing), conditions
 
-    def _unchanged(self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]) -> Report | None:
-        """The last result when no file it depends on can have changed, else None.
-
-        Every memory file must show the very metadata recorded when it was last
-        read (compared as one digest of the whole listing), every source outside
-        the listing must stat as it did, and none may have been modified so
-        close to that scan that equal metadata proves nothing.
-        """
+    def _unchanged(
+        self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]
+    ) -> tuple[Report, nochange.Conditions] | None:
+        """The last result, with the conditions under which it holds, when no file it
+        depends on can have changed (``nochange.holds``), else None.  A source whose
+        metadata proves nothing (``trusts_stat`` False) is always scanned."""
         if not self.files.trusts_stat:
             return None
         recall = self._store.recall()
-        if (
-            recall is None
-            or walk_problems != recall.walk_problems
-            or recall.settings != self._settings
-            or not self._store.lock_unchanged(recall.lock)
-        ):
+        if recall is None:
             return None
-        limit = recall.scan_started_ns - RACY_WINDOW_NS
-        if _newest(listing.values()) >= limit or listing_key(listing) != recall.listing:
+        rows = tuple((problem.path, problem.kind.value, problem.detail) for problem in walk_problems)
+        look = nochange.Look(listing, rows, self._settings)
+        if not nochange.holds(recall.conditions, look, self._store.lock_unchanged, nochange.sight_through(self.files)):
             return None
-        if not all(self._stats_as_before(path, recorded, limit) for path, recorded in recall.watched):
-            return None
-        return recall.report
-
-    def _stats_as_before(self, path: str, recorded: tuple[int, ...] | str | None, limit: int) -> bool:
-        """A source outside the listing: still missing, refused for the same reason, or
-        with the same metadata, not modified within the racy window."""
-        try:
-            meta = self.files.stat(path)
-        except OutsideRoot:
-            return recorded == ProblemKind.OUTSIDE_ROOT.value
-        except NotRegular:
-            return recorded == ProblemKind.BAD_ENTRY.value
-        except OSError:
-            return False
-        if meta is None:
-            return recorded is None
-        return meta == recorded and max(meta.mtime_ns, meta.ctime_ns) < limit
+        report = recall.report
+        return None if report is None else (report, recall.conditions)
 
 
 def _exists(files: FileSource, path: str) -> bool:
@@ -318,12 +311,6 @@ def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
     """The typo hint of a missing source, unless the rename hint already names that file."""
     hint = hints.get(found.source)
     return None if hint == found.moved_to else hint
-
-
-def _newest(metas: Iterable[FileMeta]) -> int:
-    """The latest mtime or ctime, in nanoseconds (0 for no file)."""
-    metas = list(metas)
-    return max(max(map(itemgetter(1), metas), default=0), max(map(itemgetter(2), metas), default=0))
 
 
 def find_root(path: str | os.PathLike[str]) -> Path | None:

@@ -8,29 +8,31 @@ that cannot be written.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import gc
-import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
-
-import orjson
 
 from . import __version__
-from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, find_root
-from .clock import pinned_now as _now
 from .errors import ProvgraphError
-from .log import LOGGER
-from .model import Problem, ProblemKind, Report
-from .paths import parts_under
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import argparse
+    import logging
+    from collections.abc import Callable, Sequence
+    from datetime import datetime
+    from pathlib import Path
+    from typing import Any, NoReturn, TextIO
+
+    from .api import Memory
     from .integrations.claude_code import HookEvent, SessionReads
+    from .model import Problem, Report
+    from .nochange import Conditions
+
+# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``, ``logging``,
+# ``argparse``) only once the quick answer (``replay``) could not answer: an unchanged
+# folder is answered without the API, YAML, networkx or orjson.
 
 __all__ = ["cli", "main"]
 
@@ -51,7 +53,7 @@ def cli(*args: str) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     try:
-        with _collector_paused():
+        with _CollectorPaused():
             run: Callable[[argparse.Namespace], int] = options.run
             return run(options)
     except ProvgraphError as error:
@@ -69,8 +71,17 @@ def cli(*args: str) -> int:
 
 
 def main() -> None:
-    """The console script: the library's logged warnings become ``provgraph: warning:`` lines."""
-    handler = _WarningLines()
+    """The console script: an unchanged folder gets the last answer of the same command
+    (``replay``); otherwise the library's logged warnings become ``provgraph: warning:``
+    lines of a full run."""
+    from .replay import answer
+
+    quick = answer(sys.argv[1:])
+    if quick is not None:
+        sys.exit(quick)
+    from .log import LOGGER
+
+    handler = _warning_lines()
     LOGGER.addHandler(handler)
     try:
         code = cli(*sys.argv[1:])
@@ -79,27 +90,36 @@ def main() -> None:
     sys.exit(code)
 
 
-class _WarningLines(logging.Handler):
-    """Shows each warning the library logs as one line on stderr, as every other message."""
+def _warning_lines() -> logging.Handler:
+    """A handler that shows each warning the library logs as one line on stderr, as every
+    other message (``logging`` is imported only by a full run)."""
+    import logging
 
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+    class WarningLines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            _warn(record.getMessage())
 
-    def emit(self, record: logging.LogRecord) -> None:
-        _warn(record.getMessage())
+    return WarningLines(logging.WARNING)
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def _now() -> datetime | None:
+    """``PROVGRAPH_NOW`` when set (``clock.pinned_now``), else None: the real clock."""
+    from .clock import pinned_now
+
+    return pinned_now()
+
+
+class _CollectorPaused:
     """A scan builds hundreds of thousands of small objects and no reference cycle; the
     cyclic garbage collector would walk them all again and again for nothing.  Paused by
     the command, a short-lived process, never by the library inside its caller's."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+
+    def __enter__(self) -> None:
+        self._enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exception: object) -> None:
+        if self._enabled:
             gc.enable()
 
 
@@ -119,6 +139,8 @@ def _warn(message: str) -> None:
 def _say_error(error: Exception) -> None:
     """``NotDerived`` escaped its names already (its message is read outside the command
     line too): escaping it again would double every backslash."""
+    from .api import NotDerived
+
     if isinstance(error, NotDerived):
         print(f"provgraph: error: {error}", file=sys.stderr)
     else:
@@ -136,8 +158,12 @@ def _os_message(error: OSError) -> str:
 def _status(options: argparse.Namespace) -> int:
     from .render import status_json, status_text
 
-    report = _open(options).refresh(now=_now())
-    sys.stdout.write(status_json(report) if options.json else status_text(report))
+    memory = _open(options)
+    report = memory.refresh(now=_now())
+    conditions = memory._saved_conditions()
+    text = status_json(report) if options.json else status_text(report)
+    sys.stdout.write(text)
+    _remember(options, memory, conditions, text, EXIT_OK)
     return EXIT_OK
 
 
@@ -146,20 +172,40 @@ def _check(options: argparse.Namespace) -> int:
     could not be read: a typo in ``derived_from`` must not pass CI quietly."""
     from .render import status_text
 
-    report = _open(options).refresh(now=_now())
+    memory = _open(options)
+    report = memory.refresh(now=_now())
+    conditions = memory._saved_conditions()
     if report.ok and (options.allow_broken or not broken_declarations(report)):
+        _remember(options, memory, conditions, "", EXIT_OK)
         return EXIT_OK
-    sys.stdout.write(status_text(report))
+    text = status_text(report)
+    sys.stdout.write(text)
+    _remember(options, memory, conditions, text, EXIT_STALE)
     return EXIT_STALE
 
 
-BROKEN = frozenset({ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY})
-"""Problems that mean a declaration says something provgraph cannot follow."""
+def _remember(options: argparse.Namespace, memory: Memory, conditions: Conditions | None, text: str, code: int) -> None:
+    """Keep what was printed for the quick answer of the next identical command, when the
+    state was saved (a refresh that could not take the lock saves nothing)."""
+    from . import replay
+
+    if conditions is None or options.no_cache:
+        return
+    if options.command == "status":
+        name = "status --json" if options.json else "status"
+    else:
+        name = "check --allow-broken" if options.allow_broken else "check"
+    command = replay.Command(name, options.root, options.state, _sources_heading(options))
+    replay.record(command, os.fspath(memory.state_path), conditions, text, code)
 
 
 def broken_declarations(report: Report) -> tuple[Problem, ...]:
-    """The problems that make ``check`` fail unless ``--allow-broken`` is given."""
-    return tuple(problem for problem in report.problems if problem.kind in BROKEN)
+    """The problems that make ``check`` fail unless ``--allow-broken`` is given: those that
+    mean a declaration says something provgraph cannot follow."""
+    from .model import ProblemKind
+
+    broken = {ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY}
+    return tuple(problem for problem in report.problems if problem.kind in broken)
 
 
 def _why(options: argparse.Namespace) -> int:
@@ -179,6 +225,8 @@ def _why(options: argparse.Namespace) -> int:
 
 def _print_json(document: dict[str, Any]) -> None:
     """One indented JSON document on stdout (``why --json``, ``lineage --json``)."""
+    import orjson
+
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
@@ -240,6 +288,8 @@ def _hook(options: argparse.Namespace) -> int:
     except claude_code.BadEvent as error:
         _say("hook", str(error))
         return EXIT_OK  # a hook must not break the session it serves
+    from pathlib import Path
+
     if not Path(options.root).exists():
         return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
     if event is None or event.name == "SessionStart":
@@ -252,6 +302,8 @@ def _hook(options: argparse.Namespace) -> int:
 
 
 def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
+    from pathlib import Path
+
     from .integrations import claude_code
 
     root = Path(os.path.abspath(options.root))
@@ -318,6 +370,10 @@ def _printed_options(options: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
+    from pathlib import Path
+
+    from .api import Memory
+
     root = root if root is not None else Path(options.root)
     if not root.is_dir():
         raise UsageError(f"memory root {root} is not a folder")
@@ -380,6 +436,10 @@ class Progress:
 
 def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, list[str]]:
     """The memory root of ``files`` and their root-relative POSIX paths."""
+    from pathlib import Path
+
+    from .api import find_root
+
     roots = set()
     if options.root is not None:
         roots.add(Path(options.root).absolute())
@@ -399,22 +459,27 @@ def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, li
 
 
 def _relative(root: Path, file: str) -> str:
+    from .paths import parts_under
+
     parts = parts_under(root, file)
     if parts is None or parts[0] == ".provgraph":
         raise UsageError(f"{file} is not under the memory root {root}")
     return "/".join(parts)
 
 
-class _Parser(argparse.ArgumentParser):
-    """Reports a bad argument in one line (no usage dump), like every other error."""
-
-    def error(self, message: str) -> NoReturn:
-        from .render import safe_name
-
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {safe_name(message)} (see '{self.prog} --help')\n")
-
-
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
+    from .api import DEFAULT_SOURCES_HEADING
+
+    class _Parser(argparse.ArgumentParser):
+        """Reports a bad argument in one line (no usage dump), like every other error."""
+
+        def error(self, message: str) -> NoReturn:
+            from .render import safe_name
+
+            self.exit(EXIT_ERROR, f"{self.prog}: error: {safe_name(message)} (see '{self.prog} --help')\n")
+
     common = _Parser(add_help=False)
     common.add_argument(
         "--state",
@@ -441,7 +506,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[common], help=help, description=help)
-        sub.set_defaults(run=run)
+        sub.set_defaults(run=run, command=name)
         return sub
 
     def rooted(sub: argparse.ArgumentParser) -> None:

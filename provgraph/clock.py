@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime
 
 from .errors import ProvgraphError
 
-__all__ = ["BadClock", "current", "pinned_now", "wall_ns"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datetime import datetime
+
+# ``datetime`` is imported where it is used: the command's quick answer (``replay``)
+# reads the clock through ``now_text`` without paying for it.
+
+__all__ = ["BadClock", "current", "now_text", "pinned_now", "wall_ns"]
 
 CLOCK_VARIABLE = "PROVGRAPH_NOW"
 
@@ -36,6 +42,8 @@ def pinned_now() -> datetime | None:
     value = os.environ.get(CLOCK_VARIABLE)
     if not value:
         return None
+    from datetime import datetime
+
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -50,6 +58,8 @@ def current(now: datetime | None = None) -> datetime:
     instant on every machine that reads the lock.
     """
     if now is None:
+        from datetime import datetime
+
         return datetime.now().astimezone()
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be an aware datetime (with a time zone)")
@@ -67,3 +77,19 @@ def wall_ns() -> int:
     never pinned.
     """
     return time.time_ns()
+
+
+def now_text() -> str:
+    """``scanned_at`` as the full path writes it (``current(pinned_now())`` in ISO 8601, to
+    the second, with the offset), read from ``time`` as ``datetime.astimezone`` reads it,
+    for the command's quick answer, which does not import ``datetime``."""
+    pinned = pinned_now()
+    if pinned is not None:
+        return pinned.isoformat(timespec="seconds")
+    now = time.localtime(time.time())
+    offset = now.tm_gmtoff
+    sign, offset = ("-", -offset) if offset < 0 else ("+", offset)
+    hours, rest = divmod(offset, 3600)
+    minutes, seconds = divmod(rest, 60)
+    zone = f"{sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
+    return time.strftime("%Y-%m-%dT%H:%M:%S", now) + zone

@@ -19,14 +19,11 @@ from typing import Protocol
 
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
+from .nochange import RACY_WINDOW_NS, Sight  # the racy rule is the no-change rule's; the scan applies it too
+from .walk import place, walk
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
 
-RACY_WINDOW_NS = 2_000_000_000
-"""A file whose mtime is this close to (or after) the previous scan's start may
-have been written again within the file system's timestamp granularity after
-it was read, with identical metadata; such a file is read again rather than
-trusted (the same rule git applies to its index)."""
 
 _CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -79,72 +76,15 @@ class LocalFiles:
         self.trusts_stat = trusts_stat
         self.root = Path(root)
         self._real_root = os.path.realpath(self.root)
-        self._own = (os.path.join(self._real_root, ".provgraph"), os.path.join(self._real_root, "provgraph.lock"))
         self._root_prefix = os.path.join(self.root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
-        found: dict[str, FileMeta] = {}
-        problems: list[Problem] = []
-        pending = [("", os.fspath(self.root))]
-        while pending:
-            prefix, folder = pending.pop()
-            try:
-                with os.scandir(folder) as entries:
-                    for entry in entries:
-                        self._visit(entry, prefix, pending, found, problems)
-            except OSError as error:
-                problems.append(Problem(prefix.rstrip("/") or ".", ProblemKind.UNREADABLE, _reason(error)))
-        self._listed, self._device = found, _device(self.root)
-        return found, problems
-
-    def _visit(
-        self,
-        entry: os.DirEntry[str],
-        prefix: str,
-        pending: list[tuple[str, str]],
-        found: dict[str, FileMeta],
-        problems: list[Problem],
-    ) -> None:
-        name = entry.name
-        if name.startswith("."):
-            return
-        path = prefix + name
-        try:
-            if not (name.isascii() or _is_utf8(name)):
-                if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
-                    problems.append(Problem(_printable(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
-            elif entry.is_symlink():
-                self._visit_link(entry, path, found, problems)
-            elif entry.is_dir(follow_symlinks=False):
-                pending.append((path + "/", entry.path))
-            elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                found[path] = _meta(entry.stat(follow_symlinks=False))
-        except OSError as error:
-            problems.append(Problem(path, ProblemKind.UNREADABLE, _reason(error)))
-
-    def _visit_link(
-        self, entry: os.DirEntry[str], path: str, found: dict[str, FileMeta], problems: list[Problem]
-    ) -> None:
-        """Symlinked files inside the root count; folders are not followed (no loops)."""
-        if not self._inside(entry.path):
-            if entry.name.endswith(".md"):
-                problems.append(Problem(path, ProblemKind.OUTSIDE_ROOT, "symlink to a path outside the root"))
-            return
-        if entry.name.endswith(".md"):
-            try:
-                info = os.stat(entry.path)
-            except OSError:
-                return  # dangling link: skipped, never opened
-            if stat_module.S_ISREG(info.st_mode):
-                found[path] = _meta(info)
-
-    def _inside(self, full_path: str) -> bool:
-        return self._real_inside(os.path.realpath(full_path))
-
-    def _real_inside(self, real: str) -> bool:
-        return real == self._real_root or real.startswith(self._real_root.rstrip("/") + "/")
+        found, rows = walk(os.fspath(self.root), self._real_root, _meta)
+        problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
+        self._listed, self._device = found, _device(self.root)  # type: ignore[assignment]
+        return found, problems  # type: ignore[return-value]
 
     def _open(self, path: str) -> tuple[int, int]:
         """Open the very path that was checked, resolved: a name swapped for a symlink
@@ -191,11 +131,10 @@ class LocalFiles:
         """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root.
         provgraph's own files (its lock, its state folder) are never a source, whatever
         link leads there: ``NotRegular``, so a stamp can never make its own lock stale."""
-        real = os.path.realpath(os.path.join(self.root, *path.split("/")))
-        if not self._real_inside(real):
+        refusal, real = place(os.fspath(self.root), self._real_root, path)
+        if refusal is Sight.OUTSIDE_ROOT:
             raise OutsideRoot(path)
-        folder, lock = self._own
-        if real in (lock, folder) or real.startswith(folder + "/"):
+        if refusal is not None:
             raise ProvgraphOwn(path)
         return real
 
@@ -269,22 +208,3 @@ def _device(root: Path) -> int | None:
 
 def _meta(info: os.stat_result) -> FileMeta:
     return FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-
-
-def _reason(error: OSError) -> str:
-    return error.strerror or type(error).__name__
-
-
-def _is_utf8(name: str) -> bool:
-    """False for a name holding bytes that are not UTF-8 (decoded as lone surrogates):
-    such a name cannot be written to JSON, so the file is reported, not listed."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _printable(path: str) -> str:
-    """``path`` with each byte that is not UTF-8 shown as ``\\xNN``."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")

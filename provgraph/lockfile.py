@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from .errors import ProvgraphError
+from .lockname import LOCK_NAME, is_sync_copy
 from .model import Stamp
 
 __all__ = [
@@ -38,7 +39,6 @@ __all__ = [
     "merge_reads",
 ]
 
-LOCK_NAME = "provgraph.lock"
 LOCK_VERSION = 1
 HEADER = (
     f"# provgraph lock {LOCK_VERSION}: [derived file, source, sha256, stamped at, changed since, derived_at]"
@@ -243,13 +243,6 @@ def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
             kept = records.get(key)
             records[key] = record if kept is None else _later(kept, record)
     return LockRead(records, merged, damaged)
-
-
-def is_sync_copy(name: str) -> bool:
-    """A copy of the lock that a sync tool made when two machines changed it at once:
-    ``provgraph.sync-conflict-<when>-<device>.lock`` (Syncthing), ``provgraph (conflicted
-    copy ...).lock`` (Dropbox) and the like."""
-    return name != LOCK_NAME and name.startswith("provgraph") and name.endswith(".lock") and "conflict" in name
 
 
 def _check_version(line: str) -> None:

@@ -24,7 +24,7 @@ import hashlib
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -55,11 +55,11 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
-from .files import RACY_WINDOW_NS
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
 from .model import FileMeta, Problem, ProblemKind, Report
+from .nochange import Conditions, LockSeal, decode_watched, encode_watched, listing_key, lock_as_sealed, watched_sources
 from .statefolder import (
     Folders,
     hold,
@@ -132,27 +132,13 @@ class State:
 
 @dataclass(frozen=True)
 class Recall:
-    """What the no-change check needs, read without the per-file tables.
-
-    The last result holds while the lock is the one it was computed with
-    (``lock``), the memory files listed now have exactly the metadata
-    recorded when they were last read (``listing`` is their ``listing_key``),
-    every source outside them stats as it did then (``watched``), and the
-    walk meets the same problems.
-    """
+    """The head of the cache, read without the per-file tables: what the last full scan
+    saw (``conditions``, checked by ``nochange.holds``) and its result, still encoded."""
 
     root: str
-    lock: LockSeal | None
-    scan_started_ns: int
-    walk_problems: tuple[Problem, ...]
-    listing: str
-    watched: tuple[tuple[str, tuple[int, ...] | str | None], ...]
-    """(path, what stat said): (size, mtime_ns, ctime_ns, inode); None for a missing
-    file; the problem kind's value for a refused one."""
+    conditions: Conditions
     stored_report: bytes = field(repr=False, compare=False)
     """The last result as the file holds it (JSON)."""
-    settings: str = ""
-    """See ``State.settings``."""
 
     @cached_property
     def report(self) -> Report | None:
@@ -162,22 +148,6 @@ class Recall:
             return _decode_report(orjson.loads(self.stored_report))
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
-
-
-def listing_key(listing: Mapping[str, FileMeta]) -> str:
-    """A digest of every path with its metadata, independent of listing order."""
-    rows = sorted([(path, *meta) for path, meta in listing.items()])
-    return hashlib.sha256(orjson.dumps(rows)).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class LockSeal:
-    """What the lock was when the cache was written: its metadata, the sha256 of its bytes,
-    and when this was recorded.  The last result holds only for that very lock."""
-
-    meta: FileMeta
-    sha256: str
-    recorded_ns: int
 
 
 @dataclass
@@ -462,27 +432,27 @@ class StateStore:
         return recall
 
     def lock_unchanged(self, seal: LockSeal | None) -> bool:
-        """True when the lock is the one the cache was written with: same metadata, old
-        enough that equal metadata proves equal content, or else the same bytes."""
+        """The lock on disk against ``seal`` (``nochange.lock_as_sealed``); never the
+        lock it was sealed for while a sync tool's conflict copy waits to be merged."""
         folders = self._tx.folders
         if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
         try:
             info = os.stat(LOCK_NAME, dir_fd=folders.lock, follow_symlinks=False)
         except FileNotFoundError:
-            return seal is None
+            return lock_as_sealed(seal, None, lambda: None)
         except OSError:
             return False
-        if seal is None or not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode):
             return False
         meta = FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        if meta == seal.meta and max(meta.mtime_ns, meta.ctime_ns) < seal.recorded_ns - RACY_WINDOW_NS:
-            return True
+        return lock_as_sealed(seal, meta, lambda: self._lock_bytes_or_none(folders))
+
+    def _lock_bytes_or_none(self, folders: Folders) -> bytes | None:
         try:
-            data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+            return self._read(folders.lock, LOCK_NAME, folders.lock_path)
         except StateError:
-            return False
-        return data is not None and hashlib.sha256(data).hexdigest() == seal.sha256
+            return None
 
     def _read(self, folder: int, name: str, where: Path) -> bytes | None:
         try:
@@ -508,9 +478,10 @@ class StateStore:
 
     # -- writing --
 
-    def save(self, state: State) -> None:
+    def save(self, state: State) -> Conditions:
         """Write the lock when a stamp or a date changed, then the cache; a converted
-        ``state.json`` is set aside only once both are written."""
+        ``state.json`` is set aside only once both are written.  Returns what the cache
+        records for the no-change rule: while it holds, ``state.report`` is the answer."""
         self._recalled = None
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive:
@@ -527,11 +498,13 @@ class StateStore:
                 self._tx.lock_bytes = data
             seal = self._seal(folders, data)
         self._tx.as_locked = None
-        self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), seal), "write")
+        conditions = _conditions(state, seal)
+        self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), conditions), "write")
         if self._tx.migrating:
             self._tx.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
             self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
+        return conditions
 
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
         if data is None:
@@ -601,68 +574,61 @@ def _cannot(what: str, path: Path, error: OSError) -> str:
 # -- the cache's layout ----------------------------------------------------------------
 
 
-def _encoded(state: State, root: str, seal: LockSeal | None) -> Iterator[bytes]:
+def _encoded(state: State, root: str, conditions: Conditions) -> Iterator[bytes]:
     """The cache's bytes, one top-level entry at a time: a large folder's tables are never
     all held as lists at once."""
-    return stream(_entries(state, root, seal))
+    return stream(_entries(state, root, conditions))
 
 
-def _entries(state: State, root: str, seal: LockSeal | None) -> Iterator[tuple[str, object]]:
+def _entries(state: State, root: str, conditions: Conditions) -> Iterator[tuple[str, object]]:
     """Each top-level entry, built only when it is written; the no-change check's part first."""
     yield "format", FORMAT
     yield "version", VERSION
     yield "root", root
+    seal = conditions.lock
     yield "lock", None if seal is None else [*seal.meta, seal.sha256, seal.recorded_ns]
     yield "scan_started_ns", state.scan_started_ns
     yield "settings", state.settings
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
-    yield from _encode_recall(state).items()
+    yield "listing", conditions.listing
+    yield "watched", encode_watched(conditions.watched)
     yield "report", None if state.report is None else encode_report(state.report)
     yield "seen", encode_seen(state.seen)
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
 
 
-def _encode_recall(state: State) -> dict[str, object]:
+def _conditions(state: State, seal: LockSeal | None) -> Conditions:
     """The no-change check's part, derived from the rest: the memory files read at the
     last full scan are the ones seen with a declaration; the sources outside them are
-    the report's and the refused ones."""
+    the report's and the refused ones (``nochange.watched_sources``)."""
     read = {path: seen.meta for path, seen in state.seen.items() if seen.declaration is not None}
-    outside = {edge.source for edge in state.report.edges} if state.report is not None else set()
-    watched = [[path, _outcome(state, path)] for path in sorted((outside | state.refused.keys()) - read.keys())]
-    return {"listing": listing_key(read), "watched": watched}
-
-
-def _outcome(state: State, path: str) -> list[int] | str | None:
-    kind = state.refused.get(path)
-    if kind is not None:
-        return kind.value
-    seen = state.seen.get(path)
-    return None if seen is None else list(seen.meta)
+    watched = watched_sources(
+        (edge.source for edge in state.report.edges) if state.report is not None else (),
+        read,
+        {path: kind.value for path, kind in state.refused.items()},
+        {path: seen.meta for path, seen in state.seen.items()},
+    )
+    rows = tuple(_problem_row(problem) for problem in state.walk_problems)
+    return Conditions(seal, state.scan_started_ns, rows, listing_key(read), watched, state.settings)
 
 
 def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
     _check_format(data)
     if report == b"null":
         return None
-    watched = tuple((_text(path), _decode_outcome(outcome)) for path, outcome in data["watched"])
-    return Recall(
-        _text(data["root"]),
+    conditions = Conditions(
         _decode_seal(data["lock"]),
         int(data["scan_started_ns"]),
-        tuple(_decode_problem(row) for row in data["walk_problems"]),
+        tuple(_problem_row(_decode_problem(row)) for row in data["walk_problems"]),
         _text(data["listing"]),
-        watched,
-        report,
+        decode_watched(data["watched"]),
         _text(data.get("settings", "")),
     )
+    return Recall(_text(data["root"]), conditions, report)
 
 
-def _decode_outcome(outcome: object) -> tuple[int, ...] | str | None:
-    if outcome is None or isinstance(outcome, str):
-        return outcome
-    if not isinstance(outcome, list) or len(outcome) != 4:
-        raise _Corrupt("a watched source must hold a stat result, null or a problem kind")
-    return tuple(int(number) for number in outcome)
+def _problem_row(problem: Problem) -> tuple[str, str, str]:
+    return problem.path, problem.kind.value, problem.detail
 
 
 def _decode_seal(data: object) -> LockSeal | None:

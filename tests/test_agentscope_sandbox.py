@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import provgraph.api
+import provgraph.nochange
 
 pytest.importorskip("agentscope")
 
@@ -71,7 +72,7 @@ YEAR_NS = 365 * 24 * 3600 * 10**9
 def a_year_later(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files written by a test are younger than the racy window, so every check would
     read them again; a negative window is what a check a year later sees."""
-    for module in (provgraph.api, provgraph.integrations.agentscope_backend):
+    for module in (provgraph.api, provgraph.nochange, provgraph.integrations.agentscope_backend):
         monkeypatch.setattr(module, "RACY_WINDOW_NS", -YEAR_NS)
 
 

@@ -30,6 +30,7 @@ import provgraph.api
 import provgraph.cli
 import provgraph.declarations
 import provgraph.files
+import provgraph.nochange
 import provgraph.scan
 from provgraph import Memory
 from provgraph.cli import Progress, cli
@@ -43,7 +44,7 @@ YEAR_NS = 365 * 24 * 3600 * 10**9
 def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files written by a test are younger than the racy window, so every refresh would
     read them again; a negative window is what a refresh a year later sees."""
-    for module in (provgraph.files, provgraph.scan, provgraph.api):
+    for module in (provgraph.files, provgraph.scan, provgraph.api, provgraph.nochange):
         monkeypatch.setattr(module, "RACY_WINDOW_NS", -YEAR_NS)
 
 

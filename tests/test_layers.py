@@ -16,7 +16,19 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "provgraph"
 
 PURE = frozenset(
-    {"model", "errors", "declarations", "stamps", "lineage", "queries", "render", "answers", "edits", "lockfile"}
+    {
+        "model",
+        "errors",
+        "declarations",
+        "stamps",
+        "lineage",
+        "queries",
+        "render",
+        "answers",
+        "edits",
+        "lockfile",
+        "lockname",
+    }
 )
 """Modules that take data and return data: no file, no clock, no environment."""
 

@@ -37,10 +37,12 @@ from hypothesis import strategies as st
 
 import provgraph.api
 import provgraph.files
+import provgraph.nochange
 import provgraph.scan
 from provgraph import EdgeStatus, Memory, Report, StaleEntry
 from provgraph.files import LocalFiles
 from provgraph.model import FileMeta
+from provgraph.nochange import listing_key
 from provgraph.render import status_document
 from provgraph.state import State, StateStore
 
@@ -57,7 +59,7 @@ LATE = T0 + 1000 * DAY
 """An mtime after any refresh: not a plausible date for a change either."""
 EPOCH = datetime.fromtimestamp(0, UTC)
 YEAR_NS = 365 * 24 * 3600 * 10**9
-RACY_HOLDERS = (provgraph.files, provgraph.scan, provgraph.api)
+RACY_HOLDERS = (provgraph.files, provgraph.scan, provgraph.api, provgraph.nochange)
 
 NAMES = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
 FOLDERS = ("", "notes/", "notes/deep/", "people/")
@@ -594,7 +596,7 @@ def test_saved_state_loads_back_equal_and_gives_the_same_report(scenario):
 
     def recording_save(self, state):
         saved.append(state)
-        real_save(self, state)
+        return real_save(self, state)
 
     with stat_cache(trusting), memory_folder(lineage) as folder, pytest.MonkeyPatch.context() as patch:
         patch.setattr(StateStore, "save", recording_save)
@@ -806,3 +808,17 @@ def test_status_json_is_identical_under_different_hash_seeds(tmp_path):
     assert len(outputs) == 1
     document_ = json.loads(outputs.pop())
     assert document_["counts"]["stale"] == len(sources) - 2 and document_["cycles"]
+
+
+_METAS = st.tuples(
+    st.integers(0, 2**40), st.integers(-(2**62), 2**62), st.integers(0, 2**62), st.integers(0, 2**64 - 1)
+)
+_PATHS = st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=8)
+_LISTINGS = st.dictionaries(_PATHS, _METAS, max_size=6)
+
+
+@given(_LISTINGS, _LISTINGS)
+def test_two_listings_have_one_digest_exactly_when_they_are_equal(one, other) -> None:
+    """The no-change rule compares listings by their digest: it must not run two apart."""
+    assert (listing_key(one) == listing_key(other)) == (one == other)
+    assert listing_key(dict(reversed(list(one.items())))) == listing_key(one)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from provgraph import Memory
 from provgraph.cli import cli
 from provgraph.lockfile import decode_lock
+from provgraph.replay import RECORD_NAMES
 from provgraph.state import FORMAT, State, StateStore
 
 from .helpers import (
@@ -76,8 +77,10 @@ def _stamped_at(lock: Path) -> float | None:
 
 
 def _leftovers(folder: Path) -> list[str]:
-    """What is in the state folder besides the cache and the lock's lock file."""
-    return sorted(path.name for path in folder.iterdir() if path.name not in ("cache.json", "flock"))
+    """What is in the state folder besides the cache, the lock's lock file and the commands'
+    last answers."""
+    own = {"cache.json", "flock", *RECORD_NAMES}
+    return sorted(path.name for path in folder.iterdir() if path.name not in own)
 
 
 def test_kill_9_at_random_moments_leaves_the_previous_or_the_next_state(root: Path) -> None:

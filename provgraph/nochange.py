@@ -1,0 +1,330 @@
+"""The no-change rule: when the last result is the answer a full scan would give, unread.
+
+Whether a derived file is stale depends only on the content of the memory files
+and of the sources they declare, and on the stamps in the lock.  The last full
+scan recorded what it saw of each of them (``Conditions``); when all of it
+looks the same now, no input of its result can have changed, and a scan would
+compute that very result again:
+
+1. the walk meets the same problems, with the same reading settings;
+2. the lock is the one the result was computed with (``lock_as_sealed``): the
+   same metadata, old enough that equal metadata proves equal bytes, or else
+   the same sha256 (and no sync tool's conflict copy beside it, which the
+   caller checks, since merging one changes the stamps);
+3. every memory file listed now has exactly the size, mtime, ctime and inode
+   recorded when it was last read (compared as one digest of the whole
+   listing, ``listing_key``), so none was added, removed, renamed or written;
+4. no memory file was modified within ``RACY_WINDOW_NS`` of that scan's start,
+   where equal metadata proves nothing (the rule git applies to its index);
+5. every declared source outside the listing (a file that is not ``*.md``, a
+   missing file, a refused one) looks as it did (``Watched``): still missing,
+   still refused for the same reason, or the same metadata, not racy.
+
+Everything here is pure but for ``sight_through``, which asks a ``FileSource``.
+The module imports nothing but ``enum``: the command
+line's quick answer (``replay``) applies the same rule before anything else
+of provgraph is imported.
+"""
+
+from __future__ import annotations
+
+import enum
+from array import array
+from itertools import chain
+
+from .lockname import LOCK_NAME, is_sync_copy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
+
+    from .files import FileSource
+
+__all__ = [
+    "LOCK_NAME",
+    "RACY_WINDOW_NS",
+    "Conditions",
+    "LockSeal",
+    "Look",
+    "Sight",
+    "Watched",
+    "decode_watched",
+    "encode_watched",
+    "holds",
+    "is_sync_copy",
+    "listing_key",
+    "lock_as_sealed",
+    "sight_through",
+    "watched_sources",
+]
+
+RACY_WINDOW_NS = 2_000_000_000
+"""A file whose mtime is this close to (or after) the previous scan's start may
+have been written again within the file system's timestamp granularity after
+it was read, with identical metadata; such a file is read again rather than
+trusted (the same rule git applies to its index)."""
+
+Meta = tuple[int, int, int, int]
+"""What stat says of a file: size, mtime_ns, ctime_ns, inode (``model.FileMeta`` is one)."""
+
+ProblemRow = tuple[str, str, str]
+"""A problem the walk met: path, kind (``ProblemKind`` value), detail."""
+
+
+class Sight(enum.Enum):
+    """What looking at a watched source found.  The values of the refusals are the
+    problem kinds a scan reports for them, as the cache writes them."""
+
+    FILE = "file"
+    """A regular file under the root, with its metadata."""
+    MISSING = "missing"
+    """No file of that name."""
+    OUTSIDE_ROOT = "outside-root"
+    """A path that leads out of the root: refused, never opened."""
+    NOT_REGULAR = "bad-entry"
+    """A folder, a FIFO, provgraph's own files: refused, never opened."""
+
+
+class _Record:
+    """A small frozen value compared by its fields (its ``__slots__``), as a ``NamedTuple``
+    would be; written out because importing ``typing`` would cost the command's quick
+    answer more than walking a small folder."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __init__(self, *values: object) -> None:
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}{self._fields()!r}"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+
+class Watched(_Record):
+    """One declared source outside the listing, as it looked."""
+
+    __slots__ = ("path", "sight", "meta")
+    path: str
+    sight: Sight
+    meta: Meta | None
+    """Only for ``Sight.FILE``."""
+
+    def __init__(self, path: str, sight: Sight, meta: Meta | None = None) -> None:
+        super().__init__(path, sight, meta)
+
+
+class LockSeal(_Record):
+    """What the lock was when the result was saved: its metadata, the sha256 of its bytes,
+    and when this was recorded.  The result holds only for that very lock."""
+
+    __slots__ = ("meta", "sha256", "recorded_ns")
+    meta: Meta
+    sha256: str
+    recorded_ns: int
+
+    def __init__(self, meta: Meta, sha256: str, recorded_ns: int) -> None:
+        super().__init__(meta, sha256, recorded_ns)
+
+
+class Conditions(_Record):
+    """What the last full scan saw of every input of its result (see the module's rule)."""
+
+    __slots__ = ("lock", "scan_started_ns", "walk_problems", "listing", "watched", "settings")
+    lock: LockSeal | None
+    scan_started_ns: int
+    """Real clock at the start of that scan (for the racy window)."""
+    walk_problems: tuple[ProblemRow, ...]
+    listing: str
+    """``listing_key`` of the memory files read, with their metadata when read."""
+    watched: tuple[Watched, ...]
+    settings: str
+    """The reading settings (the sources heading, the root's names) the result was made with."""
+
+    def __init__(
+        self,
+        lock: LockSeal | None,
+        scan_started_ns: int,
+        walk_problems: tuple[ProblemRow, ...],
+        listing: str,
+        watched: tuple[Watched, ...],
+        settings: str,
+    ) -> None:
+        super().__init__(lock, scan_started_ns, walk_problems, listing, watched, settings)
+
+
+class Look(_Record):
+    """What a refresh sees now: the walk's listing and problems, and its settings."""
+
+    __slots__ = ("listing", "walk_problems", "settings")
+    listing: Mapping[str, Meta]
+    walk_problems: tuple[ProblemRow, ...]
+    settings: str
+
+    def __init__(self, listing: Mapping[str, Meta], walk_problems: tuple[ProblemRow, ...], settings: str) -> None:
+        super().__init__(listing, walk_problems, settings)
+
+
+def holds(
+    conditions: Conditions,
+    look: Look,
+    lock_holds: Callable[[LockSeal | None], bool],
+    sight: Callable[[str], Watched | None],
+) -> bool:
+    """True when nothing the last result depends on can have changed (rules 1 to 5).
+
+    ``lock_holds`` applies ``lock_as_sealed`` to the lock on disk; ``sight`` looks at
+    one source (None when it cannot be looked at, which is never as before).  The
+    cheap comparisons come first; the lock, the digest and the watched sources after."""
+    if look.walk_problems != conditions.walk_problems or look.settings != conditions.settings:
+        return False
+    if not lock_holds(conditions.lock):
+        return False
+    limit = conditions.scan_started_ns - RACY_WINDOW_NS
+    if _newest(look.listing.values()) >= limit or listing_key(look.listing) != conditions.listing:
+        return False
+    return all(_as_before(sight(before.path), before, limit) for before in conditions.watched)
+
+
+def _as_before(now: Watched | None, before: Watched, limit: int) -> bool:
+    return now == before and (now.meta is None or max(now.meta[1], now.meta[2]) < limit)
+
+
+def _newest(metas: Iterable[Meta]) -> int:
+    """The latest mtime or ctime, in nanoseconds (0 for no file)."""
+    newest = 0
+    for meta in metas:
+        newest = max(newest, meta[1], meta[2])
+    return newest
+
+
+def lock_as_sealed(
+    seal: LockSeal | None, meta: Meta | None, read: Callable[[], bytes | None], known: bytes | None = None
+) -> bool:
+    """Rule 2, for a lock file with ``meta`` (None: there is none) and bytes ``read()``
+    gives when the metadata cannot prove them.  ``known``, bytes already checked to have
+    the seal's sha256, are compared instead of hashing what is read again."""
+    if meta is None or seal is None:
+        return meta is None and seal is None
+    if meta == seal.meta and max(meta[1], meta[2]) < seal.recorded_ns - RACY_WINDOW_NS:
+        return True
+    data = read()
+    if data is None:
+        return False
+    return data == known if known is not None else _sha256(data) == seal.sha256
+
+
+def listing_key(listing: Mapping[str, Meta]) -> str:
+    """A digest of every path with its metadata, independent of listing order.
+
+    The sorted paths joined by NUL (a path holds none), then their numbers, eight bytes
+    each: two listings have one key only if they are equal.  Built by C loops rather than
+    by formatting numbers as text, which would cost more than the walk of a large folder."""
+    paths = sorted(listing)
+    names = "\0".join(paths).encode("utf-8", "surrogatepass")  # any code point, one way
+    flat = chain.from_iterable(map(listing.__getitem__, paths))
+    try:
+        numbers, form = array("q", flat).tobytes(), b"q"
+    except OverflowError:  # an inode number past 2**63: written as text
+        numbers, form = " ".join(map(str, chain.from_iterable(map(listing.__getitem__, paths)))).encode(), b"t"
+    return _sha256(b"%s%d\0%s\0%s" % (form, len(paths), names, numbers))
+
+
+def _sha256(data: bytes) -> str:
+    """``hashlib.sha256``; for a small input, from CPython's own module where there is one:
+    ``hashlib`` loads OpenSSL first, which costs more than hashing a small folder's listing
+    (OpenSSL's is faster, which pays for a large one)."""
+    try:
+        module = __import__("_sha256" if len(data) < _SMALL else "hashlib")
+    except ImportError:
+        module = __import__("hashlib")
+    return str(module.sha256(data).hexdigest())
+
+
+_SMALL = 1 << 18
+
+
+# -- what the last scan watched, as the full path records it --------------------
+
+
+def watched_sources(
+    sources: Iterable[str],
+    read: Mapping[str, Meta],
+    refused: Mapping[str, str],
+    stats: Mapping[str, Meta],
+) -> tuple[Watched, ...]:
+    """The sources to watch outside the listing: every declared source (``sources``)
+    and every refused one (``refused``: path to problem kind value) not among the
+    memory files ``read``; ``stats`` holds the metadata of those that were files."""
+    watched = []
+    for path in sorted((set(sources) | refused.keys()) - read.keys()):
+        kind = refused.get(path)
+        meta = stats.get(path)
+        if kind is not None:
+            watched.append(Watched(path, Sight(kind)))
+        elif meta is None:
+            watched.append(Watched(path, Sight.MISSING))
+        else:
+            watched.append(Watched(path, Sight.FILE, tuple(meta)))  # type: ignore[arg-type]
+    return tuple(watched)
+
+
+def sight_through(files: FileSource) -> Callable[[str], Watched | None]:
+    """How a ``FileSource`` sees a watched source (rule 5)."""
+    from .files import NotRegular, OutsideRoot
+
+    def sight(path: str) -> Watched | None:
+        try:
+            meta = files.stat(path)
+        except OutsideRoot:
+            return Watched(path, Sight.OUTSIDE_ROOT)
+        except NotRegular:
+            return Watched(path, Sight.NOT_REGULAR)
+        except OSError:
+            return None
+        return Watched(path, Sight.MISSING) if meta is None else Watched(path, Sight.FILE, tuple(meta))  # type: ignore[arg-type]
+
+    return sight
+
+
+def encode_watched(watched: Iterable[Watched]) -> list[list[object]]:
+    """As the cache writes them: ``[path, [size, mtime, ctime, inode]]`` for a file,
+    ``[path, null]`` for a missing one, ``[path, kind]`` for a refused one."""
+    return [[item.path, _encode_sight(item)] for item in watched]
+
+
+def _encode_sight(item: Watched) -> list[int] | str | None:
+    if item.sight is Sight.FILE:
+        return list(item.meta or ())
+    return None if item.sight is Sight.MISSING else item.sight.value
+
+
+def decode_watched(rows: object) -> tuple[Watched, ...]:
+    """``encode_watched`` read back; ``ValueError`` for anything else."""
+    if not isinstance(rows, list):
+        raise ValueError("the watched sources must be a list")
+    return tuple(_decode_one(row) for row in rows)
+
+
+def _decode_one(row: object) -> Watched:
+    if not isinstance(row, list) or len(row) != 2 or not isinstance(row[0], str):
+        raise ValueError("a watched source must hold its path and what stat said")
+    path, seen = row
+    if seen is None:
+        return Watched(path, Sight.MISSING)
+    if isinstance(seen, str):
+        return Watched(path, Sight(seen))
+    if isinstance(seen, list) and len(seen) == 4 and all(type(number) is int for number in seen):
+        return Watched(path, Sight.FILE, (seen[0], seen[1], seen[2], seen[3]))
+    raise ValueError("a watched source must hold a stat result, null or a problem kind")

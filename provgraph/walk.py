@@ -1,0 +1,151 @@
+"""Looking at a memory folder without opening a file: the walk, and where a path leads.
+
+``files.LocalFiles`` lists and stats through these functions, and so does the
+command line's quick answer (``replay``), which must see exactly what a
+refresh sees; that is why they import nothing of provgraph but the no-change
+rule's vocabulary.  Hidden entries are skipped, symlinked folders are not
+followed, a symlink that leaves the root is reported and never opened, a
+name that is not UTF-8 is reported and never listed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat as stat_module
+
+from .nochange import Meta, ProblemRow, Sight, Watched
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = ["is_utf8", "place", "printable", "sight", "walk"]
+
+UNREADABLE = "unreadable"
+OUTSIDE_ROOT = "outside-root"
+"""The problem kinds the walk reports (``ProblemKind`` values)."""
+
+
+def walk(
+    root: str, real_root: str, meta_of: Callable[[os.stat_result], Meta]
+) -> tuple[dict[str, Meta], list[ProblemRow]]:
+    """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``),
+    by root-relative POSIX path, with ``meta_of`` its stat; and the problems met."""
+    walker = _Walker(real_root, meta_of)
+    walker.pending.append(("", root))
+    while walker.pending:
+        prefix, folder = walker.pending.pop()
+        try:
+            walker.folder(folder, prefix)
+        except OSError as error:
+            walker.problems.append((prefix.rstrip("/") or ".", UNREADABLE, _reason(error)))
+    return walker.found, walker.problems
+
+
+class _Walker:
+    """What one walk has found so far, and the folders it has still to list."""
+
+    __slots__ = ("found", "inside", "meta_of", "pending", "problems", "real_root")
+
+    def __init__(self, real_root: str, meta_of: Callable[[os.stat_result], Meta]) -> None:
+        self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
+        self.meta_of = meta_of
+        self.found: dict[str, Meta] = {}
+        self.problems: list[ProblemRow] = []
+        self.pending: list[tuple[str, str]] = []
+
+    def folder(self, folder: str, prefix: str) -> None:
+        """One folder's entries.  The common one, a regular ``.md`` file with an ASCII name,
+        is taken in the loop itself (a large folder has thousands); ``visit`` sorts out the rest."""
+        found, meta_of = self.found, self.meta_of
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith("."):
+                    continue
+                if name.endswith(".md") and name.isascii():
+                    try:
+                        if entry.is_file(follow_symlinks=False):
+                            found[prefix + name] = meta_of(entry.stat(follow_symlinks=False))
+                            continue
+                    except OSError:
+                        pass  # visited again below, where the problem is reported
+                self.visit(entry, prefix + name)
+
+    def visit(self, entry: os.DirEntry[str], path: str) -> None:
+        name = entry.name
+        try:
+            if not (name.isascii() or is_utf8(name)):
+                if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
+                    self.problems.append((printable(path), UNREADABLE, "its name is not valid UTF-8"))
+            elif entry.is_symlink():
+                self.visit_link(entry, path)
+            elif entry.is_dir(follow_symlinks=False):
+                self.pending.append((path + "/", entry.path))
+            elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                self.found[path] = self.meta_of(entry.stat(follow_symlinks=False))
+        except OSError as error:
+            self.problems.append((path, UNREADABLE, _reason(error)))
+
+    def visit_link(self, entry: os.DirEntry[str], path: str) -> None:
+        """Symlinked files inside the root count; folders are not followed (no loops)."""
+        resolved = os.path.realpath(entry.path)
+        if not (resolved == self.real_root or resolved.startswith(self.inside)):
+            if entry.name.endswith(".md"):
+                self.problems.append((path, OUTSIDE_ROOT, "symlink to a path outside the root"))
+            return
+        if entry.name.endswith(".md"):
+            try:
+                info = os.stat(entry.path)
+            except OSError:
+                return  # dangling link: skipped, never opened
+            if stat_module.S_ISREG(info.st_mode):
+                self.found[path] = self.meta_of(info)
+
+
+def place(root: str, real_root: str, path: str) -> tuple[Sight | None, str]:
+    """Where the root-relative ``path`` leads, resolved through every symlink, and the
+    refusal it meets: ``Sight.OUTSIDE_ROOT`` out of the root, ``Sight.NOT_REGULAR`` for
+    provgraph's own lock or state folder (never a source, whatever link leads there)."""
+    real = os.path.realpath(os.path.join(root, *path.split("/")))
+    if not (real == real_root or real.startswith(real_root.rstrip("/") + "/")):
+        return Sight.OUTSIDE_ROOT, real
+    folder, lock = os.path.join(real_root, ".provgraph"), os.path.join(real_root, "provgraph.lock")
+    if real in (lock, folder) or real.startswith(folder + "/"):
+        return Sight.NOT_REGULAR, real
+    return None, real
+
+
+def sight(root: str, real_root: str, path: str) -> Watched | None:
+    """What a refresh's ``LocalFiles.stat`` says of ``path``, as the no-change rule records it."""
+    refusal, real = place(root, real_root, path)
+    if refusal is not None:
+        return Watched(path, refusal)
+    try:
+        info = os.stat(real)
+    except (FileNotFoundError, NotADirectoryError):
+        return Watched(path, Sight.MISSING)
+    except OSError:
+        return None
+    if not stat_module.S_ISREG(info.st_mode):
+        return Watched(path, Sight.NOT_REGULAR)
+    return Watched(path, Sight.FILE, (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+def is_utf8(name: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (decoded as lone surrogates):
+    such a name cannot be written to JSON, so the file is reported, not listed."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable(path: str) -> str:
+    """``path`` with each byte that is not UTF-8 shown as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
