@@ -44,7 +44,7 @@ class SandboxFigures:
         return self.unchanged_seconds / self.memory_seconds
 
 
-def bench_sandbox(base: Path, rounds: int) -> list[SandboxFigures] | str:
+def bench_sandbox(base: Path, rounds: int, age: float = 2.2) -> list[SandboxFigures] | str:
     """The figures for each size, or why they could not be measured."""
     try:
         from agentscope.middleware import AgenticMemoryMiddleware
@@ -55,7 +55,7 @@ def bench_sandbox(base: Path, rounds: int) -> list[SandboxFigures] | str:
     except ImportError as error:
         return f"AgentScope is not installed ({error})"
     workloads = [generate(base / f"sandbox-{size}" / "Memory", size, seed=3) for size in SIZES]
-    time.sleep(2.2)  # let the files age past the racy window, as in the other warm figures
+    time.sleep(age)  # let the files age past the racy window, as in the other warm figures
     figures = []
     for workload in workloads:
         backend = SandboxBackend(delay=DELAY)
