@@ -5,15 +5,15 @@ default:
 
 # Run the whole test suite, in parallel on every core
 test *ARGS:
-    python -m pytest -q -n auto {{ARGS}}
+    python -m pytest -q -n auto --dist worksteal {{ARGS}}
 
 # The built-in example
 demo:
     provgraph demo
 
-# Benchmark against the floors (N files; see tests/bench)
-bench N="10000":
-    python -m tests.bench --files {{N}}
+# Benchmark against the floors (e.g. `just bench --files 1000 10000 --markdown`; see tests/bench)
+bench *ARGS:
+    python -m tests.bench {{ARGS}}
 
 # Lint, format check and types (mypy, strict: see pyproject.toml)
 lint:

@@ -56,7 +56,24 @@ def _launcher() -> Path:
     return command
 
 
+def _bytecode_kept_for_every_process() -> None:
+    """Let the processes the tests start compile each module once, not at every start.
+
+    Under ``PYTHONDONTWRITEBYTECODE`` every ``provgraph`` a test starts would compile the
+    package from source again, a quarter of its CPU time.  The children keep their bytecode
+    in a temporary folder of this run instead (``PYTHONPYCACHEPREFIX``), so nothing is
+    written beside the sources, as the variable asks.  Set before the parallel workers
+    start, it is theirs too."""
+    if not os.environ.pop("PYTHONDONTWRITEBYTECODE", ""):
+        return
+    if not os.environ.get("PYTHONPYCACHEPREFIX"):
+        folder = tempfile.mkdtemp(prefix="provgraph-bytecode-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ["PYTHONPYCACHEPREFIX"] = folder
+
+
 _code_under_test_for_every_process()
+_bytecode_kept_for_every_process()
 PROVGRAPH = _launcher()
 """The ``provgraph`` command of the tests; its folder may be put on ``PATH``."""
 

@@ -1,10 +1,16 @@
 """``python -m tests.bench``: provgraph timed against the cost of looking at the files.
 
+provgraph is timed as users run it: by default a wheel of the checkout is
+built and installed into a fresh virtual environment with its bytecode
+compiled (``install.py``); ``--in-place`` times the current interpreter's
+install instead (an editable one runs the checkout).
+
 Each figure is printed next to its *floor*, measured in the same run on the
 same folder, and the ratio of the two; runs of provgraph and of the floor
-alternate and the medians are compared, so a busy machine slows both.  The
-ratio of CPU time (user + system) is printed too: on a shared machine it
-moves less than the wall clock.
+alternate and the medians are compared, so a busy machine slows both.  Min and
+max are printed beside each median, and the ratio of CPU time (user + system)
+too: on a shared machine it moves less than the wall clock.  For each size of
+``--files`` (1,000 and 10,000 by default):
 
 - cold ``provgraph status --json`` (no state yet), whole process, against a
   Python process that reads and sha256-hashes every memory file;
@@ -12,15 +18,22 @@ moves less than the wall clock.
   Python process that walks the folder and stats every memory file;
 - warm after one plain file changed (staleness flows down its chains), against
   the same stat walk;
-- the agent hook on an unchanged 200-file folder, per call, in process,
-  against an in-process scandir+stat walk of that folder;
-- peak resident memory of each provgraph process;
+- warm with most derived files stale (the plain files above 90% of them
+  edited, then seen once), nothing changed since, against the same stat walk;
+- peak resident memory of each provgraph process.
+
+Then, once:
+
+- warm after the head of a 2,000-deep chain changed, against the stat walk;
+- the agent hook on an unchanged 200-file and 2,000-file folder, per call, in
+  process, against an in-process scandir+stat walk of that folder;
 - the AgentScope middleware through a sandbox that adds 5 ms to each backend
   call, at 200 and 2,000 files: backend calls and time of a check, against the
-  memory middleware's own ``on_system_prompt`` (``sandbox.py``).
+  memory middleware's own ``on_system_prompt`` (``sandbox.py``);
+- ``make -q`` and ``dvc status`` on the same lineage, expressed as a Makefile
+  and a dvc.yaml pipeline, where those tools are available.
 
-Then ``make -q`` and ``dvc status`` run on the same lineage, expressed as a
-Makefile and a dvc.yaml pipeline, where those tools are available.
+``--markdown`` prints the README's Performance tables from the run's figures.
 """
 
 from __future__ import annotations
@@ -39,13 +52,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
-from .generate import Workload, generate, write_dvc_yaml, write_makefile
-from .sandbox import bench_sandbox, print_sandbox
+from .generate import Workload, generate, generate_chain, write_dvc_yaml, write_makefile
+from .install import Interpreter, in_place, installed
+from .report import Measured, Other, Peak, markdown_tables
+from .sandbox import bench_sandbox, markdown_sandbox, print_sandbox
 from .watcher import bench_watcher, print_watcher
 
-GOALS = {"cold": 4.0, "warm": 3.0, "changed": 8.0, "hook": 5.0}
-RSS_GOAL_MB = 400
+GOALS = {
+    "cold": 2.5,  # cold status --json, 10,000 files / a read+sha256 process
+    "warm": 1.5,  # warm, nothing changed, 1,000 and 10,000 files / a stat-walk process
+    "many stale": 1.5,  # warm, 10,000 files, ~2,700 stale, nothing changed / a stat-walk process
+    "changed": 3.0,  # one source changed, 10,000 and 100,000 files / a stat-walk process
+    "hook": 0.05,  # on_system_prompt, nothing changed, 200 and 2,000 files / an in-process stat walk
+}
+"""The goals of the performance issue: each figure's ratio to its floor, at most."""
+RSS_GOAL_MB = 200
+"""Peak resident memory of any figure at 100,000 files, at most."""
+RSS_GOAL_FILES = 100_000
+SIZES = (1_000, 10_000)
 HOOK_FILES = 200
+CHAIN_DEPTH = 2_000
+STALE_SHARE = 0.9
+"""The many-stale figure edits plain files until this share of the derived files is stale."""
 DVC_MAX_FILES = 20_000
 """Above this, ``dvc commit`` alone takes many minutes: dvc is left out."""
 
@@ -66,6 +94,12 @@ STAT_FLOOR = _WALK.replace("VISIT", "entry.stat(follow_symlinks=False)")
 HASH_FLOOR = "import hashlib\n" + _WALK.replace(
     "VISIT", "\n                with open(entry.path, 'rb') as f: hashlib.sha256(f.read()).hexdigest()"
 )
+STAT_WALK_PROCESS = "stat-walk process"
+"""A Python process that walks the folder and stats every memory file."""
+HASH_PROCESS = "read + sha256 process"
+"""A Python process that reads and sha256-hashes every memory file."""
+STAT_WALK_IN_PROCESS = "in-process stat walk"
+"""A scandir + stat walk of the folder, in the process that calls the middleware."""
 
 
 @dataclass(frozen=True)
@@ -80,12 +114,16 @@ class Sample:
 
 @dataclass(frozen=True)
 class Figure:
+    """One measured thing beside its floor, both timed in the same run, on the same folder."""
+
     name: str
     measured: list[Sample]
     floor: list[Sample]
     goal: float | None
     scale: float = 1e3
     unit: str = "ms"
+    files: int = 0
+    floor_name: str = STAT_WALK_PROCESS
 
     @property
     def wall(self) -> float:
@@ -102,6 +140,19 @@ class Figure:
     @property
     def cpu_ratio(self) -> float:
         return median(sample.cpu for sample in self.measured) / median(sample.cpu for sample in self.floor)
+
+    @property
+    def peak_rss_mb(self) -> float:
+        return max(sample.max_rss_mb for sample in self.measured)
+
+    @property
+    def within_goal(self) -> bool:
+        return self.goal is None or self.ratio <= self.goal
+
+    def shown(self, samples: list[Sample], digits: int = 1) -> str:
+        """The median, then min-max in brackets: ``148.0 ms [140.2-161.9]``."""
+        seconds = [sample.seconds * self.scale for sample in samples]
+        return f"{median(seconds):.{digits}f} {self.unit} [{min(seconds):.{digits}f}–{max(seconds):.{digits}f}]"
 
 
 def run(command: list[str], *, cwd: str | None = None, env: dict | None = None, timeout: float | None = None) -> Sample:
@@ -133,12 +184,6 @@ def _wait4(process: subprocess.Popen, timeout: float | None):
         time.sleep(0.02)
 
 
-def provgraph_command() -> list[str]:
-    """The console script users run, next to this interpreter; else ``python -m provgraph``."""
-    script = Path(sys.executable).with_name("provgraph")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "provgraph"]
-
-
 def alternate(
     runs: int, floor: Callable[[], Sample], measured: Callable[[], Sample]
 ) -> tuple[list[Sample], list[Sample]]:
@@ -150,60 +195,138 @@ def alternate(
     return floors, samples
 
 
+AGE_SECONDS = 2.2
+"""How long the files are left to age before a warm figure (0 with ``--quick``, whose
+figures only show that the benchmark runs)."""
+
+
 def let_files_age() -> None:
     """A file written less than ~2 s before a scan is read again by the next scan, by
     design (its metadata proves nothing yet); the warm figures measure the steady state."""
-    time.sleep(2.2)
+    time.sleep(AGE_SECONDS)
 
 
 # -- whole processes ----------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
+class Commands:
+    """The commands timed on one folder, all run by the interpreter under test."""
+
+    status: list[str]
+    stat_floor: list[str]
+    hash_floor: list[str]
+    env: dict[str, str]
+
+    @classmethod
+    def on(cls, root: Path, interpreter: Interpreter) -> Commands:
+        python = interpreter.python
+        return cls(
+            [*interpreter.provgraph, "status", "--json", str(root)],
+            [python, "-c", STAT_FLOOR, str(root)],
+            [python, "-c", HASH_FLOOR, str(root)],
+            interpreter.env,
+        )
+
+    def status_run(self) -> Sample:
+        return run(self.status, env=self.env)
+
+    def stat_run(self) -> Sample:
+        return run(self.stat_floor, env=self.env)
+
+    def hash_run(self) -> Sample:
+        return run(self.hash_floor, env=self.env)
+
+
+@dataclass(frozen=True)
 class CliResult:
-    figures: list[Figure]
+    """The whole-process figures of one folder size, and what the edits left stale."""
+
+    files: int
+    cold: Figure
+    warm: Figure
+    changed: Figure
+    many_stale: Figure
     stale_after_change: int
 
+    @property
+    def figures(self) -> list[Figure]:
+        return [self.cold, self.warm, self.many_stale, self.changed]
 
-def bench_cli(workload: Workload, runs: int) -> CliResult:
-    root = str(workload.root)
-    status = [*provgraph_command(), "status", "--json", root]
-    hash_floor = [sys.executable, "-c", HASH_FLOOR, root]
-    stat_floor = [sys.executable, "-c", STAT_FLOOR, root]
+
+def bench_cli(workload: Workload, runs: int, interpreter: Interpreter) -> CliResult:
+    commands = Commands.on(workload.root, interpreter)
+    files = len(workload.files)
 
     def cold() -> Sample:
         shutil.rmtree(workload.root / ".provgraph", ignore_errors=True)
         (workload.root / "provgraph.lock").unlink(missing_ok=True)
-        return run(status)
+        return commands.status_run()
 
-    run(hash_floor), run(stat_floor), cold()  # fill the page cache and the bytecode caches
+    commands.hash_run(), commands.stat_run(), cold()  # fill the page cache
     let_files_age()
-    floors, colds = alternate(runs, lambda: run(hash_floor), cold)
-    stat_floors, warms = alternate(runs, lambda: run(stat_floor), lambda: run(status))
+    floors, colds = alternate(runs, commands.hash_run, cold)
+    stat_floors, warms = alternate(runs, commands.stat_run, commands.status_run)
     _check_same(colds[-1].stdout, warms[-1].stdout)
-    changed_floors, changeds = alternate(runs, lambda: run(stat_floor), _editing(workload, status))
-    stale = json.loads(changeds[-1].stdout)["counts"]["stale"]
-    if not stale:
-        raise RuntimeError(f"editing {workload.leaf} left nothing stale")
-    figures = [
-        Figure("cold status --json (whole process)", colds, floors, GOALS["cold"]),
-        Figure("warm status --json, nothing changed", warms, stat_floors, GOALS["warm"]),
-        Figure("warm status --json, one file changed", changeds, changed_floors, GOALS["changed"]),
-    ]
-    return CliResult(figures, stale)
+    changed_floors, changeds = alternate(runs, commands.stat_run, _editing(workload.root, [workload.leaf], commands))
+    stale = _stale_count(changeds[-1], workload.leaf)
+    many = bench_many_stale(workload, runs, commands)
+    return CliResult(
+        files,
+        Figure("cold status --json, no state yet", colds, floors, GOALS["cold"], files=files, floor_name=HASH_PROCESS),
+        Figure("warm status --json, nothing changed", warms, stat_floors, GOALS["warm"], files=files),
+        Figure("warm status --json, one file changed", changeds, changed_floors, GOALS["changed"], files=files),
+        many,
+        stale,
+    )
 
 
-def _editing(workload: Workload, status: list[str]) -> Callable[[], Sample]:
-    """Append a line to the plain file at the top of a chain, then run ``status``."""
-    leaf = workload.root / workload.leaf
+def bench_many_stale(workload: Workload, runs: int, commands: Commands) -> Figure:
+    """Most derived files stale, nothing changed since the scan that saw it: the answer
+    is as large as it gets, and still nothing needs reading."""
+    edited = workload.sources_reaching(STALE_SHARE)
+    _editing(workload.root, edited, commands)()
+    let_files_age()
+    commands.status_run()  # reads again what the last scan saw inside the racy window
+    floors, warms = alternate(runs, commands.stat_run, commands.status_run)
+    stale = _stale_count(warms[-1], ", ".join(edited))
+    name = f"warm status --json, {stale:,} stale, nothing changed"
+    return Figure(name, warms, floors, GOALS["many stale"], files=len(workload.files))
+
+
+def bench_chain(base: Path, depth: int, runs: int, interpreter: Interpreter) -> Figure:
+    """The head of a chain of ``depth`` derived files changes: staleness flows all the way down."""
+    workload = generate_chain(base / "chain", depth)
+    commands = Commands.on(workload.root, interpreter)
+    commands.status_run()  # adopts every declaration
+    let_files_age()
+    floors, changeds = alternate(runs, commands.stat_run, _editing(workload.root, [workload.leaf], commands))
+    stale = _stale_count(changeds[-1], workload.leaf)
+    if stale != depth:
+        raise RuntimeError(f"editing the head of a {depth}-deep chain left {stale} stale files")
+    name = f"warm status --json, head of a {depth:,}-deep chain changed"
+    return Figure(name, changeds, floors, None, files=len(workload.files))
+
+
+def _editing(root: Path, paths: list[str], commands: Commands) -> Callable[[], Sample]:
+    """Append a line to each of ``paths``, then run ``status``."""
     edits = iter(range(1_000_000))
 
     def changed() -> Sample:
-        with open(leaf, "a", encoding="utf-8") as handle:
-            handle.write(f"An edit ({next(edits)}).\n")
-        return run(status)
+        number = next(edits)
+        for path in paths:
+            with open(root / path, "a", encoding="utf-8") as handle:
+                handle.write(f"An edit ({number}).\n")
+        return commands.status_run()
 
     return changed
+
+
+def _stale_count(sample: Sample, edited: str) -> int:
+    stale = json.loads(sample.stdout)["counts"]["stale"]
+    if not stale:
+        raise RuntimeError(f"editing {edited} left nothing stale")
+    return stale
 
 
 def _check_same(cold: bytes, warm: bytes) -> None:
@@ -232,13 +355,13 @@ def stat_walk(folder: str) -> int:
     return count
 
 
-def bench_hook(base: Path, rounds: int, calls: int) -> tuple[Figure, str]:
+def bench_hook(base: Path, rounds: int, calls: int, files: int = HOOK_FILES) -> tuple[Figure, str]:
     """Per-call cost of the agent hook on an unchanged folder (the middleware when it exists).
 
     Many short rounds, floor and hook in turn, so that a burst of load on a
     shared machine lands on both."""
-    memory = base / "agent" / "Memory"
-    generate(memory, HOOK_FILES, seed=2)
+    memory = base / f"agent-{files}" / "Memory"
+    generate(memory, files, seed=2)
     let_files_age()
     call, label, note = _hook_call(memory.parent, memory)
     call()
@@ -247,7 +370,8 @@ def bench_hook(base: Path, rounds: int, calls: int) -> tuple[Figure, str]:
     for _ in range(rounds):
         floors.append(_per_call(lambda: stat_walk(str(memory)), calls))
         measured.append(_per_call(call, calls))
-    return Figure(label, measured, floors, GOALS["hook"], 1e6, "µs"), note
+    figure = Figure(label, measured, floors, GOALS["hook"], 1e6, "µs", files, STAT_WALK_IN_PROCESS)
+    return figure, note
 
 
 def _per_call(call: Callable[[], object], calls: int) -> Sample:
@@ -264,14 +388,14 @@ def _hook_call(workdir: Path, memory: Path) -> tuple[Callable[[], object], str, 
         from provgraph import Memory
 
         note = f"ProvenanceMiddleware is not available ({error}); Memory(root).refresh() was timed instead"
-        return Memory(memory).refresh, f"Memory.refresh(), {HOOK_FILES} files, per call", note
+        return Memory(memory).refresh, "Memory.refresh(), nothing changed, per call", note
     middleware = ProvenanceMiddleware(workdir=str(workdir), memory_dir=memory.name)
     loop = asyncio.new_event_loop()
 
     def call() -> str:
         return loop.run_until_complete(middleware.on_system_prompt(None, "You are a helpful assistant."))
 
-    return call, f"ProvenanceMiddleware.on_system_prompt, {HOOK_FILES} files", ""
+    return call, "ProvenanceMiddleware.on_system_prompt, nothing changed, per call", ""
 
 
 # -- other tools ----------------------------------------------------------------
@@ -335,33 +459,43 @@ def bench_dvc(workload: Workload, runs: int, explicit: str | None, budget: float
 
 
 def print_figures(figures: list[Figure]) -> None:
-    print(f"{'figure':<54} {'provgraph':>11} {'floor':>11} {'ratio':>7}  {'goal':<8} {'CPU ratio':>9}")
+    print(
+        f"{'figure':<62} {'files':>7} {'provgraph [min–max]':>27} {'floor [min–max]':>27}"
+        f" {'ratio':>7}  {'goal':<10} {'CPU ratio':>9}"
+    )
     for figure in figures:
-        measured = f"{figure.wall * figure.scale:.1f} {figure.unit}"
-        floor = f"{figure.floor_wall * figure.scale:.1f} {figure.unit}"
-        goal = f"≤ {figure.goal:g}×" if figure.goal else ""
-        verdict = "ok" if figure.goal is None or figure.ratio <= figure.goal else "OVER"
+        goal = f"≤ {figure.goal:g}×" if figure.goal is not None else ""
+        verdict = "" if figure.goal is None else "ok" if figure.within_goal else "OVER"
         print(
-            f"{figure.name:<54} {measured:>11} {floor:>11} {figure.ratio:>6.1f}×  {goal:<5} {verdict:<4}"
-            f" {figure.cpu_ratio:>6.1f}×"
+            f"{figure.name:<62} {figure.files:>7,} {figure.shown(figure.measured):>27}"
+            f" {figure.shown(figure.floor):>27} {figure.ratio:>6.2f}×  {goal:<6} {verdict:<4}"
+            f" {figure.cpu_ratio:>8.2f}×"
         )
 
 
+def peaks(results: list[CliResult]) -> list[Peak]:
+    names = ("cold", "warm", "many stale", "one change")
+    return [
+        Peak(result.files, {name: figure.peak_rss_mb for name, figure in zip(names, result.figures, strict=True)})
+        for result in results
+    ]
+
+
+def print_peaks(found: list[Peak]) -> None:
+    for peak in found:
+        shown = ", ".join(f"{name} {value:.0f} MB" for name, value in peak.megabytes.items())
+        print(f"peak RSS of provgraph, {peak.files:,} files: {shown} ({RSS_GOAL})")
+
+
+RSS_GOAL = f"goal ≤ {RSS_GOAL_MB} MB at {RSS_GOAL_FILES:,} files"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--files", type=int, default=10_000, help="memory files in the generated folder (default 10000)"
-    )
-    parser.add_argument(
-        "--runs", type=int, default=None, help="alternating runs per figure (default 7; 2 with --quick)"
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="few runs and no dvc: a smoke test of the benchmark itself"
-    )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the generated folder (default 1)")
-    parser.add_argument("--dvc", metavar="PATH", help="the dvc executable (default: importable dvc, else dvc on PATH)")
-    parser.add_argument("--keep", action="store_true", help="keep the generated folders")
-    options = parser.parse_args(argv)
+    global AGE_SECONDS
+    options = _parser().parse_args(argv)
+    if options.quick:
+        AGE_SECONDS = 0.0  # a smoke test of the benchmark: no steady state to wait for
+    options.command = " ".join(["python -m tests.bench", *(sys.argv[1:] if argv is None else argv)])
     runs = options.runs or (2 if options.quick else 7)
     base = Path(tempfile.mkdtemp(prefix="provgraph-bench-"))
     try:
@@ -374,51 +508,118 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--files",
+        type=int,
+        nargs="+",
+        default=list(SIZES),
+        metavar="N",
+        help="sizes of the generated folders (default 1000 10000; add 100000 for the large figures)",
+    )
+    parser.add_argument(
+        "--chain", type=int, default=CHAIN_DEPTH, help=f"derived files in the deep chain (default {CHAIN_DEPTH})"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=None, help="alternating runs per figure (default 7; 2 with --quick)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="few runs, no dvc, no wait for files to age: a smoke test of the benchmark itself",
+    )
+    parser.add_argument(
+        "--in-place",
+        action="store_true",
+        help="time the current interpreter's provgraph (maybe an editable install) instead of a fresh install",
+    )
+    parser.add_argument("--markdown", action="store_true", help="also print the README's Performance tables")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the generated folders (default 1)")
+    parser.add_argument("--dvc", metavar="PATH", help="the dvc executable (default: importable dvc, else dvc on PATH)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated folders")
+    return parser
+
+
 def _bench(options: argparse.Namespace, runs: int, base: Path) -> None:
     started = time.perf_counter()
-    workload = generate(base / "memory", options.files, options.seed)
-    print(
-        f"provgraph benchmark: {len(workload.files):,} files, {len(workload.sources):,} derived, "
-        f"longest chain {workload.depth}; {runs} alternating runs, medians"
-    )
-    print(
-        f"machine: {os.cpu_count()} cores, {_cpu_model()}, Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}"
-    )
-    cli = bench_cli(workload, runs)
+    interpreter = in_place() if options.in_place else installed(base / "install")
+    load = os.getloadavg()[0]
+    print(f"provgraph benchmark: {runs} alternating runs per figure; medians, min–max in brackets")
+    print(f"provgraph timed: {interpreter.description}")
+    workloads, results = [], []
+    for files in options.files:
+        workloads.append(generate(base / f"memory-{files}", files, options.seed))
+        results.append(bench_cli(workloads[-1], runs, interpreter))
+    figures = [figure for result in results for figure in result.figures]
+    figures.append(bench_chain(base, options.chain, runs, interpreter))
     hook, note = bench_hook(base, rounds=5 if options.quick else 40, calls=10 if options.quick else 25)
+    hook_large, _ = bench_hook(base, rounds=5 if options.quick else 20, calls=3 if options.quick else 10, files=2_000)
     print()
-    print_figures([*cli.figures, hook])
-    peaks = ", ".join(
-        f"{name} {max(s.max_rss_mb for s in figure.measured):.0f} MB"
-        for name, figure in zip(("cold", "warm", "changed"), cli.figures, strict=True)
-    )
-    print(f"peak RSS of provgraph: {peaks} (goal ≤ {RSS_GOAL_MB} MB at 100,000 files)")
-    print(f"after the edit of {workload.leaf}: {cli.stale_after_change} stale files")
-    if note:
-        print(f"note: {note}")
+    print_figures([*figures, hook, hook_large])
+    print_peaks(peaks(results))
+    _print_edits(workloads, results, note)
     print_watcher(bench_watcher(base, stat_walk, rounds=5 if options.quick else 40, calls=10 if options.quick else 100))
-    print_sandbox(bench_sandbox(base, rounds=5 if options.quick else 20))
-    _print_others(workload, runs, options, cli.figures)
+    sandbox = bench_sandbox(base, rounds=5 if options.quick else 20, age=AGE_SECONDS)
+    print_sandbox(sandbox)
+    others = _others(workloads[-1], runs, options, results[-1].changed)
+    print_others(others)
+    machine = _machine(load)
+    print(f"\nmachine: {machine}")
+    if options.markdown:
+        timed = "a non-editable install, bytecode compiled" if not options.in_place else "the current install"
+        measured = Measured(
+            options.command,
+            machine,
+            timed,
+            [*figures, hook, hook_large],
+            peaks(results),
+            RSS_GOAL,
+            markdown_sandbox(sandbox),
+            others,
+        )
+        print("\n" + markdown_tables(measured))
     print(f"\nbenchmark time: {time.perf_counter() - started:.0f} s")
 
 
-def _print_others(workload: Workload, runs: int, options: argparse.Namespace, figures: list[Figure]) -> None:
+def _print_edits(workloads: list[Workload], results: list[CliResult], note: str) -> None:
+    for workload, result in zip(workloads, results, strict=True):
+        print(
+            f"{result.files:,} files, {len(workload.sources):,} derived, longest chain {workload.depth}:"
+            f" {result.stale_after_change} stale after the edit of {workload.leaf}"
+        )
+    if note:
+        print(f"note: {note}")
+
+
+def _others(workload: Workload, runs: int, options: argparse.Namespace, changed: Figure) -> list[Other]:
     """The same question, is anything out of date, asked of other tools on the folder as
     the edits left it."""
+    files = len(workload.files)
     make_time, make_note = bench_make(workload, runs)
     if options.quick:
         dvc_time, dvc_note = None, "left out with --quick"
     else:
         dvc_time, dvc_note = bench_dvc(workload, min(runs, 2), options.dvc, budget=300)
-    print("\nthe same lineage in other tools, after the edits (wall time, median):")
-    rows = [
-        ("provgraph status --json", figures[2].wall, "hashes what changed; staleness through every level"),
-        ("make -q all (Makefile)", make_time, f"{make_note}; compares mtimes only"),
-        ("dvc status (dvc.yaml)", dvc_time, dvc_note),
+    return [
+        Other("provgraph status --json", files, changed.wall, "hashes what changed; staleness through every level"),
+        Other("make -q all (Makefile)", files, make_time, f"{make_note}; compares mtimes only"),
+        Other("dvc status (dvc.yaml)", files, dvc_time, dvc_note),
     ]
-    for name, seconds, note in rows:
-        shown = "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
-        print(f"  {name:<26} {shown:>11}  {note}")
+
+
+def print_others(others: list[Other]) -> None:
+    print("\nthe same lineage in other tools, after the edits (wall time, median):")
+    for other in others:
+        shown = "n/a" if other.seconds is None else f"{other.seconds * 1e3:.1f} ms"
+        print(f"  {other.name:<26} {other.files:>7,} files {shown:>11}  {other.note}")
+
+
+def _machine(load_at_start: float) -> str:
+    return (
+        f"{os.cpu_count()} cores ({_cpu_model()}), Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')},"
+        f" load average {load_at_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end"
+    )
 
 
 def _cpu_model() -> str:

@@ -17,6 +17,7 @@ that other tools can be timed on the same graph.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import posixpath
 import random
@@ -24,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Workload", "generate", "write_dvc_yaml", "write_makefile"]
+__all__ = ["Workload", "generate", "generate_chain", "write_dvc_yaml", "write_makefile"]
 
 DERIVED_SHARE = 0.30
 BODY_BYTES = 2000
@@ -76,6 +77,19 @@ class Workload:
                     queue.append(child)
         return found
 
+    def sources_reaching(self, share: float) -> list[str]:
+        """Plain files, earliest first, until the files derived from them make up ``share``
+        of the derived files: the files to edit for a folder where most derived files are stale."""
+        wanted, reached, chosen = share * len(self.sources), set(), []
+        used = {source for sources in self.sources.values() for source in sources}
+        for path in self.files:
+            if len(reached) >= wanted:
+                break
+            if path in used and path not in self.sources:
+                chosen.append(path)
+                reached |= self.descendants(path)
+        return chosen
+
 
 def generate(root: str | os.PathLike[str], files: int, seed: int = 1) -> Workload:
     """Write ``files`` memory files (``MEMORY.md`` included) below ``root``."""
@@ -98,6 +112,20 @@ def generate(root: str | os.PathLike[str], files: int, seed: int = 1) -> Workloa
         paths.append("MEMORY.md")
     workload = Workload(root, tuple(paths), sources, "")
     return Workload(root, workload.files, sources, _pick_leaf(rng, workload))
+
+
+def generate_chain(root: str | os.PathLike[str], depth: int) -> Workload:
+    """A line of ``depth`` derived files below one plain file, each derived from the one
+    before it: the worst case for walking chains.  The plain file is the ``leaf``."""
+    root = Path(root)
+    paths = [f"chain/link-{index:05d}.md" for index in range(depth + 1)]
+    sources = {path: (source,) for source, path in itertools.pairwise(paths)}
+    rng = random.Random(depth)
+    for index, path in enumerate(paths):
+        chosen = list(sources.get(path, ()))
+        _write(root / path, _content(rng, path, chosen, index))
+    _write(root / "MEMORY.md", _index(paths[:50]))
+    return Workload(root, (*paths, "MEMORY.md"), sources, paths[0])
 
 
 def _folders(rng: random.Random, count: int) -> list[str]:

@@ -19,6 +19,7 @@ from statistics import median
 from typing import Any
 
 from .generate import Workload, generate
+from .report import SANDBOX_TITLE
 
 SIZES = (200, 2000)
 DELAY = 0.005
@@ -43,7 +44,7 @@ class SandboxFigures:
         return self.unchanged_seconds / self.memory_seconds
 
 
-def bench_sandbox(base: Path, rounds: int) -> list[SandboxFigures] | str:
+def bench_sandbox(base: Path, rounds: int, age: float = 2.2) -> list[SandboxFigures] | str:
     """The figures for each size, or why they could not be measured."""
     try:
         from agentscope.middleware import AgenticMemoryMiddleware
@@ -54,7 +55,7 @@ def bench_sandbox(base: Path, rounds: int) -> list[SandboxFigures] | str:
     except ImportError as error:
         return f"AgentScope is not installed ({error})"
     workloads = [generate(base / f"sandbox-{size}" / "Memory", size, seed=3) for size in SIZES]
-    time.sleep(2.2)  # let the files age past the racy window, as in the other warm figures
+    time.sleep(age)  # let the files age past the racy window, as in the other warm figures
     figures = []
     for workload in workloads:
         backend = SandboxBackend(delay=DELAY)
@@ -119,3 +120,24 @@ def print_sandbox(figures: list[SandboxFigures] | str) -> None:
         for (name, shown, goal, unit), value in zip(rows, values, strict=True):
             verdict = "ok" if value <= goal else "OVER"
             print(f"  {figure.files:>6} {name:<40} {shown:>10} {f'≤ {goal:g}{unit}':>8} {verdict}")
+
+
+def markdown_sandbox(figures: list[SandboxFigures] | str) -> str:
+    """The README's sandbox table: one column per folder size."""
+    title = f"{SANDBOX_TITLE}, {DELAY * 1e3:g} ms per call"
+    if isinstance(figures, str):
+        return f"{title} | |\n| --- | --- |\n| n/a | {figures} |"
+    sizes = "".join(f" {figure.files:,} files |" for figure in figures)
+    memory = " / ".join(f"{figure.memory_seconds * 1e3:.1f}" for figure in figures)
+    rows = [
+        ("backend calls, nothing changed", [f"{f.unchanged_calls}" for f in figures], f"≤ {GOAL_UNCHANGED_CALLS}"),
+        ("backend calls, after one edit", [f"{f.edited_calls}" for f in figures], f"≤ {GOAL_EDITED_CALLS}"),
+        (
+            f"time, nothing changed, against the memory middleware's `on_system_prompt` ({memory} ms)",
+            [f"{f.ratio:.1f}×" for f in figures],
+            f"≤ {GOAL_RATIO:g}×",
+        ),
+    ]
+    lines = [f"{title} |{sizes} goal |", "| --- |" + " ---: |" * (len(figures) + 1)]
+    lines += [f"| {name} | {' | '.join(values)} | {goal} |" for name, values, goal in rows]
+    return "\n".join(lines)

@@ -102,7 +102,9 @@ def _per_call(call: Callable[[], object], calls: int) -> float:
 
 
 def print_watcher(figures: list[WatcherFigure] | str) -> None:
-    print("\nProvenanceMiddleware.on_system_prompt, local folder unchanged, answered from the watch (per call):")
+    print(
+        "\nthe watch alone: ProvenanceMiddleware.on_system_prompt, local folder unchanged, answered from the watch (per call):"
+    )
     if isinstance(figures, str):
         print(f"  not measured: {figures}")
         return
