@@ -7,8 +7,10 @@ stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from operator import itemgetter
@@ -191,6 +193,20 @@ class Memory:
         unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:
             return _with_hints(replace(unchanged, root=str(self.root), scanned_at=now), listing)
+        with _collector_paused():
+            return self._rescan(listing, walk_problems, started_ns, now, restamp, save=save)
+
+    def _rescan(
+        self,
+        listing: dict[str, FileMeta],
+        walk_problems: list[Problem],
+        started_ns: int,
+        now: datetime,
+        restamp: frozenset[str],
+        *,
+        save: bool,
+    ) -> Report:
+        """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
         from .scan import scan  # the no-change path above needs neither
         from .stamps import reconcile
 
@@ -266,6 +282,24 @@ class Memory:
         if meta is None:
             return recorded is None
         return meta == recorded and max(meta.mtime_ns, meta.ctime_ns) < limit
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for one scan after a change, back as it was after.
+
+    Such a scan builds several objects per memory file (the cache's rows, the stamps, the
+    edges) and keeps them all to the end, so each automatic collection walks every one of
+    them again, to free nothing: none of them is part of a cycle.  At 10,000 files that
+    was a fifth of the scan's time.  Memory no longer needed is still freed at once, by
+    reference counting; a host that turned the collector off keeps it off."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def _exists(files: FileSource, path: str) -> bool:

@@ -13,6 +13,7 @@ same lock bytes.
 from __future__ import annotations
 
 import enum
+import gc
 import os
 import posixpath
 import shutil
@@ -188,3 +189,39 @@ def test_only_a_declaration_with_a_wiki_link_resolves_differently_when_other_fil
     entries = tuple(entries)
     then, now = resolve_entries(declaring, entries, Lookup(before)), resolve_entries(declaring, entries, Lookup(after))
     assert then == now or follows_listing(entries)
+
+
+class _CollectorWatchingFiles(provgraph.files.LocalFiles):
+    """The real files, noting whether the cycle collector was on at each read."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.collector_on: list[bool] = []
+
+    def read(self, path: str, limit: int | None = None) -> bytes:
+        self.collector_on.append(gc.isenabled())
+        return super().read(path, limit)
+
+
+def test_a_refresh_after_a_change_pauses_the_cycle_collector_and_leaves_it_as_it_found_it(memory) -> None:
+    """A host process keeps its collector: on after every refresh when it was on (after an
+    error too), off when the host had turned it off; only the scan itself runs without it."""
+    memory.write("facts.md", "the facts\n")
+    memory.write("profile.md", "a profile\n", derived_from="facts.md")
+    files = _CollectorWatchingFiles(memory.root)
+    refresh = Memory(memory.root, files=files).refresh
+    assert gc.isenabled()
+    refresh(now=T0)
+    assert files.collector_on and not any(files.collector_on)  # every file read with it paused
+    assert gc.isenabled()
+    memory.write("facts.md", "the facts, edited\n")
+    with pytest.raises(NotDerived):
+        Memory(memory.root, files=files).stamp(["facts.md"], now=T0 + DAY)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        memory.write("facts.md", "the facts, edited again\n")
+        assert [entry.path for entry in refresh(now=T0 + 2 * DAY).stale] == ["profile.md"]
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
