@@ -203,6 +203,19 @@ class Memory:
         if unchanged is not None:
             last, held = unchanged
             return _with_hints(replace(last, root=str(self.root), scanned_at=now), listing), held
+        return self._rescan(listing, walk_problems, started_ns, now, restamp, save=save)
+
+    def _rescan(
+        self,
+        listing: dict[str, FileMeta],
+        walk_problems: list[Problem],
+        started_ns: int,
+        now: datetime,
+        restamp: frozenset[str],
+        *,
+        save: bool,
+    ) -> tuple[Report, nochange.Conditions | None]:
+        """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
         from .scan import scan  # the no-change path above needs neither
         from .stamps import reconcile
 

@@ -231,26 +231,42 @@ def split_cache(data: bytes) -> tuple[bytes, bytes, bytes]:
 
 def decode_seen(table: dict[str, Any]) -> dict[str, Seen]:
     """One row per file, decoded in one tight loop, each row let go as soon as it is read
-    (a scan after a change needs them all, never twice)."""
-    from .declarations import NOTHING, Declaration
+    (a scan after a change needs them all, never twice).  Most rows declare nothing and
+    are built from their values as they are, after one check of their types."""
+    from .declarations import NOTHING
     from .scan import Seen
 
     seen = {}
+    make_meta, make_seen = FileMeta._make, Seen._make
     while table:
-        path, (size, mtime_ns, ctime_ns, inode, sha, declaration, *resolved) = table.popitem()
-        meta = FileMeta(int(size), int(mtime_ns), int(ctime_ns), int(inode))
-        if declaration is not None:
-            entries, derived_at, problems = declaration or ((), None, ())
-            if entries or derived_at is not None or problems:
-                declaration = Declaration(
-                    tuple(text(entry) for entry in entries),
-                    optional_text(derived_at),
-                    tuple((ProblemKind(kind), text(detail)) for kind, detail in problems),
-                )
-            else:
-                declaration = NOTHING
-        seen[text(path)] = Seen(meta, optional_text(sha), declaration, _decode_resolved(path, resolved))
+        path, row = table.popitem()
+        if type(path) is not str or tuple(map(type, row[:4])) != _META_TYPES or len(row) not in (6, 7):
+            raise Corrupt("a file's row must hold its metadata (four whole numbers), hash and declaration")
+        declaration = row[5]
+        if declaration == []:
+            declaration = NOTHING
+        elif declaration is not None:
+            declaration = _decode_declaration(declaration)
+        resolved = _decode_resolved(path, row[6:])
+        seen[path] = make_seen((make_meta(row[:4]), optional_text(row[4]), declaration, resolved))
     return seen
+
+
+_META_TYPES = (int, int, int, int)
+"""Size, mtime_ns, ctime_ns, inode, as orjson reads them back."""
+
+
+def _decode_declaration(row: Any) -> Declaration:
+    from .declarations import NOTHING, Declaration
+
+    entries, derived_at, problems = row
+    if not entries and derived_at is None and not problems:
+        return NOTHING
+    return Declaration(
+        tuple(text(entry) for entry in entries),
+        optional_text(derived_at),
+        tuple((ProblemKind(kind), text(detail)) for kind, detail in problems),
+    )
 
 
 def _decode_resolved(path: str, rest: list[Any]) -> Resolution | None:

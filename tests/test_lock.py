@@ -219,7 +219,20 @@ def test_any_interleaving_of_two_locks_loads_the_newest_stamp_of_each_edge(ours,
     assert read == decode_lock(b"".join(sorted(lines)))  # the order of the lines never matters
 
 
-_DAMAGE = st.sampled_from(["", "   ", "<<<<<<< ours", "=======", ">>>>>>> theirs", "[1, 2]", "not json", "[] []"])
+_DAMAGE = st.sampled_from(
+    [
+        *("", "   ", "<<<<<<< ours", "=======", ">>>>>>> theirs", "[1, 2]", "not json", "[] []"),
+        # rows of the right length whose values a lock never holds
+        '["a.md", "b.md", null, true, null, null]',
+        '["a.md", "", null, 1, null, null]',
+        '["a.md", "b\\u0000.md", null, 1, null, null]',
+        '["a.md", "b.md", "ABC", 1, null, null]',
+        '["a.md", "b.md", null, -1, null, null]',
+        '["a.md", "b.md", null, 1, 1e300, null]',
+        '["a.md", "b.md", null, "1", null, null]',
+        '["a.md", "b.md", null, 1, null, 7]',
+    ]
+)
 
 
 @settings(max_examples=200, deadline=None)

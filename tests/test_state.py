@@ -272,6 +272,14 @@ def test_a_lock_with_damaged_lines_is_kept_aside_and_its_valid_lines_load(lived,
         pytest.param(lambda data: orjson.dumps({**orjson.loads(data), "version": 99}), id="unknown-version"),
         pytest.param(lambda data: b"[1, 2, 3]", id="json-list"),
         pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2],'), id="wrong-shape"),
+        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":["1",2,3,4,null,[]],'), id="text-size"),
+        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,true,null,[]],'), id="bool-inode"),
+        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,null],'), id="row-short"),
+        pytest.param(
+            lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,null,[],[[],[]],0],'), id="row-long"
+        ),
+        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,null,[1]],'), id="declaration"),
+        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,7,[]],'), id="hash"),
     ],
 )
 def test_an_unreadable_cache_is_kept_aside_and_the_answer_is_the_same(lived, memory, clock, logged, damage) -> None:

@@ -102,9 +102,7 @@ def _per_call(call: Callable[[], object], calls: int) -> float:
 
 
 def print_watcher(figures: list[WatcherFigure] | str) -> None:
-    print(
-        "\nthe watch alone: ProvenanceMiddleware.on_system_prompt, local folder unchanged, answered from the watch (per call):"
-    )
+    print("\nthe watch alone: ProvenanceMiddleware.on_system_prompt, local folder unchanged (per call):")
     if isinstance(figures, str):
         print(f"  not measured: {figures}")
         return
