@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_code_map_names_only_modules_that_exist_and_every_agentscope_role() -> None:
+def test_the_code_map_names_every_module_and_only_modules_that_exist() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     code_map = readme[readme.index("The code reads in the order the data flows") :]
     named = {name.removeprefix("integrations/") for name in re.findall(r"`((?:integrations/)?\w+\.py)`", code_map)}
@@ -17,5 +17,5 @@ def test_the_code_map_names_only_modules_that_exist_and_every_agentscope_role() 
     integrations = {path.name for path in package.glob("integrations/*.py")}
 
     assert named <= core | integrations
-    assert {"queries.py", "render.py", "answers.py", "clock.py", "paths.py", "cli.py"} <= named
+    assert core - {"__init__.py", "__main__.py"} <= named, "a module the code map does not place"
     assert integrations - {"__init__.py"} <= named
