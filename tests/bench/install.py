@@ -57,7 +57,10 @@ def installed(base: Path) -> Interpreter:
     purelib = Path(_query(python, "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
     (purelib / "_current_environment.pth").write_text("\n".join(_site_folders()) + "\n", encoding="utf-8")
     env = _clean_environment()
+    # --ignore-installed: pip sees the current environment's provgraph through the .pth line,
+    # and would call the wheel installed already
     pip = [str(python), "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--no-deps", "--no-index"]
+    pip.append("--ignore-installed")
     subprocess.run([*pip, "--quiet", str(wheel)], check=True, env=env, capture_output=True)
     subprocess.run([str(python), "-m", "compileall", "-q", str(purelib / PACKAGE)], check=True, env=env)
     origin = _origin(str(python), env)
