@@ -268,10 +268,29 @@ class Memory:
             return None
         rows = tuple((problem.path, problem.kind.value, problem.detail) for problem in walk_problems)
         look = nochange.Look(listing, rows, self._settings)
-        if not nochange.holds(recall.conditions, look, self._store.lock_unchanged, nochange.sight_through(self.files)):
+        if not nochange.holds(recall.conditions, look, self._store.lock_unchanged, _sight_through(self.files)):
             return None
         report = recall.report
         return None if report is None else (report, recall.conditions)
+
+
+def _sight_through(files: FileSource) -> Callable[[str], nochange.Watched | None]:
+    """How a ``FileSource`` sees a watched source (rule 5)."""
+
+    def sight(path: str) -> nochange.Watched | None:
+        try:
+            meta = files.stat(path)
+        except OutsideRoot:
+            return nochange.Watched(path, nochange.Sight.OUTSIDE_ROOT)
+        except NotRegular:
+            return nochange.Watched(path, nochange.Sight.NOT_REGULAR)
+        except OSError:
+            return None
+        if meta is None:
+            return nochange.Watched(path, nochange.Sight.MISSING)
+        return nochange.Watched(path, nochange.Sight.FILE, (meta.size, meta.mtime_ns, meta.ctime_ns, meta.inode))
+
+    return sight
 
 
 def _exists(files: FileSource, path: str) -> bool:

@@ -20,7 +20,8 @@ compute that very result again:
    missing file, a refused one) looks as it did (``Watched``): still missing,
    still refused for the same reason, or the same metadata, not racy.
 
-Everything here is pure but for ``sight_through``, which asks a ``FileSource``.
+Everything here is pure: how a source is looked at is passed in (``api`` asks its
+``FileSource``, the command's quick answer ``walk.sight``).
 The module imports nothing but ``enum``: the command
 line's quick answer (``replay``) applies the same rule before anything else
 of provgraph is imported.
@@ -38,7 +39,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
 
-    from .files import FileSource
 
 __all__ = [
     "LOCK_NAME",
@@ -54,7 +54,6 @@ __all__ = [
     "is_sync_copy",
     "listing_key",
     "lock_as_sealed",
-    "sight_through",
     "watched_sources",
 ]
 
@@ -278,24 +277,6 @@ def watched_sources(
         else:
             watched.append(Watched(path, Sight.FILE, tuple(meta)))  # type: ignore[arg-type]
     return tuple(watched)
-
-
-def sight_through(files: FileSource) -> Callable[[str], Watched | None]:
-    """How a ``FileSource`` sees a watched source (rule 5)."""
-    from .files import NotRegular, OutsideRoot
-
-    def sight(path: str) -> Watched | None:
-        try:
-            meta = files.stat(path)
-        except OutsideRoot:
-            return Watched(path, Sight.OUTSIDE_ROOT)
-        except NotRegular:
-            return Watched(path, Sight.NOT_REGULAR)
-        except OSError:
-            return None
-        return Watched(path, Sight.MISSING) if meta is None else Watched(path, Sight.FILE, tuple(meta))  # type: ignore[arg-type]
-
-    return sight
 
 
 def encode_watched(watched: Iterable[Watched]) -> list[list[object]]:
