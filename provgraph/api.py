@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -198,7 +199,7 @@ class Memory:
         """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
         started_ns = wall_ns()
         listing, walk_problems = self.files.walk()
-        walk_problems = sorted(set(walk_problems), key=lambda p: (p.path, p.kind.value, p.detail))
+        walk_problems = sorted(set(walk_problems), key=attrgetter("row"))
         unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:
             last, held = unchanged
@@ -266,7 +267,7 @@ class Memory:
         recall = self._store.recall()
         if recall is None:
             return None
-        rows = tuple((problem.path, problem.kind.value, problem.detail) for problem in walk_problems)
+        rows = tuple(problem.row for problem in walk_problems)
         look = nochange.Look(listing, rows, self._settings)
         if not nochange.holds(recall.conditions, look, self._store.lock_unchanged, _sight_through(self.files)):
             return None

@@ -206,7 +206,7 @@ def _encode_declaration(declaration: Declaration | None) -> list[object] | tuple
 
 
 def encode_problem(problem: Problem) -> list[str]:
-    return [problem.path, problem.kind.value, problem.detail]
+    return list(problem.row)
 
 
 # -- reading the cache ---------------------------------------------------------------------

@@ -96,6 +96,12 @@ class Problem:
     kind: ProblemKind
     detail: str
 
+    @property
+    def row(self) -> tuple[str, str, str]:
+        """Path, kind and detail as text: the order problems are listed in, and how the
+        no-change rule records and compares the walk's problems."""
+        return self.path, self.kind.value, self.detail
+
 
 @dataclass(frozen=True, slots=True)
 class Stamp:

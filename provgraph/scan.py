@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import NamedTuple
 
 from .declarations import (
@@ -126,7 +127,7 @@ def scan(
         declarations=declarations,
         derived_at={path: derived_at[path] for path in declarations.keys() | withheld.keys()},
         sources={source: state for source, state in states.items() if source not in reader.refused},
-        problems=tuple(sorted(set(problems), key=_problem_order)),
+        problems=tuple(sorted(set(problems), key=attrgetter("row"))),
         seen=reader.seen,
         refused={source: kind for source, (kind, _) in reader.refused.items()},
         contents=reader.contents(listing) if missing else {},
@@ -172,10 +173,6 @@ def _drop_refused(
         if remaining:
             kept[path] = remaining
     return kept
-
-
-def _problem_order(problem: Problem) -> tuple[str, str, str]:
-    return problem.path, problem.kind.value, problem.detail
 
 
 class _Reader:

@@ -49,7 +49,7 @@ from .codec import (
     split_cache,
     stream,
 )
-from .codec import Corrupt as _Corrupt  # the names the no-change record's code reads
+from .codec import Corrupt as _Corrupt  # the codec's names, private to the store
 from .codec import check_format as _check_format
 from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
@@ -608,7 +608,7 @@ def _conditions(state: State, seal: LockSeal | None) -> Conditions:
         {path: kind.value for path, kind in state.refused.items()},
         {path: seen.meta for path, seen in state.seen.items()},
     )
-    rows = tuple(_problem_row(problem) for problem in state.walk_problems)
+    rows = tuple(problem.row for problem in state.walk_problems)
     return Conditions(seal, state.scan_started_ns, rows, listing_key(read), watched, state.settings)
 
 
@@ -619,16 +619,12 @@ def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
     conditions = Conditions(
         _decode_seal(data["lock"]),
         int(data["scan_started_ns"]),
-        tuple(_problem_row(_decode_problem(row)) for row in data["walk_problems"]),
+        tuple(_decode_problem(row).row for row in data["walk_problems"]),
         _text(data["listing"]),
         decode_watched(data["watched"]),
         _text(data.get("settings", "")),
     )
     return Recall(_text(data["root"]), conditions, report)
-
-
-def _problem_row(problem: Problem) -> tuple[str, str, str]:
-    return problem.path, problem.kind.value, problem.detail
 
 
 def _decode_seal(data: object) -> LockSeal | None:
