@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import PROVGRAPH
+from conftest import PROVGRAPH, launch
 
 from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads, stamp_command
 
@@ -35,16 +35,13 @@ def hook(root: Path | str, event: dict | str | None, *args: str, now: str = at(1
     """Run the hook as Claude Code does: the event as JSON on stdin. Returns (code, stdout, stderr)."""
     data = event if isinstance(event, str) or event is None else json.dumps(event)
     environment = {key: value for key, value in os.environ.items() if key != "PROVGRAPH_NOW"}
-    done = subprocess.run(
-        [os.fspath(PROVGRAPH), "hook", "claude-code", os.fspath(root), *args],
-        input=data if data is not None else "",
+    done = launch(
+        ["hook", "claude-code", os.fspath(root), *args],
+        input=(data or "").encode(),
         cwd=cwd,
         env={**environment, "PROVGRAPH_NOW": now},
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
-    return done.returncode, done.stdout, done.stderr
+    return done.code, done.stdout.decode(), done.stderr.decode()
 
 
 def event(name: str, session: str = "s-1", **fields) -> dict:

@@ -1,4 +1,4 @@
-"""Tools of the stress suite: the real command in a subprocess, file sources that
+"""Tools of the stress suite: the real command in a process of its own, file sources that
 misbehave on purpose, and checks that output holds no traceback and no escape."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import contextlib
 import errno
 import os
 import signal
-import subprocess
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import PROVGRAPH
+from conftest import launch
 
 from provgraph.files import LocalFiles
 from provgraph.model import FileMeta
@@ -41,14 +40,8 @@ class Done:
 
 def provgraph(*args: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None, **env: str) -> Done:
     """Run ``provgraph ARGS`` (the code under test) with the pinned clock; output must be UTF-8."""
-    done = subprocess.run(
-        [PROVGRAPH, *map(os.fspath, args)],
-        cwd=cwd,
-        env=environment(**env),
-        capture_output=True,
-        timeout=TIMEOUT,
-    )
-    return Done(done.returncode, done.stdout.decode("utf-8"), done.stderr.decode("utf-8"))
+    done = launch(args, cwd=cwd, env=environment(**env), timeout=TIMEOUT)
+    return Done(done.code, done.stdout.decode("utf-8"), done.stderr.decode("utf-8"))
 
 
 def environment(**extra: str) -> dict[str, str]:
