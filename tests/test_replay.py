@@ -19,13 +19,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import PROVGRAPH
+from conftest import launch
 
 import provgraph.clock as clock
 import provgraph.nochange
@@ -49,15 +49,27 @@ class Run:
     """True when the quick answer printed it (the API was never imported)."""
 
 
+QUICK_MARK = "quick answer printed it\n"
+"""A last stderr line the tests add when ``replay.answer`` answered; taken off again."""
+
+
 def provgraph(*args: str, cwd: Path, env: dict[str, str] | None = None) -> Run:
-    """The ``provgraph`` command as installed, with ``-X importtime`` to see which path answered."""
-    environment = {**os.environ, **SETTINGS, **(env or {})}
-    command = [sys.executable, "-X", "importtime", str(PROVGRAPH), *args]
-    done = subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=60)
-    lines = done.stderr.splitlines(keepends=True)
-    imports = [line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")]
-    stderr = "".join(line for line in lines if not line.startswith("import time:"))
-    return Run(done.returncode, done.stdout, stderr, bool(imports) and "provgraph.api" not in imports)
+    """The ``provgraph`` command (its console script, ``launch``), marked when the quick answer
+    printed it.  That it then imports no API is shown once, in a fresh interpreter, below."""
+    answer = replay.answer
+
+    def marked(argv: Sequence[str]) -> int | None:
+        code = answer(argv)
+        if code is not None:
+            os.write(2, QUICK_MARK.encode())
+        return code
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(replay, "answer", marked)
+        done = launch(args, cwd=cwd, env={**os.environ, **SETTINGS, **(env or {})})
+    stderr = done.stderr.decode()
+    quick = stderr.endswith(QUICK_MARK)
+    return Run(done.code, done.stdout.decode(), stderr.removesuffix(QUICK_MARK) if quick else stderr, quick)
 
 
 @contextlib.contextmanager
