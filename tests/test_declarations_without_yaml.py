@@ -186,12 +186,59 @@ def _through_yaml(head: bytes) -> declarations.Declaration:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(declarations, "_entries_without_yaml", decline)
+        patch.setattr(declarations, "_common_declaration", lambda _: None)
         return read_declaration(head)
 
 
 @settings(max_examples=1500, deadline=None)
 @given(frontmatters())
 def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> None:
+    assert read_declaration(head) == _through_yaml(head)
+
+
+_COMMON_NAME = st.one_of(
+    _PATH,
+    st.sampled_from(["a b.md", "a+b.md", "-a.md", ".a.md", "a.md#x", "a:b.md", "a #b.md", "notes", "x 1", "~"]),
+)
+_COMMON_LINK = st.builds(
+    lambda text, target, extra: f"[{text}]({target}{extra})",
+    st.sampled_from(["User facts", "B", "", "Facts, the raw ones", "a+b", "x/y", "a: b", "#", "a]b"]),
+    _PATH,
+    st.sampled_from(["", "", "#top", "%20x", "#a b", ")"]),
+)
+
+
+@st.composite
+def common_forms(draw: st.DrawFn) -> bytes:
+    """Declarations in the forms the quick reader takes (plain names and Markdown links in a
+    comma list, ``[a, b]`` or ``- a`` lines), near misses of them, and lines around them
+    that may change how YAML reads them."""
+    entries = draw(st.lists(st.one_of(_COMMON_NAME, _COMMON_NAME, _COMMON_LINK), min_size=1, max_size=4))
+    key = "derived_from:" + draw(st.sampled_from([" ", " ", "  ", "", " \n"]))
+    form = draw(st.sampled_from(["comma", "inline", "block"]))
+    if form == "block":
+        indent = draw(st.sampled_from(["", "  ", "  ", "    "]))
+        dash = draw(st.sampled_from(["- ", "- ", "-  "]))
+        trailing = draw(st.sampled_from(["", "", "  "]))
+        lines = [key.rstrip(" \n")] + [f"{indent}{dash}{entry}{trailing}" for entry in entries]
+    else:
+        joined = draw(st.sampled_from([", ", ",", " , "])).join(entries)
+        lines = [key + ("[" + joined + "]" if form == "inline" else joined)]
+    if draw(st.booleans()):
+        lines.insert(draw(st.integers(1, len(lines))), draw(st.sampled_from(["", "   ", "  - x.md", "  other: x"])))
+    before = draw(st.lists(_OTHER_LINES, max_size=3))
+    after = draw(st.lists(_OTHER_LINES, max_size=3))
+    if draw(st.booleans()):
+        opener, closer = draw(st.sampled_from(_AROUND))
+        before.append(opener)
+        after.insert(draw(st.integers(0, len(after))), closer)
+    text = "---\n" + "\n".join([*before, *"\n".join(lines).split("\n"), *after]) + "\n---\nThe body.\n"
+    return text.encode("utf-8")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(common_forms())
+def test_the_quick_reader_of_the_common_forms_declines_or_agrees_with_yaml(head: bytes) -> None:
     assert read_declaration(head) == _through_yaml(head)
 
 
@@ -315,3 +362,15 @@ def test_every_declaration_the_benchmark_writes_is_read_without_yaml(declared: t
     head, entries = declared
     with _yaml_unusable():
         assert read_declaration(head).entries == entries
+
+
+@settings(max_examples=200, deadline=None)
+@given(benchmark_declarations())
+def test_every_declaration_the_benchmark_writes_is_read_by_the_quick_reader(
+    declared: tuple[bytes, tuple[str, ...]],
+) -> None:
+    head, entries = declared
+    block = head.decode().split("---\n")[1]
+    quick = declarations._common_declaration(block)
+    assert quick is not None
+    assert quick.entries == entries
