@@ -11,9 +11,14 @@ it must read exactly as the YAML path does: the same entries, the same
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from conftest import PROVGRAPH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -374,3 +379,32 @@ def test_every_declaration_the_benchmark_writes_is_read_by_the_quick_reader(
     quick = declarations._common_declaration(block)
     assert quick is not None
     assert quick.entries == entries
+
+
+def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp_path: Path) -> None:
+    """``provgraph status`` with no state yet, over every common form (and a description
+    that is not valid YAML): the answer is read without the YAML library ever loading."""
+    root = tmp_path / "memory"
+    (root / "notes").mkdir(parents=True)
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes tea.\n")
+    (root / "notes" / "b.md").write_text("---\nname: b\n---\nb\n")
+    declared = {
+        "comma.md": ["derived_from: facts.md, notes/b.md"],
+        "inline.md": ["description: Note: an unquoted colon", "derived_from: [facts.md, [B](notes/b.md)]"],
+        "notes/block.md": ["derived_from:", "  - ../facts.md", "  - /notes/b.md", "derived_at: 2026-11-10"],
+        "notes/linked.md": ["derived_from: [Facts](../facts.md), b.md"],
+    }
+    for path, lines in declared.items():
+        (root / path).write_text("---\n" + "\n".join(["name: x", *lines]) + "\n---\nbody\n")
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--json", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import")}
+    assert done.returncode == 0, done.stderr
+    assert "provgraph.scan" in imported
+    assert "yaml" not in imported
+    report = json.loads(done.stdout)
+    assert report["counts"] == {"files": 6, "derived": 4, "stale": 0, "cycles": 0, "problems": 0}
