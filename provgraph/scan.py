@@ -214,7 +214,7 @@ class _Reader:
         frontmatter) is marked unsettled and not cached, so the next scan reads it
         again rather than trusting a reading that said nothing."""
         old = self.previous.get(path)
-        if self._trusted(old, meta) and old is not None and old.declaration is not None:
+        if old is not None and old.declaration is not None and self._trusted(old, meta):
             self.seen[path] = old
             return old.declaration
         try:
@@ -229,7 +229,7 @@ class _Reader:
         if not truncated and self._kept + len(head) <= _KEEP_BYTES:
             self._content[path] = head
             self._kept += len(head)
-        declaration = read_declaration(head[:FRONTMATTER_LIMIT], truncated, self.sources_heading)
+        declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, self.sources_heading)
         if remembered and not declaration.entries and (declaration.problems or frontmatter_incomplete(head)):
             self.unsettled.add(path)
             if not declaration.problems:
@@ -247,7 +247,7 @@ class _Reader:
             return kept
         resolved = resolve_entries(path, declaration.entries, lookup)
         if seen is not None:
-            self.seen[path] = seen._replace(resolved=resolved)
+            self.seen[path] = Seen(seen.meta, seen.sha256, seen.declaration, resolved)  # _replace, without its cost
         return resolved
 
     def source(self, path: str, meta: FileMeta | None) -> SourceState:
@@ -299,7 +299,7 @@ class _Reader:
         else:
             hasher = getattr(self.files, "sha256", None)
             sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()
-        self.seen[path] = Seen(meta, sha) if current is None else current._replace(meta=meta, sha256=sha)
+        self.seen[path] = Seen(meta, sha) if current is None else Seen(meta, sha, current.declaration, current.resolved)
         return sha
 
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from provgraph import ProblemKind
-from provgraph.declarations import FRONTMATTER_LIMIT, read_declaration, resolve_entries
+from provgraph import ProblemKind, declarations
+from provgraph.declarations import FRONTMATTER_LIMIT, Lookup, read_declaration, resolve_entries
 
 
 def declared(text: str | bytes, declaring: str = "notes/x.md") -> tuple[tuple[str, ...], list[ProblemKind]]:
@@ -272,3 +275,21 @@ def test_problems_name_their_file_and_never_stop_the_scan(memory, clock) -> None
         ("typed.md", ProblemKind.BAD_FRONTMATTER),
     ]
     assert report.problems[0].detail == "../../etc/passwd"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.sampled_from(["x.md", "notes/x.md", "a/b/x.md", "/x.md"]),
+    st.text(st.sampled_from("ab./-_ ~:\\#[]()<>|%\x00"), max_size=10),
+    st.sampled_from([(), ("/srv/Memory",), ("/srv/Memory", "/srv")]),
+)
+def test_a_plain_path_entry_resolves_as_every_other_entry_does(
+    declaring: str, entry: str, roots: tuple[str, ...]
+) -> None:
+    """Entries of plain path characters take a shorter way; it must end where the general one does."""
+    lookup = Lookup(frozenset({"x.md", "a/b.md"}), roots)
+    quick = resolve_entries(declaring, (entry, "/srv/Memory/" + entry), lookup)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(declarations, "_PLAIN_PATH", re.compile(r"(?!)"))
+        general = resolve_entries(declaring, (entry, "/srv/Memory/" + entry), lookup)
+    assert quick == general

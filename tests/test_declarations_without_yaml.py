@@ -11,9 +11,14 @@ it must read exactly as the YAML path does: the same entries, the same
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from conftest import PROVGRAPH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -186,12 +191,59 @@ def _through_yaml(head: bytes) -> declarations.Declaration:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(declarations, "_entries_without_yaml", decline)
+        patch.setattr(declarations, "_common_declaration", lambda _: None)
         return read_declaration(head)
 
 
 @settings(max_examples=1500, deadline=None)
 @given(frontmatters())
 def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> None:
+    assert read_declaration(head) == _through_yaml(head)
+
+
+_COMMON_NAME = st.one_of(
+    _PATH,
+    st.sampled_from(["a b.md", "a+b.md", "-a.md", ".a.md", "a.md#x", "a:b.md", "a #b.md", "notes", "x 1", "~"]),
+)
+_COMMON_LINK = st.builds(
+    lambda text, target, extra: f"[{text}]({target}{extra})",
+    st.sampled_from(["User facts", "B", "", "Facts, the raw ones", "a+b", "x/y", "a: b", "#", "a]b"]),
+    _PATH,
+    st.sampled_from(["", "", "#top", "%20x", "#a b", ")"]),
+)
+
+
+@st.composite
+def common_forms(draw: st.DrawFn) -> bytes:
+    """Declarations in the forms the quick reader takes (plain names and Markdown links in a
+    comma list, ``[a, b]`` or ``- a`` lines), near misses of them, and lines around them
+    that may change how YAML reads them."""
+    entries = draw(st.lists(st.one_of(_COMMON_NAME, _COMMON_NAME, _COMMON_LINK), min_size=1, max_size=4))
+    key = "derived_from:" + draw(st.sampled_from([" ", " ", "  ", "", " \n"]))
+    form = draw(st.sampled_from(["comma", "inline", "block"]))
+    if form == "block":
+        indent = draw(st.sampled_from(["", "  ", "  ", "    "]))
+        dash = draw(st.sampled_from(["- ", "- ", "-  "]))
+        trailing = draw(st.sampled_from(["", "", "  "]))
+        lines = [key.rstrip(" \n")] + [f"{indent}{dash}{entry}{trailing}" for entry in entries]
+    else:
+        joined = draw(st.sampled_from([", ", ",", " , "])).join(entries)
+        lines = [key + ("[" + joined + "]" if form == "inline" else joined)]
+    if draw(st.booleans()):
+        lines.insert(draw(st.integers(1, len(lines))), draw(st.sampled_from(["", "   ", "  - x.md", "  other: x"])))
+    before = draw(st.lists(_OTHER_LINES, max_size=3))
+    after = draw(st.lists(_OTHER_LINES, max_size=3))
+    if draw(st.booleans()):
+        opener, closer = draw(st.sampled_from(_AROUND))
+        before.append(opener)
+        after.insert(draw(st.integers(0, len(after))), closer)
+    text = "---\n" + "\n".join([*before, *"\n".join(lines).split("\n"), *after]) + "\n---\nThe body.\n"
+    return text.encode("utf-8")
+
+
+@settings(max_examples=1500, deadline=None)
+@given(common_forms())
+def test_the_quick_reader_of_the_common_forms_declines_or_agrees_with_yaml(head: bytes) -> None:
     assert read_declaration(head) == _through_yaml(head)
 
 
@@ -315,3 +367,44 @@ def test_every_declaration_the_benchmark_writes_is_read_without_yaml(declared: t
     head, entries = declared
     with _yaml_unusable():
         assert read_declaration(head).entries == entries
+
+
+@settings(max_examples=200, deadline=None)
+@given(benchmark_declarations())
+def test_every_declaration_the_benchmark_writes_is_read_by_the_quick_reader(
+    declared: tuple[bytes, tuple[str, ...]],
+) -> None:
+    head, entries = declared
+    block = head.decode().split("---\n")[1]
+    quick = declarations._common_declaration(block)
+    assert quick is not None
+    assert quick.entries == entries
+
+
+def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp_path: Path) -> None:
+    """``provgraph status`` with no state yet, over every common form (and a description
+    that is not valid YAML): the answer is read without the YAML library ever loading."""
+    root = tmp_path / "memory"
+    (root / "notes").mkdir(parents=True)
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes tea.\n")
+    (root / "notes" / "b.md").write_text("---\nname: b\n---\nb\n")
+    declared = {
+        "comma.md": ["derived_from: facts.md, notes/b.md"],
+        "inline.md": ["description: Note: an unquoted colon", "derived_from: [facts.md, [B](notes/b.md)]"],
+        "notes/block.md": ["derived_from:", "  - ../facts.md", "  - /notes/b.md", "derived_at: 2026-11-10"],
+        "notes/linked.md": ["derived_from: [Facts](../facts.md), b.md"],
+    }
+    for path, lines in declared.items():
+        (root / path).write_text("---\n" + "\n".join(["name: x", *lines]) + "\n---\nbody\n")
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--json", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import")}
+    assert done.returncode == 0, done.stderr
+    assert "provgraph.scan" in imported
+    assert "yaml" not in imported
+    report = json.loads(done.stdout)
+    assert report["counts"] == {"files": 6, "derived": 4, "stale": 0, "cycles": 0, "problems": 0}
