@@ -28,6 +28,7 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scratch import scratch_folder
 
 pytest.importorskip("agentscope")
 pytest.importorskip("inotify_simple")
@@ -117,7 +118,7 @@ class Folder:
 
 @contextmanager
 def folder(*, state_outside: bool = False) -> Iterator[Folder]:
-    with tempfile.TemporaryDirectory() as base:
+    with scratch_folder() as base:
         made = Folder(Path(base), state_outside=state_outside)
         try:
             yield made

@@ -76,8 +76,8 @@ def test_the_generated_folder_is_the_same_for_a_seed_and_holds_chains(tmp_path: 
 
 def _quick_run() -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.bench", "--quick", "--runs", "2", "--files", "300", "--chain", "20"]
-        + ["--in-place", "--markdown"],
+        [sys.executable, "-m", "tests.bench", "--quick", "--runs", "2", "--files", "100", "--chain", "20"]
+        + ["--agent-files", "20", "100", "--in-place", "--markdown"],
         cwd=REPOSITORY,
         env={**os.environ, "PYTHONPATH": os.fspath(REPOSITORY)},
         capture_output=True,

@@ -78,20 +78,28 @@ _ENTRY = st.one_of(
 )
 
 
+# Strategies built once: a strategy made inside a draw is validated anew at every example,
+# which costs more than the test itself.
+_KEY = st.sampled_from(["derived_from:"] * 7 + ["derived_from :"])
+_GAP = st.sampled_from([" "] * 6 + ["  ", "", "\t"])
+_COMMENT = st.sampled_from([""] * 6 + ["  # note", " #note", "#x"])
+_FORM = st.sampled_from(["comma", "inline", "block"])
+_SEPARATOR = st.sampled_from([", ", ",", " , "])
+_CLOSING = st.sampled_from(["]", "]", ", ]", "", "] x"])
+_INDENT = st.sampled_from(["", "  ", "  ", "    ", "\t"])
+_ENTRIES = st.lists(_ENTRY, min_size=1, max_size=4)
+
+
 @st.composite
 def _derived_from(draw: st.DrawFn) -> list[str]:
     """The ``derived_from`` lines, in one of the forms or a damaged one."""
-    entries = draw(st.lists(_ENTRY, min_size=1, max_size=4))
-    key = draw(st.sampled_from(["derived_from:"] * 7 + ["derived_from :"]))
-    gap = draw(st.sampled_from([" "] * 6 + ["  ", "", "\t"]))
-    comment = draw(st.sampled_from([""] * 6 + ["  # note", " #note", "#x"]))
-    form = draw(st.sampled_from(["comma", "inline", "block"]))
+    entries = draw(_ENTRIES)
+    key, gap, comment, form = draw(_KEY), draw(_GAP), draw(_COMMENT), draw(_FORM)
     if form == "comma":
-        return [key + gap + draw(st.sampled_from([", ", ",", " , "])).join(entries) + comment]
+        return [key + gap + draw(_SEPARATOR).join(entries) + comment]
     if form == "inline":
-        closing = draw(st.sampled_from(["]", "]", ", ]", "", "] x"]))
-        return [key + gap + "[" + ", ".join(entries) + closing + comment]
-    indent = draw(st.sampled_from(["", "  ", "  ", "    ", "\t"]))
+        return [key + gap + "[" + ", ".join(entries) + draw(_CLOSING) + comment]
+    indent = draw(_INDENT)
     lines = [key + comment] + [f"{indent}- {entry}" for entry in entries]
     if draw(st.booleans()):
         lines.insert(draw(st.integers(1, len(lines))), draw(st.sampled_from(["", "  ", " " + indent + "- x.md"])))
@@ -153,14 +161,27 @@ _AROUND = [
 ]
 
 
+_METADATA_INDENT = st.sampled_from(["  ", "  ", "    ", " "])
+_METADATA_KEY = st.sampled_from(["metadata:", "metadata:", "metadata:  # nested", "metadata: {"])
+_METADATA_AFTER = st.sampled_from(["  odd: indentation", "x: y", ""])
+
+
 @st.composite
 def _metadata(draw: st.DrawFn, inner: list[str]) -> list[str]:
-    indent = draw(st.sampled_from(["  ", "  ", "    ", " "]))
-    lines = [draw(st.sampled_from(["metadata:", "metadata:", "metadata:  # nested", "metadata: {"]))]
+    indent = draw(_METADATA_INDENT)
+    lines = [draw(_METADATA_KEY)]
     lines += [indent + line if line else line for line in inner]
     if draw(st.booleans()):
-        lines.append(draw(st.sampled_from(["  odd: indentation", "x: y", ""])))
+        lines.append(draw(_METADATA_AFTER))
     return lines
+
+
+_BEFORE = st.lists(_OTHER_LINES, max_size=4)
+_AFTER = st.lists(_OTHER_LINES, max_size=3)
+_INSIDE_METADATA = st.lists(_OTHER_LINES, max_size=2)
+_OPENER_CLOSER = st.sampled_from(_AROUND)
+_NEWLINE = st.sampled_from(["\n", "\n", "\r\n"])
+_BOM = st.sampled_from(["", "", "\ufeff"])
 
 
 @st.composite
@@ -168,17 +189,17 @@ def frontmatters(draw: st.DrawFn) -> bytes:
     """A whole file head: frontmatter of the common forms among odd lines, in any encoding
     detail a file may have (a byte order mark, CRLF, unicode)."""
     declaration = draw(_derived_from())
-    before = draw(st.lists(_OTHER_LINES, max_size=4))
-    after = draw(st.lists(_OTHER_LINES, max_size=3))
+    before = draw(_BEFORE)
+    after = draw(_AFTER)
     if draw(st.integers(0, 3)) == 0:
-        declaration = draw(_metadata(draw(st.lists(_OTHER_LINES, max_size=2)) + declaration))
+        declaration = draw(_metadata(draw(_INSIDE_METADATA) + declaration))
     if draw(st.booleans()):  # around the declaration, something that may swallow it
-        opener, closer = draw(st.sampled_from(_AROUND))
+        opener, closer = draw(_OPENER_CLOSER)
         before.append(opener)
         after.insert(draw(st.integers(0, len(after))), closer)
     lines = before + declaration + after
-    newline = draw(st.sampled_from(["\n", "\n", "\r\n"]))
-    bom = draw(st.sampled_from(["", "", "\ufeff"]))
+    newline = draw(_NEWLINE)
+    bom = draw(_BOM)
     text = bom + "---" + newline + newline.join(lines) + newline + "---" + newline + "The body.\n"
     return text.encode("utf-8")
 

@@ -16,7 +16,6 @@ import enum
 import os
 import posixpath
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scratch import scratch_folder
 
 import provgraph.api
 import provgraph.files
@@ -149,7 +149,7 @@ def _as_if_in(root: Path, answer: Report | str) -> Report | str:
 @settings(max_examples=60, deadline=None)
 @given(_STEPS, _STEPS)
 def test_a_warm_refresh_after_any_edits_answers_as_a_cold_scan_of_a_copy(setup, steps) -> None:
-    with tempfile.TemporaryDirectory(prefix="provgraph-incremental-") as base, trusted_cache():
+    with scratch_folder(prefix="provgraph-incremental-") as base, trusted_cache():
         folder = Folder(Path(base) / "memory")
         folder.root.mkdir()
         for number, (step, path, entries, other) in enumerate(setup):

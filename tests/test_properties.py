@@ -22,7 +22,6 @@ import posixpath
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -34,6 +33,7 @@ import networkx as nx
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from scratch import scratch_folder
 
 import provgraph.api
 import provgraph.files
@@ -428,7 +428,7 @@ def stat_cache(trusting: bool) -> Iterator[None]:
 
 @contextmanager
 def memory_folder(lineage: Lineage, order: tuple[str, ...] | None = None) -> Iterator[Folder]:
-    with tempfile.TemporaryDirectory(prefix="provgraph-properties-") as folder:
+    with scratch_folder(prefix="provgraph-properties-") as folder:
         root = Path(folder) / "memory"
         root.mkdir()
         yield Folder(root, lineage, order)

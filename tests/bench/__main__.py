@@ -70,7 +70,8 @@ RSS_GOAL_MB = 200
 """Peak resident memory of any figure at 100,000 files, at most."""
 RSS_GOAL_FILES = 100_000
 SIZES = (1_000, 10_000)
-HOOK_FILES = 200
+AGENT_SIZES = (200, 2_000)
+"""Sizes of the folders of the in-process figures: the hook, the watch and the sandbox."""
 CHAIN_DEPTH = 2_000
 STALE_SHARE = 0.9
 """The many-stale figure edits plain files until this share of the derived files is stale."""
@@ -355,7 +356,7 @@ def stat_walk(folder: str) -> int:
     return count
 
 
-def bench_hook(base: Path, rounds: int, calls: int, files: int = HOOK_FILES) -> tuple[Figure, str]:
+def bench_hook(base: Path, rounds: int, calls: int, files: int) -> tuple[Figure, str]:
     """Per-call cost of the agent hook on an unchanged folder (the middleware when it exists).
 
     Many short rounds, floor and hook in turn, so that a burst of load on a
@@ -525,6 +526,14 @@ def _parser() -> argparse.ArgumentParser:
         help="sizes of the generated folders (default 1000 10000; add 100000 for the large figures)",
     )
     parser.add_argument(
+        "--agent-files",
+        type=int,
+        nargs=2,
+        default=list(AGENT_SIZES),
+        metavar=("SMALL", "LARGE"),
+        help="sizes of the folders of the agent hook, the watch and the sandbox (default 200 2000)",
+    )
+    parser.add_argument(
         "--chain", type=int, default=CHAIN_DEPTH, help=f"derived files in the deep chain (default {CHAIN_DEPTH})"
     )
     parser.add_argument(
@@ -559,14 +568,16 @@ def _bench(options: argparse.Namespace, runs: int, base: Path) -> None:
         results.append(bench_cli(workloads[-1], runs, interpreter))
     figures = [figure for result in results for figure in result.figures]
     figures.append(bench_chain(base, options.chain, runs, interpreter))
-    hook, note = bench_hook(base, rounds=5 if options.quick else 40, calls=10 if options.quick else 25)
-    hook_large, _ = bench_hook(base, rounds=5 if options.quick else 20, calls=3 if options.quick else 10, files=2_000)
+    small, large = options.agent_files
+    hook, note = bench_hook(base, rounds=5 if options.quick else 40, calls=10 if options.quick else 25, files=small)
+    hook_large, _ = bench_hook(base, rounds=5 if options.quick else 20, calls=3 if options.quick else 10, files=large)
     print()
     print_figures([*figures, hook, hook_large])
     print_peaks(peaks(results))
     _print_edits(workloads, results, note)
-    print_watcher(bench_watcher(base, stat_walk, rounds=5 if options.quick else 40, calls=10 if options.quick else 100))
-    sandbox = bench_sandbox(base, rounds=5 if options.quick else 20, age=AGE_SECONDS)
+    rounds, calls = (5, 10) if options.quick else (40, 100)
+    print_watcher(bench_watcher(base, stat_walk, rounds, calls, sizes=tuple(options.agent_files)))
+    sandbox = bench_sandbox(base, rounds=5 if options.quick else 20, age=AGE_SECONDS, sizes=tuple(options.agent_files))
     print_sandbox(sandbox)
     others = _others(workloads[-1], runs, options, results[-1].changed)
     print_others(others)

@@ -44,7 +44,9 @@ class SandboxFigures:
         return self.unchanged_seconds / self.memory_seconds
 
 
-def bench_sandbox(base: Path, rounds: int, age: float = 2.2) -> list[SandboxFigures] | str:
+def bench_sandbox(
+    base: Path, rounds: int, age: float = 2.2, sizes: tuple[int, ...] = SIZES
+) -> list[SandboxFigures] | str:
     """The figures for each size, or why they could not be measured."""
     try:
         from agentscope.middleware import AgenticMemoryMiddleware
@@ -54,7 +56,7 @@ def bench_sandbox(base: Path, rounds: int, age: float = 2.2) -> list[SandboxFigu
         from ..sandbox_backend import SandboxBackend
     except ImportError as error:
         return f"AgentScope is not installed ({error})"
-    workloads = [generate(base / f"sandbox-{size}" / "Memory", size, seed=3) for size in SIZES]
+    workloads = [generate(base / f"sandbox-{size}" / "Memory", size, seed=3) for size in sizes]
     time.sleep(age)  # let the files age past the racy window, as in the other warm figures
     figures = []
     for workload in workloads:

@@ -28,11 +28,12 @@ processes, the odd ones by threads."""
 ROUNDS = 3
 
 READER = """
-import sys, time, orjson
+import os, sys, orjson
 from provgraph.lockfile import decode_lock
-path, lock, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
-reads, end = 0, time.monotonic() + seconds
-while time.monotonic() < end:
+path, lock, stop = sys.argv[1], sys.argv[2], sys.argv[3]
+reads, stopping = 0, False
+while not stopping:
+    stopping = os.path.exists(stop)  # one more read after the writers are done
     try:
         data = open(path, "rb").read()
         locked = open(lock, "rb").read()
@@ -45,6 +46,8 @@ while time.monotonic() < end:
     reads += 1
 print(reads)
 """
+"""Reads the cache and the lock over and over until the file ``stop`` exists, that is for
+as long as the writers run."""
 
 
 def _moment(round_: int, index: int) -> datetime:
@@ -93,9 +96,10 @@ def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_file
         failures: list[BaseException] = []
         running = threading.Event()
         running.set()
+        stop = root.parent / f"writers-done-{round_}"
         readers = [
             subprocess.Popen(
-                [sys.executable, "-c", READER, os.fspath(state), os.fspath(root / "provgraph.lock"), "2"],
+                [sys.executable, "-c", READER, os.fspath(state), os.fspath(root / "provgraph.lock"), os.fspath(stop)],
                 env=environment(),
                 stdout=subprocess.PIPE,
             )
@@ -128,6 +132,7 @@ def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_file
             thread.join(TIMEOUT)
         running.clear()
         threads[0].join(TIMEOUT)
+        stop.touch()
         for reader in readers:
             output, _ = reader.communicate(timeout=TIMEOUT)
             assert reader.returncode == 0 and int(output) > 0

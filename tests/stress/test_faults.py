@@ -84,7 +84,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 def test_kill_9_at_random_moments_leaves_the_previous_or_the_next_state(root: Path) -> None:
-    _folder(root, 6_000)
+    _folder(root, 3_000)
     state = root / "provgraph.lock"
     assert_clean(provgraph("stamp", root / "d.md"), 0)
     started = time.monotonic()

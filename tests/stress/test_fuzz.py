@@ -5,13 +5,13 @@ replay that reads every file every time, reporting only real cycles."""
 from __future__ import annotations
 
 import posixpath
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 
 import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scratch import scratch_folder
 
 from provgraph import Memory, NotDerived, ProblemKind, Report
 from provgraph.declarations import FRONTMATTER_LIMIT, Declaration, read_declaration, resolve_entries
@@ -253,7 +253,7 @@ def test_random_edits_scan_like_a_replay_that_reads_everything(edits: list[tuple
     """Two states go through the same edits and scans: one uses the stat cache and the
     no-change fast path (file times reported as old, so both are used), the other reads
     every file on every scan.  Their reports must be identical at every step."""
-    with tempfile.TemporaryDirectory() as temporary, watchdog(120):
+    with scratch_folder() as temporary, watchdog(120):
         root = Path(temporary) / "memory"
         root.mkdir()
         folder = _Folder(root)

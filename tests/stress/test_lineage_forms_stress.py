@@ -4,12 +4,12 @@ from scratch does; a hostile body is read in one pass."""
 
 from __future__ import annotations
 
-import tempfile
 from datetime import timedelta
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scratch import scratch_folder
 
 from provgraph import Memory
 from provgraph.declarations import FRONTMATTER_LIMIT, read_declaration
@@ -51,7 +51,7 @@ def test_wiki_links_and_hints_follow_the_files_that_exist_like_a_scan_from_scrat
     """A state that reuses cached declarations (and the no-change path) and one that
     reads everything go through the same creations and deletions of link targets:
     resolution and hints must agree at every step."""
-    with tempfile.TemporaryDirectory() as temporary:
+    with scratch_folder() as temporary:
         root = Path(temporary) / "memory"
         root.mkdir()
         lengths: dict[str, int] = {}

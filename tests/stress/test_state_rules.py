@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -24,7 +25,18 @@ import pytest
 from provgraph import Memory, StateError, api
 from provgraph.cli import cli
 
-from .helpers import NOW, Done, assert_clean, assert_one_error_line, derived, environment, provgraph, write
+from .helpers import (
+    NOW,
+    PROVGRAPH,
+    TIMEOUT,
+    Done,
+    assert_clean,
+    assert_one_error_line,
+    derived,
+    environment,
+    provgraph,
+    write,
+)
 
 READERS = [("status",), ("status", "--json"), ("prompt",), ("check",), ("graph",), ("hook", "claude-code")]
 
@@ -147,11 +159,8 @@ time.sleep(600)
 @pytest.fixture
 def held(root: Path) -> Iterator[Path]:
     """Another process holds the root's exclusive lock (and never lets go)."""
-    _lineage(root)
-    assert_clean(provgraph("status", root), 0)
-    write(root, "a.md", "a changed\n")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, root / ".provgraph" / "flock"], stdout=subprocess.PIPE)
-    assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+    _changed_lineage(root)
+    holder = _holding([sys.executable, "-c", HOLD, root / ".provgraph" / "flock"], b"held\n")
     try:
         yield root
     finally:
@@ -160,14 +169,101 @@ def held(root: Path) -> Iterator[Path]:
         holder.stdout.close()
 
 
+@dataclass(frozen=True)
+class WhileHeld:
+    """What every reader answered while the lock was held, all of them started at once:
+    each waits out the same bounded wait, so one wait serves every reader's test."""
+
+    answers: dict[tuple[str, ...], tuple[Done, float]]
+    """Each command's answer and how long it took at most (seconds)."""
+    lock_before: bytes
+    lock_after: bytes
+    middleware_prompt: str
+    """The AgentScope middleware's system prompt, asked in this process meanwhile."""
+    behind_suspended: Done
+    """``prompt`` on another root whose lock a suspended ``provgraph stamp`` holds."""
+
+
+SUSPENDED = (
+    "import os, signal, sys\n"
+    "from provgraph import state\n"
+    "real = state.StateStore.load\n"
+    "def load(self):\n"
+    "    print('holding', flush=True)\n"
+    "    os.kill(os.getpid(), signal.SIGSTOP)\n"
+    "    return real(self)\n"
+    "state.StateStore.load = load\n"
+    "from provgraph.cli import cli\n"
+    "sys.exit(cli(*sys.argv[1:]))\n"
+)
+"""``provgraph`` stopped (Ctrl-Z) right after it took the lock."""
+
+
+def _changed_lineage(root: Path) -> None:
+    """A lineage that a first run saved, then a source changed: a scan finds ``d.md`` stale."""
+    _lineage(root)
+    assert_clean(provgraph("status", root), 0)
+    write(root, "a.md", "a changed\n")
+
+
+def _holding(command: list, ready: bytes) -> subprocess.Popen:
+    """A process that holds a lock, once it said so on its output."""
+    holder = subprocess.Popen(command, env=environment(), stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline() == ready
+    return holder
+
+
+def _started(*args: str | os.PathLike[str]) -> subprocess.Popen:
+    """``provgraph ARGS`` started, as ``provgraph()`` runs it, without waiting for it."""
+    command = [PROVGRAPH, *map(os.fspath, args)]
+    pipes = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    return subprocess.Popen(command, env=environment(), **pipes)
+
+
+def _finished(process: subprocess.Popen) -> Done:
+    out, err = process.communicate(timeout=TIMEOUT)
+    return Done(process.returncode, out.decode("utf-8"), err.decode("utf-8"))
+
+
+def _middleware_prompt(work: Path) -> str:
+    import asyncio
+
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROVGRAPH_NOW", NOW.isoformat())
+        return asyncio.run(ProvenanceMiddleware(workdir=str(work)).on_system_prompt(None, "prompt"))
+
+
+@pytest.fixture(scope="module")
+def while_held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WhileHeld]:
+    base = tmp_path_factory.mktemp("held")
+    memory, other = base / "work" / "Memory", base / "suspended"
+    _changed_lineage(memory)
+    _changed_lineage(other)
+    holders = []
+    try:
+        holders.append(_holding([sys.executable, "-c", HOLD, memory / ".provgraph" / "flock"], b"held\n"))
+        holders.append(_holding([sys.executable, "-c", SUSPENDED, "stamp", other / "d.md"], b"holding\n"))
+        lock = (memory / "provgraph.lock").read_bytes()
+        started = time.monotonic()
+        readers = {command: _started(*command, memory) for command in READERS}
+        behind_suspended = _started("prompt", other)
+        prompt = _middleware_prompt(memory.parent)
+        answers = {command: (_finished(reader), time.monotonic() - started) for command, reader in readers.items()}
+        yield WhileHeld(answers, lock, (memory / "provgraph.lock").read_bytes(), prompt, _finished(behind_suspended))
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+            holder.stdout.close()
+
+
 @pytest.mark.parametrize("command", READERS)
 def test_readers_answer_within_a_bounded_wait_while_another_process_holds_the_lock(
-    command: tuple[str, ...], held: Path
+    command: tuple[str, ...], while_held: WhileHeld
 ) -> None:
-    lock = (held / "provgraph.lock").read_bytes()
-    started = time.monotonic()
-    done = provgraph(*command, held)
-    waited = time.monotonic() - started
+    done, waited = while_held.answers[command]
 
     assert_clean(done, 0, 1)
     assert waited < api.READ_WAIT + 30  # bounded: the holder sleeps for ten minutes
@@ -175,60 +271,20 @@ def test_readers_answer_within_a_bounded_wait_while_another_process_holds_the_lo
     assert warning.startswith("provgraph: warning: ") and "locked by another provgraph process" in warning
     if command[0] in ("status", "prompt"):
         assert "d.md" in done.stdout  # the answer of a scan, not the last saved one
-    assert (held / "provgraph.lock").read_bytes() == lock  # and nothing was saved
+    assert while_held.lock_after == while_held.lock_before  # and nothing was saved
 
 
-def test_a_reader_answers_while_a_suspended_provgraph_holds_the_lock(root: Path) -> None:
+def test_a_reader_answers_while_a_suspended_provgraph_holds_the_lock(while_held: WhileHeld) -> None:
     """Ctrl-Z on a provgraph that holds the lock: the next agent start still gets its answer."""
-    _lineage(root)
-    assert_clean(provgraph("status", root), 0)
-    write(root, "a.md", "a changed\n")
-    stopping = (
-        "import os, signal, sys\n"
-        "from provgraph import state\n"
-        "real = state.StateStore.load\n"
-        "def load(self):\n"
-        "    print('holding', flush=True)\n"
-        "    os.kill(os.getpid(), signal.SIGSTOP)\n"
-        "    return real(self)\n"
-        "state.StateStore.load = load\n"
-        "from provgraph.cli import cli\n"
-        "sys.exit(cli(*sys.argv[1:]))\n"
-    )
-    suspended = subprocess.Popen(
-        [sys.executable, "-c", stopping, "stamp", root / "d.md"], env=environment(), stdout=subprocess.PIPE
-    )
-    try:
-        assert suspended.stdout is not None and suspended.stdout.readline() == b"holding\n"
-        done = provgraph("prompt", root)
-        assert_clean(done, 0)
-        assert "d.md" in done.stdout and len(done.stderr.splitlines()) == 1
-    finally:
-        suspended.kill()
-        suspended.wait()
-        suspended.stdout.close()
+    done = while_held.behind_suspended
+    assert_clean(done, 0)
+    assert "d.md" in done.stdout and len(done.stderr.splitlines()) == 1
 
 
 def test_the_middleware_answers_within_a_bounded_wait_while_another_process_holds_the_lock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    while_held: WhileHeld,
 ) -> None:
-    import asyncio
-
-    from provgraph.integrations.agentscope import ProvenanceMiddleware
-
-    monkeypatch.setenv("PROVGRAPH_NOW", NOW.isoformat())
-    memory = tmp_path / "work" / "Memory"
-    _lineage(memory)
-    assert_clean(provgraph("status", memory), 0)
-    write(memory, "a.md", "a changed\n")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, memory / ".provgraph" / "flock"], stdout=subprocess.PIPE)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
-        prompt = asyncio.run(ProvenanceMiddleware(workdir=str(tmp_path / "work")).on_system_prompt(None, "prompt"))
-    finally:
-        holder.kill()
-        holder.wait()
-        holder.stdout.close()
+    prompt = while_held.middleware_prompt
     assert prompt.startswith("prompt") and "- d.md: source(s) changed since derived" in prompt
 
 
