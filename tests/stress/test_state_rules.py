@@ -21,13 +21,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import PROVGRAPH
 
 from provgraph import Memory, StateError, api
 from provgraph.cli import cli
 
 from .helpers import (
     NOW,
-    PROVGRAPH,
     TIMEOUT,
     Done,
     assert_clean,
