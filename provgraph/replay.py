@@ -10,7 +10,10 @@ with its exit code (``status --json`` with its
 command looks at the folder exactly as a refresh does (``walk``), and when
 ``nochange.holds`` says that a refresh would reuse that very result, prints
 the record's text: the bytes the full path would print, with the same exit
-code and nothing on stderr.  Anything else (another command, an option this
+code and nothing on stderr.  That first quick answer also keeps, in the record,
+the walk it proved as bytes in the walk's order (the *proof*); the next ones
+compare their walk with it (``nochange.holds_as_proven``): no mapping, no sort,
+no hash.  Anything else (another command, an option this
 module does not know, a missing or damaged record, a held lock, a doubt of any
 kind) returns None, and the full path answers.
 """
@@ -23,8 +26,21 @@ import time
 from operator import attrgetter
 
 from .clock import BadClock, now_text, pinned_now
-from .nochange import LOCK_NAME, Conditions, LockSeal, Look, Sight, Watched, holds, is_sync_copy, lock_as_sealed
-from .walk import sight, walk
+from .nochange import (
+    LOCK_NAME,
+    Conditions,
+    Glance,
+    LockSeal,
+    Look,
+    Sight,
+    Watched,
+    holds,
+    holds_as_proven,
+    is_sync_copy,
+    listing_bytes,
+    lock_as_sealed,
+)
+from .walk import sight, walk_in_order
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RECORD_NAMES", "Command", "answer", "parse", "record"]
 
-FORMAT = b"provgraph-answer 1"
+FORMAT = b"provgraph-answer 2"
 RECORD_PREFIX = "answer-"
 RECORD_NAMES = frozenset(RECORD_PREFIX + name for name in ("status", "status-json", "check", "check-allow-broken"))
 """The records a state folder may hold, one per covered command."""
@@ -189,14 +205,18 @@ def _check(command: Command, state: int) -> tuple[bytes, bytes | None, int] | No
     if parts not in (1, 2):
         return None
     before, after = fields[5], fields[6] if parts == 2 else None
-    known = fields[5 + parts]
-    conditions = _decode_conditions(fields[6 + parts :])
+    known, proof = fields[5 + parts], fields[6 + parts]
+    conditions = _decode_conditions(fields[7 + parts :])
     flock = _try_lock(state)
     if flock is None:
         return None
     try:
-        if not _holds(command, conditions, known[1:] if known.startswith(b"=") else None):
+        listing = _holds(command, conditions, known[1:] if known.startswith(b"=") else None, proof)
+        if listing is None:
             return None
+        if not proof:
+            fields[6 + parts] = listing
+            _write_record(command, state, command.state_path(), fields)
     finally:
         os.close(flock)
     return before, after, code
@@ -229,17 +249,29 @@ def _try_lock(state: int) -> int | None:
     return descriptor
 
 
-def _holds(command: Command, conditions: Conditions, known: bytes | None) -> bool:
+def _holds(command: Command, conditions: Conditions, known: bytes | None, proof: bytes) -> bytes | None:
+    """The walk's listing as bytes (``listing_bytes`` in the walk's order) when the no-change
+    rule holds, else None.  With a ``proof`` (the bytes of a walk the rule held for, kept
+    in the record) the listing is compared with it; else the rule is applied in full, and
+    the bytes returned become the record's proof."""
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
-    listing, problems = walk(root, real_root, _meta)
-    look = Look(listing, tuple(sorted(set(problems))), conditions.settings)
-    return holds(
-        conditions,
-        look,
-        lambda seal: _lock_holds(command, seal, known),
-        lambda path: sight(root, real_root, path),
-    )
+    paths, stats, problems = walk_in_order(root, real_root)
+    metas = list(map(_meta, stats))
+    listing, rows = listing_bytes(paths, metas), tuple(sorted(set(problems)))
+
+    def lock_holds(seal: LockSeal | None) -> bool:
+        return _lock_holds(command, seal, known)
+
+    def sight_of(path: str) -> Watched | None:
+        return sight(root, real_root, path)
+
+    if proof:
+        held = holds_as_proven(conditions, Glance(listing, rows, conditions.settings), proof, lock_holds, sight_of)
+    else:
+        look = Look(dict(zip(paths, metas, strict=True)), rows, conditions.settings)
+        held = holds(conditions, look, lock_holds, sight_of)
+    return listing if held else None
 
 
 _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
@@ -305,11 +337,8 @@ def _write(chunks: list[bytes]) -> None:
 def record(command: Command, state_path: str, conditions: Conditions, text: str, code: int) -> None:
     """Write the answer ``text`` (with exit ``code``) of ``command`` for ``conditions``
     beside the cache, replacing the last one; quietly nothing when it cannot be written
-    (it only saves time: the full path answers without it)."""
-    from pathlib import Path
-
-    from .statefolder import Folders, write_file
-
+    (it only saves time: the full path answers without it).  Its proof is left empty:
+    the first quick answer that applies the rule in full keeps the walk it proved."""
     parts = _parts(command, text)
     if parts is None:
         return
@@ -319,21 +348,26 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
         return
     try:
         root = (_read(state, ROOT_NAME) or b"") if command.state is not None else b""
-        fields = [
-            FORMAT,
-            command.key(),
-            root,
-            b"%d" % code,
-            b"%d" % len(parts),
-            *parts,
-            _sealed_lock(command, conditions),
-        ]
-        fields += _encode_conditions(conditions)
-        write_file(Folders(state, state, Path(state_path), Path(state_path)), state, _name(command), [_pack(fields)])
+        fields = [FORMAT, command.key(), root, b"%d" % code, b"%d" % len(parts), *parts]
+        fields += [_sealed_lock(command, conditions), b"", *_encode_conditions(conditions)]
+        _write_record(command, state, state_path, fields)
     except (OSError, ValueError):
         pass
     finally:
         os.close(state)
+
+
+def _write_record(command: Command, state: int, state_path: str, fields: list[bytes]) -> None:
+    """Replace the record of ``command`` in the state folder (open as ``state``) atomically;
+    quietly nothing when it cannot be written (a read-only folder still answers)."""
+    import contextlib
+    from pathlib import Path
+
+    from .statefolder import Folders, write_file
+
+    folders = Folders(state, state, Path(state_path), Path(state_path))
+    with contextlib.suppress(OSError):
+        write_file(folders, state, _name(command), [_pack(fields)])
 
 
 def _sealed_lock(command: Command, conditions: Conditions) -> bytes:

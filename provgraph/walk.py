@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["is_utf8", "place", "printable", "sight", "walk"]
+__all__ = ["is_utf8", "place", "printable", "sight", "walk", "walk_in_order"]
 
 UNREADABLE = "unreadable"
 OUTSIDE_ROOT = "outside-root"
@@ -31,7 +31,16 @@ def walk(
 ) -> tuple[dict[str, Meta], list[ProblemRow]]:
     """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``),
     by root-relative POSIX path, with ``meta_of`` its stat; and the problems met."""
-    walker = _Walker(real_root, meta_of)
+    paths, stats, problems = walk_in_order(root, real_root)
+    return dict(zip(paths, map(meta_of, stats), strict=True)), problems
+
+
+def walk_in_order(root: str, real_root: str) -> tuple[list[str], list[os.stat_result], list[ProblemRow]]:
+    """``walk`` as two lists, each file's path and its stat in the order the folders listed
+    them, and the problems met.  The command's quick answer compares the walk's bytes in
+    this order with the bytes of a walk it proved unchanged (``nochange.holds_as_proven``):
+    no mapping, no tuple per file, no sort."""
+    walker = _Walker(real_root)
     walker.pending.append(("", root))
     while walker.pending:
         prefix, folder = walker.pending.pop()
@@ -39,25 +48,26 @@ def walk(
             walker.folder(folder, prefix)
         except OSError as error:
             walker.problems.append((prefix.rstrip("/") or ".", UNREADABLE, _reason(error)))
-    return walker.found, walker.problems
+    return walker.paths, walker.stats, walker.problems
 
 
 class _Walker:
     """What one walk has found so far, and the folders it has still to list."""
 
-    __slots__ = ("found", "inside", "meta_of", "pending", "problems", "real_root")
+    __slots__ = ("inside", "paths", "pending", "problems", "real_root", "stats")
 
-    def __init__(self, real_root: str, meta_of: Callable[[os.stat_result], Meta]) -> None:
+    def __init__(self, real_root: str) -> None:
         self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
-        self.meta_of = meta_of
-        self.found: dict[str, Meta] = {}
+        self.paths: list[str] = []
+        self.stats: list[os.stat_result] = []
+        """The stat of the file at the same place in ``paths``."""
         self.problems: list[ProblemRow] = []
         self.pending: list[tuple[str, str]] = []
 
     def folder(self, folder: str, prefix: str) -> None:
         """One folder's entries.  The common one, a regular ``.md`` file with an ASCII name,
         is taken in the loop itself (a large folder has thousands); ``visit`` sorts out the rest."""
-        found, meta_of = self.found, self.meta_of
+        add_path, add_stat = self.paths.append, self.stats.append
         with os.scandir(folder) as entries:
             for entry in entries:
                 name = entry.name
@@ -66,11 +76,16 @@ class _Walker:
                 if name.endswith(".md") and name.isascii():
                     try:
                         if entry.is_file(follow_symlinks=False):
-                            found[prefix + name] = meta_of(entry.stat(follow_symlinks=False))
+                            add_stat(entry.stat(follow_symlinks=False))
+                            add_path(prefix + name)
                             continue
                     except OSError:
                         pass  # visited again below, where the problem is reported
                 self.visit(entry, prefix + name)
+
+    def found(self, path: str, info: os.stat_result) -> None:
+        self.stats.append(info)
+        self.paths.append(path)
 
     def visit(self, entry: os.DirEntry[str], path: str) -> None:
         name = entry.name
@@ -83,7 +98,7 @@ class _Walker:
             elif entry.is_dir(follow_symlinks=False):
                 self.pending.append((path + "/", entry.path))
             elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                self.found[path] = self.meta_of(entry.stat(follow_symlinks=False))
+                self.found(path, entry.stat(follow_symlinks=False))
         except OSError as error:
             self.problems.append((path, UNREADABLE, _reason(error)))
 
@@ -100,7 +115,7 @@ class _Walker:
             except OSError:
                 return  # dangling link: skipped, never opened
             if stat_module.S_ISREG(info.st_mode):
-                self.found[path] = self.meta_of(info)
+                self.found(path, info)
 
 
 def place(root: str, real_root: str, path: str) -> tuple[Sight | None, str]:

@@ -137,7 +137,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     once, then each command run once, so that each writes its record."""
     base = tmp_path_factory.mktemp("replay")
     first = memory_folder(base / "first")
-    cases = [*CHANGES, "sync copy", "linked", "nothing changed", "other settings", "state elsewhere", "racy", "damaged"]
+    cases = [*CHANGES, *map(proven, CHANGES), "sync copy", "linked", "nothing changed", "other settings"]
+    cases += ["state elsewhere", "racy", "damaged", "proof of another walk"]
     made = {case: Path(shutil.copytree(first, base / f"case{index}")) for index, case in enumerate(cases)}
     elsewhere = base / "states" / "one"
     full_path("status", "--state", str(elsewhere), cwd=made["state elsewhere"])
@@ -150,7 +151,21 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             if case == "racy":
                 write(root / "notes" / "other.md", f"---\nname: Other\n---\nJust written for {args}.\n")
             assert full_path(*args, *state, cwd=root).code in (0, 1)
+    for case in [*map(proven, CHANGES), "proof of another walk"]:
+        for args in COMMANDS:
+            assert quick_in_process(*args, cwd=made[case]) in (0, 1), (case, args)
     return made
+
+
+def proven(change: str) -> str:
+    """The case of ``change`` made after a quick answer kept the walk it proved."""
+    return f"{change}, after a quick answer"
+
+
+def quick_in_process(*args: str, cwd: Path) -> int | None:
+    """The quick answer alone, in this process: its exit code, None when it left it to the full path."""
+    with settings(None), contextlib.chdir(cwd), contextlib.redirect_stdout(io.StringIO()):
+        return replay.answer(args)
 
 
 def same_answers(root: Path, *extra: str, env: dict[str, str] | None = None) -> list[bool]:
@@ -179,11 +194,38 @@ def test_an_unchanged_folder_gets_the_full_paths_answer_without_importing_the_ap
     assert not imported & {"provgraph.api", "networkx", "yaml", "orjson", "provgraph.scan", "provgraph.state"}
 
 
+@pytest.mark.parametrize("after_a_quick_answer", [False, True])
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_after_any_change_the_command_answers_as_the_full_path(folders, change) -> None:
-    root = folders[change]
+def test_after_any_change_the_command_answers_as_the_full_path(folders, change, after_a_quick_answer) -> None:
+    """Whether the record was just written by the full path (the rule is applied in full)
+    or a quick answer since kept the walk it proved (the walk is compared with it)."""
+    root = folders[proven(change) if after_a_quick_answer else change]
     CHANGES[change](root)
     assert same_answers(root) == [False, False, False]
+
+
+def test_an_unchanged_folder_is_answered_quickly_again_and_again(folders) -> None:
+    """The first quick answer applies the rule in full and keeps the walk it proved;
+    the next ones compare the walk with it, and still print the full path's answer."""
+    root = folders["nothing changed"]
+    for _ in range(3):
+        assert same_answers(root) == [True, True, True]
+
+
+def test_a_proof_of_another_walk_is_never_trusted(folders) -> None:
+    """A record whose kept walk is not this folder's (another order, other files) falls through."""
+    root = folders["proof of another walk"]
+    for record in (root / ".provgraph").glob("answer-*"):
+        fields = replay._unpack(record.read_bytes())
+        assert fields is not None
+        proof = 6 + int(fields[4])
+        assert fields[proof], "a quick answer keeps the walk it proved"
+        other = fields[proof].replace(b"facts.md\0", b"facts.me\0")
+        assert other != fields[proof]
+        fields[proof] = other
+        record.write_bytes(replay._pack(fields))
+    assert same_answers(root) == [False, False, False]
+    assert same_answers(root) == [True, True, True]
 
 
 def test_a_file_written_just_before_the_last_run_is_never_trusted(folders) -> None:
