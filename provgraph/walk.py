@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = ["is_utf8", "place", "printable", "sight", "walk", "walk_in_order"]
 
+_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+"""The root is opened through a link, as it was named."""
+_FOLDER = _ROOT | os.O_NOFOLLOW
 UNREADABLE = "unreadable"
 OUTSIDE_ROOT = "outside-root"
 """The problem kinds the walk reports (``ProblemKind`` values)."""
@@ -66,52 +69,62 @@ class _Walker:
 
     def folder(self, folder: str, prefix: str) -> None:
         """One folder's entries.  The common one, a regular ``.md`` file with an ASCII name,
-        is taken in the loop itself (a large folder has thousands); ``visit`` sorts out the rest."""
+        is taken in the loop itself (a large folder has thousands); ``visit`` sorts out the rest.
+
+        The folder is listed through a descriptor, so that each file is stat'ed by its name
+        in it rather than by a path the system resolves again from the root; a subfolder
+        (never the root) that became a symlink since it was listed is not followed."""
         add_path, add_stat = self.paths.append, self.stats.append
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    continue
-                if name.endswith(".md") and name.isascii():
-                    try:
-                        if entry.is_file(follow_symlinks=False):
-                            add_stat(entry.stat(follow_symlinks=False))
-                            add_path(prefix + name)
-                            continue
-                    except OSError:
-                        pass  # visited again below, where the problem is reported
-                self.visit(entry, prefix + name)
+        descriptor = os.open(folder, _FOLDER if prefix else _ROOT)
+        try:
+            with os.scandir(descriptor) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name[0] == ".":  # a name is never empty; cheaper than startswith
+                        continue
+                    if name.endswith(".md") and name.isascii():
+                        try:
+                            if entry.is_file(follow_symlinks=False):
+                                add_stat(entry.stat(follow_symlinks=False))
+                                add_path(prefix + name)
+                                continue
+                        except OSError:
+                            pass  # visited again below, where the problem is reported
+                    self.visit(entry, prefix + name, os.path.join(folder, name))
+        finally:
+            os.close(descriptor)
 
     def found(self, path: str, info: os.stat_result) -> None:
         self.stats.append(info)
         self.paths.append(path)
 
-    def visit(self, entry: os.DirEntry[str], path: str) -> None:
+    def visit(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
+        """Any entry but a plain memory file: ``path`` is root-relative, ``full_path`` as
+        the root was named."""
         name = entry.name
         try:
             if not (name.isascii() or is_utf8(name)):
                 if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
                     self.problems.append((printable(path), UNREADABLE, "its name is not valid UTF-8"))
             elif entry.is_symlink():
-                self.visit_link(entry, path)
+                self.visit_link(entry, path, full_path)
             elif entry.is_dir(follow_symlinks=False):
-                self.pending.append((path + "/", entry.path))
+                self.pending.append((path + "/", full_path))
             elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
                 self.found(path, entry.stat(follow_symlinks=False))
         except OSError as error:
             self.problems.append((path, UNREADABLE, _reason(error)))
 
-    def visit_link(self, entry: os.DirEntry[str], path: str) -> None:
+    def visit_link(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
         """Symlinked files inside the root count; folders are not followed (no loops)."""
-        resolved = os.path.realpath(entry.path)
+        resolved = os.path.realpath(full_path)
         if not (resolved == self.real_root or resolved.startswith(self.inside)):
             if entry.name.endswith(".md"):
                 self.problems.append((path, OUTSIDE_ROOT, "symlink to a path outside the root"))
             return
         if entry.name.endswith(".md"):
             try:
-                info = os.stat(entry.path)
+                info = os.stat(full_path)
             except OSError:
                 return  # dangling link: skipped, never opened
             if stat_module.S_ISREG(info.st_mode):
