@@ -257,8 +257,7 @@ def _holds(command: Command, conditions: Conditions, known: bytes | None, proof:
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     paths, stats, problems = walk_in_order(root, real_root)
-    metas = list(map(_meta, stats))
-    listing, rows = listing_bytes(paths, metas), tuple(sorted(set(problems)))
+    metas, rows = list(map(_meta, stats)), tuple(sorted(set(problems)))
 
     def lock_holds(seal: LockSeal | None) -> bool:
         return _lock_holds(command, seal, known)
@@ -267,11 +266,11 @@ def _holds(command: Command, conditions: Conditions, known: bytes | None, proof:
         return sight(root, real_root, path)
 
     if proof:
+        listing = listing_bytes(paths, metas)
         held = holds_as_proven(conditions, Glance(listing, rows, conditions.settings), proof, lock_holds, sight_of)
-    else:
-        look = Look(dict(zip(paths, metas, strict=True)), rows, conditions.settings)
-        held = holds(conditions, look, lock_holds, sight_of)
-    return listing if held else None
+        return listing if held else None
+    look = Look(dict(zip(paths, metas, strict=True)), rows, conditions.settings)
+    return listing_bytes(paths, metas) if holds(conditions, look, lock_holds, sight_of) else None
 
 
 _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
