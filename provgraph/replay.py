@@ -20,6 +20,7 @@ kind) returns None, and the full path answers.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -173,12 +174,16 @@ def answer(args: Sequence[str]) -> int | None:
         state = os.open(command.state_path(), _DIRECTORY)
     except OSError:
         return None
+    collecting = gc.isenabled()
+    gc.disable()  # a walk's objects all live until the answer is printed: collecting finds nothing
     try:
         found = _check(command, state)
     except (OSError, ValueError, IndexError):
         found = None  # a damaged record: the full path answers (and the next run rewrites it)
     finally:
         os.close(state)
+        if collecting:
+            gc.enable()
     if found is None:
         return None
     return _print(*found)

@@ -12,6 +12,7 @@ than that window before the runs that write the records.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import os
@@ -210,6 +211,22 @@ def test_an_unchanged_folder_is_answered_quickly_again_and_again(folders) -> Non
     root = folders["nothing changed"]
     for _ in range(3):
         assert same_answers(root) == [True, True, True]
+
+
+def test_the_quick_answer_leaves_the_garbage_collector_as_it_found_it(folders, tmp_path) -> None:
+    """It pauses the collector while it walks; whatever it answers, the process (a full
+    run that follows, or a program calling it) gets the collector back as it was."""
+    assert gc.isenabled()
+    assert quick_in_process("status", cwd=folders["nothing changed"]) == 0
+    assert gc.isenabled()
+    assert quick_in_process("status", cwd=tmp_path) is None
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert quick_in_process("status", cwd=folders["nothing changed"]) == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_proof_of_another_walk_is_never_trusted(folders) -> None:
