@@ -6,7 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from provgraph.nochange import Meta, listing_bytes
 from provgraph.walk import walk, walk_in_order
 
 
@@ -54,3 +57,44 @@ def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(
     assert notes.is_symlink()
     assert sorted(listing) == ["a.md", "e.md"]
     assert [(path, kind) for path, kind, _ in problems] == [("notes", "unreadable")]
+
+
+_PATHS = st.text(st.characters(blacklist_characters="\0"), min_size=1, max_size=12)
+_NUMBER = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+_META = st.tuples(_NUMBER, _NUMBER, _NUMBER, _NUMBER)
+_LISTINGS = st.lists(st.tuples(_PATHS, _META), min_size=1, max_size=8, unique_by=lambda row: row[0])
+
+
+def _changed(listing: list[tuple[str, Meta]], how: int, where: int) -> list[tuple[str, Meta]]:
+    """``listing`` with one thing changed: a number, a path, two rows swapped, a row dropped or added."""
+    changed = list(listing)
+    where %= len(changed)
+    path, (size, mtime, ctime, inode) = changed[where]
+    if how == 0:
+        changed[where] = path, (size, mtime, ctime + 1, inode)
+    elif how == 1:
+        changed[where] = path + "x", (size, mtime, ctime, inode)
+    elif how == 2:
+        swap = (where + 1) % len(changed)
+        changed[where], changed[swap] = changed[swap], changed[where]
+    elif how == 3:
+        del changed[where]
+    else:
+        changed.append((path + "/again", (size, mtime, ctime, inode)))
+    return changed
+
+
+@settings(max_examples=200, deadline=None)
+@given(_LISTINGS, st.integers(0, 4), st.integers(0, 100))
+def test_two_listings_have_the_same_bytes_only_if_they_are_the_same_in_the_same_order(
+    listing: list[tuple[str, Meta]], how: int, where: int
+) -> None:
+    """The quick answer trusts a walk whose bytes equal the proof's: any other path,
+    number, order or count must give other bytes, whatever the names hold."""
+    changed = _changed(listing, how, where)
+
+    def encoded(rows: list[tuple[str, Meta]]) -> bytes:
+        return listing_bytes([path for path, _ in rows], [meta for _, meta in rows])
+
+    assert encoded(listing) == encoded(list(listing))
+    assert (encoded(changed) == encoded(listing)) == (changed == listing)
