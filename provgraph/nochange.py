@@ -62,6 +62,7 @@ __all__ = [
     "listing_bytes",
     "listing_key",
     "lock_as_sealed",
+    "renewed_seal",
     "watched_sources",
 ]
 
@@ -277,12 +278,29 @@ def lock_as_sealed(
     the seal's sha256, are compared instead of hashing what is read again."""
     if meta is None or seal is None:
         return meta is None and seal is None
-    if meta == seal.meta and max(meta[1], meta[2]) < seal.recorded_ns - RACY_WINDOW_NS:
+    if _proven_by_metadata(seal, meta):
         return True
     data = read()
     if data is None:
         return False
     return data == known if known is not None else _sha256(data) == seal.sha256
+
+
+def _proven_by_metadata(seal: LockSeal, meta: Meta) -> bool:
+    return meta == seal.meta and max(meta[1], meta[2]) < seal.recorded_ns - RACY_WINDOW_NS
+
+
+def renewed_seal(seal: LockSeal | None, meta: Meta | None, looked_ns: int) -> LockSeal | None:
+    """For a lock whose bytes were just found to be the sealed ones because its metadata
+    could not prove them (it was written within the racy window of the seal): a seal of
+    the same bytes for ``meta``, recorded at ``looked_ns`` (the real clock before the lock
+    was looked at), when ``meta`` is by then older than the racy window, so that from
+    then on the metadata proves the bytes (rule 2).  None when there is nothing to renew."""
+    if seal is None or meta is None or _proven_by_metadata(seal, meta):
+        return None
+    if max(meta[1], meta[2]) >= looked_ns - RACY_WINDOW_NS:
+        return None
+    return LockSeal(meta, seal.sha256, looked_ns)
 
 
 def listing_key(listing: Mapping[str, Meta]) -> str:

@@ -26,7 +26,7 @@ import sys
 import time
 from operator import attrgetter
 
-from .clock import BadClock, now_text, pinned_now
+from .clock import BadClock, now_text, pinned_now, wall_ns
 from .nochange import (
     LOCK_NAME,
     Conditions,
@@ -40,6 +40,7 @@ from .nochange import (
     is_sync_copy,
     listing_bytes,
     lock_as_sealed,
+    renewed_seal,
 )
 from .walk import sight, walk_in_order
 
@@ -216,15 +217,35 @@ def _check(command: Command, state: int) -> tuple[bytes, bytes | None, int] | No
     if flock is None:
         return None
     try:
-        listing = _holds(command, conditions, known[1:] if known.startswith(b"=") else None, proof)
-        if listing is None:
+        held = _holds(command, conditions, known[1:] if known.startswith(b"=") else None, proof)
+        if held is None:
             return None
-        if not proof:
-            fields[6 + parts] = listing
-            _write_record(command, state, command.state_path(), fields)
+        _keep(command, state, fields, 5 + parts, *held, proven=bool(proof))
     finally:
         os.close(flock)
     return before, after, code
+
+
+def _keep(
+    command: Command,
+    state: int,
+    fields: list[bytes],
+    at: int,
+    listing: bytes,
+    renewed: LockSeal | None,
+    *,
+    proven: bool,
+) -> None:
+    """Rewrite the record (whose fields from ``at`` are the lock's bytes, the proof and the
+    conditions) with what this answer learnt: the walk it proved, when the record had no
+    proof yet, and the seal of a lock it had to read that is now old enough for its
+    metadata to prove it (its bytes are then no longer kept)."""
+    if proven and renewed is None:
+        return
+    fields[at + 1] = listing
+    if renewed is not None:
+        fields[at], fields[at + 2] = b"", _encode_seal(renewed)
+    _write_record(command, state, command.state_path(), fields)
 
 
 def _state_of(state: int, command: Command, recorded: bytes) -> bool:
@@ -254,18 +275,22 @@ def _try_lock(state: int) -> int | None:
     return descriptor
 
 
-def _holds(command: Command, conditions: Conditions, known: bytes | None, proof: bytes) -> bytes | None:
-    """The walk's listing as bytes (``listing_bytes`` in the walk's order) when the no-change
-    rule holds, else None.  With a ``proof`` (the bytes of a walk the rule held for, kept
-    in the record) the listing is compared with it; else the rule is applied in full, and
-    the bytes returned become the record's proof."""
+def _holds(
+    command: Command, conditions: Conditions, known: bytes | None, proof: bytes
+) -> tuple[bytes, LockSeal | None] | None:
+    """When the no-change rule holds: the walk's listing as bytes (``listing_bytes`` in the
+    walk's order), and the lock's renewed seal if it earned one; else None.  With a
+    ``proof`` (the bytes of a walk the rule held for, kept in the record) the listing is
+    compared with it; else the rule is applied in full, and the bytes returned become
+    the record's proof."""
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     paths, stats, problems = walk_in_order(root, real_root)
     metas, rows = list(map(_meta, stats)), tuple(sorted(set(problems)))
+    renewed: list[LockSeal] = []
 
     def lock_holds(seal: LockSeal | None) -> bool:
-        return _lock_holds(command, seal, known)
+        return _lock_holds(command, seal, known, renewed.append)
 
     def sight_of(path: str) -> Watched | None:
         return sight(root, real_root, path)
@@ -273,9 +298,11 @@ def _holds(command: Command, conditions: Conditions, known: bytes | None, proof:
     if proof:
         listing = listing_bytes(paths, metas)
         held = holds_as_proven(conditions, Glance(listing, rows, conditions.settings), proof, lock_holds, sight_of)
-        return listing if held else None
-    look = Look(dict(zip(paths, metas, strict=True)), rows, conditions.settings)
-    return listing_bytes(paths, metas) if holds(conditions, look, lock_holds, sight_of) else None
+    else:
+        look = Look(dict(zip(paths, metas, strict=True)), rows, conditions.settings)
+        held = holds(conditions, look, lock_holds, sight_of)
+        listing = listing_bytes(paths, metas) if held else b""
+    return (listing, renewed[0] if renewed else None) if held else None
 
 
 _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
@@ -284,12 +311,16 @@ _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
 """What stat says, as the no-change rule compares it (``model.FileMeta``'s order)."""
 
 
-def _lock_holds(command: Command, seal: LockSeal | None, known: bytes | None) -> bool:
+def _lock_holds(
+    command: Command, seal: LockSeal | None, known: bytes | None, renew: Callable[[LockSeal], object]
+) -> bool:
     """``state.StateStore.lock_unchanged``, from the lock's folder opened as it opens it:
     the root through any link, a ``--state`` folder never through one.  ``known``: the
-    lock's bytes as the record holds them, checked against the seal when it was written."""
+    lock's bytes as the record holds them, checked against the seal when it was written.
+    A lock that held by its bytes and is now old enough gets a new seal (``renew``)."""
     import stat
 
+    looked_ns = wall_ns()
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC if command.state is None else _DIRECTORY
     descriptor = os.open(command.lock_folder(), flags)
     try:
@@ -302,9 +333,14 @@ def _lock_holds(command: Command, seal: LockSeal | None, known: bytes | None) ->
         if not stat.S_ISREG(info.st_mode):
             return False
         meta = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        return lock_as_sealed(seal, meta, lambda: _read(descriptor, LOCK_NAME), known)
+        if not lock_as_sealed(seal, meta, lambda: _read(descriptor, LOCK_NAME), known):
+            return False
     finally:
         os.close(descriptor)
+    renewed = renewed_seal(seal, meta, looked_ns)
+    if renewed is not None:
+        renew(renewed)
+    return True
 
 
 def _print(before: bytes, after: bytes | None, code: int) -> int:
@@ -440,10 +476,13 @@ def _unpack(data: bytes | None) -> list[bytes] | None:
     return fields
 
 
+def _encode_seal(seal: LockSeal | None) -> bytes:
+    return b"" if seal is None else b"%d %d %d %d %s %d" % (*seal.meta, seal.sha256.encode(), seal.recorded_ns)
+
+
 def _encode_conditions(conditions: Conditions) -> list[bytes]:
-    seal = conditions.lock
-    sealed = b"" if seal is None else b"%d %d %d %d %s %d" % (*seal.meta, seal.sha256.encode(), seal.recorded_ns)
-    fields = [sealed, b"%d" % conditions.scan_started_ns, _text(conditions.listing), _text(conditions.settings)]
+    fields = [_encode_seal(conditions.lock), b"%d" % conditions.scan_started_ns]
+    fields += [_text(conditions.listing), _text(conditions.settings)]
     fields.append(b"%d" % len(conditions.walk_problems))
     fields += [_text(part) for row in conditions.walk_problems for part in row]
     for watched in conditions.watched:

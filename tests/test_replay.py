@@ -392,6 +392,64 @@ def test_the_quick_answers_now_is_written_as_the_full_path_writes_it(zone, monke
     assert clock.now_text() == "2026-11-24T10:00:00+05:30"
 
 
+OPENED_LOCK = """
+import sys
+from pathlib import Path
+opened = []
+def hook(event, args):
+    if event == "open" and str(args[0]).endswith("provgraph.lock"):
+        opened.append(args[0])
+sys.addaudithook(hook)
+from provgraph.replay import answer
+code = answer(sys.argv[1:])
+print(code, len(opened), file=sys.stderr)
+"""
+
+
+def test_a_lock_read_because_it_was_young_is_sealed_again_once_old_and_a_change_is_still_seen(tmp_path) -> None:
+    """The last full run wrote the lock, so its metadata proves nothing yet and every quick
+    answer reads it.  Once it is past the racy window, the quick answer that read it seals
+    it again: the next ones leave it unopened, and another lock, or the same bytes written
+    again, are still told apart."""
+    root = memory_folder(tmp_path / "memory")
+    time.sleep(PAST_THE_RACY_WINDOW)  # the files age; then a stamp writes the lock, a full run records it
+    assert full_path("stamp", "profile.md", cwd=root).code == 0
+    assert full_path("status", cwd=root).code == 0
+    time.sleep(PAST_THE_RACY_WINDOW)
+    environment = {**os.environ, **SETTINGS}
+
+    def quick_opens() -> tuple[str, str]:
+        done = subprocess.run(
+            [sys.executable, "-c", OPENED_LOCK, "status"], cwd=root, env=environment, capture_output=True, text=True
+        )
+        code, opened = done.stderr.split()
+        return code, opened
+
+    assert quick_opens() == ("0", "1")  # read, found to be the sealed bytes, sealed again
+    assert quick_opens() == ("0", "0")
+    lock = root / "provgraph.lock"
+    lock.write_bytes(lock.read_bytes())  # the same bytes, new metadata: read and compared again
+    assert same_answers(root)[0]
+    another_clones_stamps(root)
+    assert same_answers(root) == [False, False, False]
+
+
+def test_a_lock_is_sealed_again_only_when_old_enough_and_not_already_proven() -> None:
+    from provgraph.nochange import RACY_WINDOW_NS, LockSeal, lock_as_sealed, renewed_seal
+
+    written = time.time_ns()
+    meta = (4, written, written, 7)
+    young = LockSeal(meta, hashlib.sha256(b"lock").hexdigest(), written + 1)
+    later = written + RACY_WINDOW_NS + 1
+    assert renewed_seal(young, meta, written + RACY_WINDOW_NS) is None  # still within the window
+    renewed = renewed_seal(young, meta, later)
+    assert renewed == LockSeal(meta, young.sha256, later)
+    assert lock_as_sealed(renewed, meta, lambda: b"never read")
+    assert not lock_as_sealed(renewed, (4, written, written + 1, 7), lambda: b"lokc")
+    assert renewed_seal(renewed, meta, later + 1) is None  # already proven by its metadata
+    assert renewed_seal(None, meta, later) is None and renewed_seal(young, None, later) is None
+
+
 def test_a_lock_younger_than_its_seal_is_compared_by_content_hashed_or_known() -> None:
     """Rule 2: metadata proves the lock only once it is older than the racy window; before
     that its bytes decide, hashed, or compared with bytes known to have the seal's sha256."""
