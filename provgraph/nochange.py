@@ -20,9 +20,14 @@ compute that very result again:
    missing file, a refused one) looks as it did (``Watched``): still missing,
    still refused for the same reason, or the same metadata, not racy.
 
+The command line's quick answer (``replay``) applies rules 3 and 4 in full once
+after each full run, then keeps the walk's bytes it proved them for; a later walk
+with the very same bytes is the same listing, and only rules 1, 2 and 5 are
+checked again (``holds_as_proven``).
+
 Everything here is pure: how a source is looked at is passed in (``api`` asks its
 ``FileSource``, the command's quick answer ``walk.sight``).
-The module imports nothing but ``enum``: the command
+The module imports nothing but ``enum`` and ``struct``: the command
 line's quick answer (``replay``) applies the same rule before anything else
 of provgraph is imported.
 """
@@ -30,20 +35,21 @@ of provgraph is imported.
 from __future__ import annotations
 
 import enum
-from array import array
-from itertools import chain
+import struct
+from itertools import chain, starmap
 
 from .lockname import LOCK_NAME, is_sync_copy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
 
 __all__ = [
     "LOCK_NAME",
     "RACY_WINDOW_NS",
     "Conditions",
+    "Glance",
     "LockSeal",
     "Look",
     "Sight",
@@ -51,9 +57,12 @@ __all__ = [
     "decode_watched",
     "encode_watched",
     "holds",
+    "holds_as_proven",
     "is_sync_copy",
+    "listing_bytes",
     "listing_key",
     "lock_as_sealed",
+    "renewed_seal",
     "watched_sources",
 ]
 
@@ -175,6 +184,19 @@ class Look(_Record):
         super().__init__(listing, walk_problems, settings)
 
 
+class Glance(_Record):
+    """What the command's quick answer sees now: the walk's listing as ``listing_bytes``
+    in the order the folders listed it, the walk's problems, and the settings."""
+
+    __slots__ = ("listing", "walk_problems", "settings")
+    listing: bytes
+    walk_problems: tuple[ProblemRow, ...]
+    settings: str
+
+    def __init__(self, listing: bytes, walk_problems: tuple[ProblemRow, ...], settings: str) -> None:
+        super().__init__(listing, walk_problems, settings)
+
+
 def holds(
     conditions: Conditions,
     look: Look,
@@ -186,14 +208,54 @@ def holds(
     ``lock_holds`` applies ``lock_as_sealed`` to the lock on disk; ``sight`` looks at
     one source (None when it cannot be looked at, which is never as before).  The
     cheap comparisons come first; the lock, the digest and the watched sources after."""
-    if look.walk_problems != conditions.walk_problems or look.settings != conditions.settings:
+    return _all_hold(
+        conditions,
+        look.walk_problems,
+        look.settings,
+        lock_holds,
+        lambda: _listing_holds(conditions, look.listing),
+        sight,
+    )
+
+
+def holds_as_proven(
+    conditions: Conditions,
+    glance: Glance,
+    proof: bytes,
+    lock_holds: Callable[[LockSeal | None], bool],
+    sight: Callable[[str], Watched | None],
+) -> bool:
+    """``holds``, for a walk seen only as bytes, given ``proof``: the bytes of a walk for
+    which ``holds`` was true under these very ``conditions``.  Equal bytes are the same
+    paths with the same metadata, so rules 3 and 4 hold as they held for the proof (the
+    racy window is measured from these conditions' scan); rules 1, 2 and 5 are checked
+    again.  Other bytes prove nothing: a folder listed in another order, as much as a
+    changed one, gets False."""
+    return _all_hold(
+        conditions, glance.walk_problems, glance.settings, lock_holds, lambda: glance.listing == proof, sight
+    )
+
+
+def _all_hold(
+    conditions: Conditions,
+    walk_problems: tuple[ProblemRow, ...],
+    settings: str,
+    lock_holds: Callable[[LockSeal | None], bool],
+    listing_holds: Callable[[], bool],
+    sight: Callable[[str], Watched | None],
+) -> bool:
+    if walk_problems != conditions.walk_problems or settings != conditions.settings:
         return False
-    if not lock_holds(conditions.lock):
+    if not lock_holds(conditions.lock) or not listing_holds():
         return False
     limit = conditions.scan_started_ns - RACY_WINDOW_NS
-    if _newest(look.listing.values()) >= limit or listing_key(look.listing) != conditions.listing:
-        return False
     return all(_as_before(sight(before.path), before, limit) for before in conditions.watched)
+
+
+def _listing_holds(conditions: Conditions, listing: Mapping[str, Meta]) -> bool:
+    """Rules 3 and 4: the same files with the same metadata, none of them racy."""
+    limit = conditions.scan_started_ns - RACY_WINDOW_NS
+    return _newest(listing.values()) < limit and listing_key(listing) == conditions.listing
 
 
 def _as_before(now: Watched | None, before: Watched, limit: int) -> bool:
@@ -216,7 +278,7 @@ def lock_as_sealed(
     the seal's sha256, are compared instead of hashing what is read again."""
     if meta is None or seal is None:
         return meta is None and seal is None
-    if meta == seal.meta and max(meta[1], meta[2]) < seal.recorded_ns - RACY_WINDOW_NS:
+    if _proven_by_metadata(seal, meta):
         return True
     data = read()
     if data is None:
@@ -224,20 +286,47 @@ def lock_as_sealed(
     return data == known if known is not None else _sha256(data) == seal.sha256
 
 
-def listing_key(listing: Mapping[str, Meta]) -> str:
-    """A digest of every path with its metadata, independent of listing order.
+def _proven_by_metadata(seal: LockSeal, meta: Meta) -> bool:
+    return meta == seal.meta and max(meta[1], meta[2]) < seal.recorded_ns - RACY_WINDOW_NS
 
-    The sorted paths joined by NUL (a path holds none), then their numbers, eight bytes
-    each: two listings have one key only if they are equal.  Built by C loops rather than
-    by formatting numbers as text, which would cost more than the walk of a large folder."""
+
+def renewed_seal(seal: LockSeal | None, meta: Meta | None, looked_ns: int) -> LockSeal | None:
+    """For a lock whose bytes were just found to be the sealed ones because its metadata
+    could not prove them (it was written within the racy window of the seal): a seal of
+    the same bytes for ``meta``, recorded at ``looked_ns`` (the real clock before the lock
+    was looked at), when ``meta`` is by then older than the racy window, so that from
+    then on the metadata proves the bytes (rule 2).  None when there is nothing to renew."""
+    if seal is None or meta is None or _proven_by_metadata(seal, meta):
+        return None
+    if max(meta[1], meta[2]) >= looked_ns - RACY_WINDOW_NS:
+        return None
+    return LockSeal(meta, seal.sha256, looked_ns)
+
+
+def listing_key(listing: Mapping[str, Meta]) -> str:
+    """A digest of every path with its metadata, independent of listing order: the
+    sha256 of ``listing_bytes`` of the sorted paths."""
     paths = sorted(listing)
+    return _sha256(listing_bytes(paths, list(map(listing.__getitem__, paths))))
+
+
+def listing_bytes(paths: Sequence[str], metas: Sequence[Meta]) -> bytes:
+    """Every path with its metadata (``metas[i]`` is that of ``paths[i]``), in this order.
+
+    The paths joined by NUL (a path holds none), then their numbers, eight bytes each:
+    two listings in the same order have the same bytes only if they are equal.  Built by
+    C loops rather than by formatting numbers as text, which would cost more than the
+    walk of a large folder."""
     names = "\0".join(paths).encode("utf-8", "surrogatepass")  # any code point, one way
-    flat = chain.from_iterable(map(listing.__getitem__, paths))
     try:
-        numbers, form = array("q", flat).tobytes(), b"q"
-    except OverflowError:  # an inode number past 2**63: written as text
-        numbers, form = " ".join(map(str, chain.from_iterable(map(listing.__getitem__, paths)))).encode(), b"t"
-    return _sha256(b"%s%d\0%s\0%s" % (form, len(paths), names, numbers))
+        numbers, form = b"".join(starmap(_FOUR_NUMBERS.pack, metas)), b"q"
+    except struct.error:  # an inode number past 2**63: written as text
+        numbers, form = " ".join(map(str, chain.from_iterable(metas))).encode(), b"t"
+    return b"%s%d\0%s\0%s" % (form, len(paths), names, numbers)
+
+
+_FOUR_NUMBERS = struct.Struct("4q")
+"""A ``Meta`` as four signed 64-bit integers in the machine's order (``array("q")``'s bytes)."""
 
 
 def _sha256(data: bytes) -> str:

@@ -10,21 +10,39 @@ with its exit code (``status --json`` with its
 command looks at the folder exactly as a refresh does (``walk``), and when
 ``nochange.holds`` says that a refresh would reuse that very result, prints
 the record's text: the bytes the full path would print, with the same exit
-code and nothing on stderr.  Anything else (another command, an option this
+code and nothing on stderr.  That first quick answer also keeps, in the record,
+the walk it proved as bytes in the walk's order (the *proof*); the next ones
+compare their walk with it (``nochange.holds_as_proven``): no mapping, no sort,
+no hash.  Anything else (another command, an option this
 module does not know, a missing or damaged record, a held lock, a doubt of any
 kind) returns None, and the full path answers.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
 from operator import attrgetter
 
-from .clock import BadClock, now_text, pinned_now
-from .nochange import LOCK_NAME, Conditions, LockSeal, Look, Sight, Watched, holds, is_sync_copy, lock_as_sealed
-from .walk import sight, walk
+from .clock import BadClock, now_text, pinned_now, wall_ns
+from .nochange import (
+    LOCK_NAME,
+    Conditions,
+    Glance,
+    LockSeal,
+    Look,
+    Sight,
+    Watched,
+    holds,
+    holds_as_proven,
+    is_sync_copy,
+    listing_bytes,
+    lock_as_sealed,
+    renewed_seal,
+)
+from .walk import sight, walk_in_order
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RECORD_NAMES", "Command", "answer", "parse", "record"]
 
-FORMAT = b"provgraph-answer 1"
+FORMAT = b"provgraph-answer 2"
 RECORD_PREFIX = "answer-"
 RECORD_NAMES = frozenset(RECORD_PREFIX + name for name in ("status", "status-json", "check", "check-allow-broken"))
 """The records a state folder may hold, one per covered command."""
@@ -157,12 +175,16 @@ def answer(args: Sequence[str]) -> int | None:
         state = os.open(command.state_path(), _DIRECTORY)
     except OSError:
         return None
+    collecting = gc.isenabled()
+    gc.disable()  # a walk's objects all live until the answer is printed: collecting finds nothing
     try:
         found = _check(command, state)
     except (OSError, ValueError, IndexError):
         found = None  # a damaged record: the full path answers (and the next run rewrites it)
     finally:
         os.close(state)
+        if collecting:
+            gc.enable()
     if found is None:
         return None
     return _print(*found)
@@ -189,17 +211,41 @@ def _check(command: Command, state: int) -> tuple[bytes, bytes | None, int] | No
     if parts not in (1, 2):
         return None
     before, after = fields[5], fields[6] if parts == 2 else None
-    known = fields[5 + parts]
-    conditions = _decode_conditions(fields[6 + parts :])
+    known, proof = fields[5 + parts], fields[6 + parts]
+    conditions = _decode_conditions(fields[7 + parts :])
     flock = _try_lock(state)
     if flock is None:
         return None
     try:
-        if not _holds(command, conditions, known[1:] if known.startswith(b"=") else None):
+        held = _holds(command, conditions, known[1:] if known.startswith(b"=") else None, proof)
+        if held is None:
             return None
+        _keep(command, state, fields, 5 + parts, *held, proven=bool(proof))
     finally:
         os.close(flock)
     return before, after, code
+
+
+def _keep(
+    command: Command,
+    state: int,
+    fields: list[bytes],
+    at: int,
+    listing: bytes,
+    renewed: LockSeal | None,
+    *,
+    proven: bool,
+) -> None:
+    """Rewrite the record (whose fields from ``at`` are the lock's bytes, the proof and the
+    conditions) with what this answer learnt: the walk it proved, when the record had no
+    proof yet, and the seal of a lock it had to read that is now old enough for its
+    metadata to prove it (its bytes are then no longer kept)."""
+    if proven and renewed is None:
+        return
+    fields[at + 1] = listing
+    if renewed is not None:
+        fields[at], fields[at + 2] = b"", _encode_seal(renewed)
+    _write_record(command, state, command.state_path(), fields)
 
 
 def _state_of(state: int, command: Command, recorded: bytes) -> bool:
@@ -229,17 +275,34 @@ def _try_lock(state: int) -> int | None:
     return descriptor
 
 
-def _holds(command: Command, conditions: Conditions, known: bytes | None) -> bool:
+def _holds(
+    command: Command, conditions: Conditions, known: bytes | None, proof: bytes
+) -> tuple[bytes, LockSeal | None] | None:
+    """When the no-change rule holds: the walk's listing as bytes (``listing_bytes`` in the
+    walk's order), and the lock's renewed seal if it earned one; else None.  With a
+    ``proof`` (the bytes of a walk the rule held for, kept in the record) the listing is
+    compared with it; else the rule is applied in full, and the bytes returned become
+    the record's proof."""
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
-    listing, problems = walk(root, real_root, _meta)
-    look = Look(listing, tuple(sorted(set(problems))), conditions.settings)
-    return holds(
-        conditions,
-        look,
-        lambda seal: _lock_holds(command, seal, known),
-        lambda path: sight(root, real_root, path),
-    )
+    paths, stats, problems = walk_in_order(root, real_root)
+    metas, rows = list(map(_meta, stats)), tuple(sorted(set(problems)))
+    renewed: list[LockSeal] = []
+
+    def lock_holds(seal: LockSeal | None) -> bool:
+        return _lock_holds(command, seal, known, renewed.append)
+
+    def sight_of(path: str) -> Watched | None:
+        return sight(root, real_root, path)
+
+    if proof:
+        listing = listing_bytes(paths, metas)
+        held = holds_as_proven(conditions, Glance(listing, rows, conditions.settings), proof, lock_holds, sight_of)
+    else:
+        look = Look(dict(zip(paths, metas, strict=True)), rows, conditions.settings)
+        held = holds(conditions, look, lock_holds, sight_of)
+        listing = listing_bytes(paths, metas) if held else b""
+    return (listing, renewed[0] if renewed else None) if held else None
 
 
 _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
@@ -248,12 +311,16 @@ _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(
 """What stat says, as the no-change rule compares it (``model.FileMeta``'s order)."""
 
 
-def _lock_holds(command: Command, seal: LockSeal | None, known: bytes | None) -> bool:
+def _lock_holds(
+    command: Command, seal: LockSeal | None, known: bytes | None, renew: Callable[[LockSeal], object]
+) -> bool:
     """``state.StateStore.lock_unchanged``, from the lock's folder opened as it opens it:
     the root through any link, a ``--state`` folder never through one.  ``known``: the
-    lock's bytes as the record holds them, checked against the seal when it was written."""
+    lock's bytes as the record holds them, checked against the seal when it was written.
+    A lock that held by its bytes and is now old enough gets a new seal (``renew``)."""
     import stat
 
+    looked_ns = wall_ns()
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC if command.state is None else _DIRECTORY
     descriptor = os.open(command.lock_folder(), flags)
     try:
@@ -266,9 +333,14 @@ def _lock_holds(command: Command, seal: LockSeal | None, known: bytes | None) ->
         if not stat.S_ISREG(info.st_mode):
             return False
         meta = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        return lock_as_sealed(seal, meta, lambda: _read(descriptor, LOCK_NAME), known)
+        if not lock_as_sealed(seal, meta, lambda: _read(descriptor, LOCK_NAME), known):
+            return False
     finally:
         os.close(descriptor)
+    renewed = renewed_seal(seal, meta, looked_ns)
+    if renewed is not None:
+        renew(renewed)
+    return True
 
 
 def _print(before: bytes, after: bytes | None, code: int) -> int:
@@ -305,11 +377,8 @@ def _write(chunks: list[bytes]) -> None:
 def record(command: Command, state_path: str, conditions: Conditions, text: str, code: int) -> None:
     """Write the answer ``text`` (with exit ``code``) of ``command`` for ``conditions``
     beside the cache, replacing the last one; quietly nothing when it cannot be written
-    (it only saves time: the full path answers without it)."""
-    from pathlib import Path
-
-    from .statefolder import Folders, write_file
-
+    (it only saves time: the full path answers without it).  Its proof is left empty:
+    the first quick answer that applies the rule in full keeps the walk it proved."""
     parts = _parts(command, text)
     if parts is None:
         return
@@ -319,21 +388,26 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
         return
     try:
         root = (_read(state, ROOT_NAME) or b"") if command.state is not None else b""
-        fields = [
-            FORMAT,
-            command.key(),
-            root,
-            b"%d" % code,
-            b"%d" % len(parts),
-            *parts,
-            _sealed_lock(command, conditions),
-        ]
-        fields += _encode_conditions(conditions)
-        write_file(Folders(state, state, Path(state_path), Path(state_path)), state, _name(command), [_pack(fields)])
+        fields = [FORMAT, command.key(), root, b"%d" % code, b"%d" % len(parts), *parts]
+        fields += [_sealed_lock(command, conditions), b"", *_encode_conditions(conditions)]
+        _write_record(command, state, state_path, fields)
     except (OSError, ValueError):
         pass
     finally:
         os.close(state)
+
+
+def _write_record(command: Command, state: int, state_path: str, fields: list[bytes]) -> None:
+    """Replace the record of ``command`` in the state folder (open as ``state``) atomically;
+    quietly nothing when it cannot be written (a read-only folder still answers)."""
+    import contextlib
+    from pathlib import Path
+
+    from .statefolder import Folders, write_file
+
+    folders = Folders(state, state, Path(state_path), Path(state_path))
+    with contextlib.suppress(OSError):
+        write_file(folders, state, _name(command), [_pack(fields)])
 
 
 def _sealed_lock(command: Command, conditions: Conditions) -> bytes:
@@ -402,10 +476,13 @@ def _unpack(data: bytes | None) -> list[bytes] | None:
     return fields
 
 
+def _encode_seal(seal: LockSeal | None) -> bytes:
+    return b"" if seal is None else b"%d %d %d %d %s %d" % (*seal.meta, seal.sha256.encode(), seal.recorded_ns)
+
+
 def _encode_conditions(conditions: Conditions) -> list[bytes]:
-    seal = conditions.lock
-    sealed = b"" if seal is None else b"%d %d %d %d %s %d" % (*seal.meta, seal.sha256.encode(), seal.recorded_ns)
-    fields = [sealed, b"%d" % conditions.scan_started_ns, _text(conditions.listing), _text(conditions.settings)]
+    fields = [_encode_seal(conditions.lock), b"%d" % conditions.scan_started_ns]
+    fields += [_text(conditions.listing), _text(conditions.settings)]
     fields.append(b"%d" % len(conditions.walk_problems))
     fields += [_text(part) for row in conditions.walk_problems for part in row]
     for watched in conditions.watched:

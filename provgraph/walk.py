@@ -19,8 +19,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["is_utf8", "place", "printable", "sight", "walk"]
+__all__ = ["is_utf8", "place", "printable", "sight", "walk", "walk_in_order"]
 
+_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+"""The root is opened through a link, as it was named."""
+_FOLDER = _ROOT | os.O_NOFOLLOW
 UNREADABLE = "unreadable"
 OUTSIDE_ROOT = "outside-root"
 """The problem kinds the walk reports (``ProblemKind`` values)."""
@@ -31,7 +34,16 @@ def walk(
 ) -> tuple[dict[str, Meta], list[ProblemRow]]:
     """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``),
     by root-relative POSIX path, with ``meta_of`` its stat; and the problems met."""
-    walker = _Walker(real_root, meta_of)
+    paths, stats, problems = walk_in_order(root, real_root)
+    return dict(zip(paths, map(meta_of, stats), strict=True)), problems
+
+
+def walk_in_order(root: str, real_root: str) -> tuple[list[str], list[os.stat_result], list[ProblemRow]]:
+    """``walk`` as two lists, each file's path and its stat in the order the folders listed
+    them, and the problems met.  The command's quick answer compares the walk's bytes in
+    this order with the bytes of a walk it proved unchanged (``nochange.holds_as_proven``):
+    no mapping, no tuple per file, no sort."""
+    walker = _Walker(real_root)
     walker.pending.append(("", root))
     while walker.pending:
         prefix, folder = walker.pending.pop()
@@ -39,68 +51,84 @@ def walk(
             walker.folder(folder, prefix)
         except OSError as error:
             walker.problems.append((prefix.rstrip("/") or ".", UNREADABLE, _reason(error)))
-    return walker.found, walker.problems
+    return walker.paths, walker.stats, walker.problems
 
 
 class _Walker:
     """What one walk has found so far, and the folders it has still to list."""
 
-    __slots__ = ("found", "inside", "meta_of", "pending", "problems", "real_root")
+    __slots__ = ("inside", "paths", "pending", "problems", "real_root", "stats")
 
-    def __init__(self, real_root: str, meta_of: Callable[[os.stat_result], Meta]) -> None:
+    def __init__(self, real_root: str) -> None:
         self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
-        self.meta_of = meta_of
-        self.found: dict[str, Meta] = {}
+        self.paths: list[str] = []
+        self.stats: list[os.stat_result] = []
+        """The stat of the file at the same place in ``paths``."""
         self.problems: list[ProblemRow] = []
         self.pending: list[tuple[str, str]] = []
 
     def folder(self, folder: str, prefix: str) -> None:
         """One folder's entries.  The common one, a regular ``.md`` file with an ASCII name,
-        is taken in the loop itself (a large folder has thousands); ``visit`` sorts out the rest."""
-        found, meta_of = self.found, self.meta_of
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    continue
-                if name.endswith(".md") and name.isascii():
-                    try:
-                        if entry.is_file(follow_symlinks=False):
-                            found[prefix + name] = meta_of(entry.stat(follow_symlinks=False))
-                            continue
-                    except OSError:
-                        pass  # visited again below, where the problem is reported
-                self.visit(entry, prefix + name)
+        is taken in the loop itself (a large folder has thousands); ``visit`` sorts out the rest.
 
-    def visit(self, entry: os.DirEntry[str], path: str) -> None:
+        The folder is listed through a descriptor, so that each file is stat'ed by its name
+        in it rather than by a path the system resolves again from the root; a subfolder
+        (never the root) that became a symlink since it was listed is not followed."""
+        add_path, add_stat = self.paths.append, self.stats.append
+        descriptor = os.open(folder, _FOLDER if prefix else _ROOT)
+        try:
+            with os.scandir(descriptor) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name[0] == ".":  # a name is never empty; cheaper than startswith
+                        continue
+                    if name.endswith(".md") and name.isascii():
+                        try:
+                            if entry.is_file(follow_symlinks=False):
+                                add_stat(entry.stat(follow_symlinks=False))
+                                add_path(prefix + name)
+                                continue
+                        except OSError:
+                            pass  # visited again below, where the problem is reported
+                    self.visit(entry, prefix + name, os.path.join(folder, name))
+        finally:
+            os.close(descriptor)
+
+    def found(self, path: str, info: os.stat_result) -> None:
+        self.stats.append(info)
+        self.paths.append(path)
+
+    def visit(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
+        """Any entry but a plain memory file: ``path`` is root-relative, ``full_path`` as
+        the root was named."""
         name = entry.name
         try:
             if not (name.isascii() or is_utf8(name)):
                 if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
                     self.problems.append((printable(path), UNREADABLE, "its name is not valid UTF-8"))
             elif entry.is_symlink():
-                self.visit_link(entry, path)
+                self.visit_link(entry, path, full_path)
             elif entry.is_dir(follow_symlinks=False):
-                self.pending.append((path + "/", entry.path))
+                self.pending.append((path + "/", full_path))
             elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                self.found[path] = self.meta_of(entry.stat(follow_symlinks=False))
+                self.found(path, entry.stat(follow_symlinks=False))
         except OSError as error:
             self.problems.append((path, UNREADABLE, _reason(error)))
 
-    def visit_link(self, entry: os.DirEntry[str], path: str) -> None:
+    def visit_link(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
         """Symlinked files inside the root count; folders are not followed (no loops)."""
-        resolved = os.path.realpath(entry.path)
+        resolved = os.path.realpath(full_path)
         if not (resolved == self.real_root or resolved.startswith(self.inside)):
             if entry.name.endswith(".md"):
                 self.problems.append((path, OUTSIDE_ROOT, "symlink to a path outside the root"))
             return
         if entry.name.endswith(".md"):
             try:
-                info = os.stat(entry.path)
+                info = os.stat(full_path)
             except OSError:
                 return  # dangling link: skipped, never opened
             if stat_module.S_ISREG(info.st_mode):
-                self.found[path] = self.meta_of(info)
+                self.found(path, info)
 
 
 def place(root: str, real_root: str, path: str) -> tuple[Sight | None, str]:

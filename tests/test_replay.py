@@ -12,6 +12,7 @@ than that window before the runs that write the records.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import io
 import os
@@ -149,7 +150,8 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     once, then each command run once, so that each writes its record."""
     base = tmp_path_factory.mktemp("replay")
     first = memory_folder(base / "first")
-    cases = [*CHANGES, "sync copy", "linked", "nothing changed", "other settings", "state elsewhere", "racy", "damaged"]
+    cases = [*CHANGES, *map(proven, CHANGES), "sync copy", "linked", "nothing changed", "other settings"]
+    cases += ["state elsewhere", "racy", "damaged", "proof of another walk"]
     made = {case: Path(shutil.copytree(first, base / f"case{index}")) for index, case in enumerate(cases)}
     elsewhere = base / "states" / "one"
     full_path("status", "--state", str(elsewhere), cwd=made["state elsewhere"])
@@ -162,7 +164,21 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             if case == "racy":
                 write(root / "notes" / "other.md", f"---\nname: Other\n---\nJust written for {args}.\n")
             assert full_path(*args, *state, cwd=root).code in (0, 1)
+    for case in [*map(proven, CHANGES), "proof of another walk"]:
+        for args in COMMANDS:
+            assert quick_in_process(*args, cwd=made[case]) in (0, 1), (case, args)
     return made
+
+
+def proven(change: str) -> str:
+    """The case of ``change`` made after a quick answer kept the walk it proved."""
+    return f"{change}, after a quick answer"
+
+
+def quick_in_process(*args: str, cwd: Path) -> int | None:
+    """The quick answer alone, in this process: its exit code, None when it left it to the full path."""
+    with settings(None), contextlib.chdir(cwd), contextlib.redirect_stdout(io.StringIO()):
+        return replay.answer(args)
 
 
 def same_answers(root: Path, *extra: str, env: dict[str, str] | None = None) -> list[bool]:
@@ -191,11 +207,54 @@ def test_an_unchanged_folder_gets_the_full_paths_answer_without_importing_the_ap
     assert not imported & {"provgraph.api", "networkx", "yaml", "orjson", "provgraph.scan", "provgraph.state"}
 
 
+@pytest.mark.parametrize("after_a_quick_answer", [False, True])
 @pytest.mark.parametrize("change", sorted(CHANGES))
-def test_after_any_change_the_command_answers_as_the_full_path(folders, change) -> None:
-    root = folders[change]
+def test_after_any_change_the_command_answers_as_the_full_path(folders, change, after_a_quick_answer) -> None:
+    """Whether the record was just written by the full path (the rule is applied in full)
+    or a quick answer since kept the walk it proved (the walk is compared with it)."""
+    root = folders[proven(change) if after_a_quick_answer else change]
     CHANGES[change](root)
     assert same_answers(root) == [False, False, False]
+
+
+def test_an_unchanged_folder_is_answered_quickly_again_and_again(folders) -> None:
+    """The first quick answer applies the rule in full and keeps the walk it proved;
+    the next ones compare the walk with it, and still print the full path's answer."""
+    root = folders["nothing changed"]
+    for _ in range(3):
+        assert same_answers(root) == [True, True, True]
+
+
+def test_the_quick_answer_leaves_the_garbage_collector_as_it_found_it(folders, tmp_path) -> None:
+    """It pauses the collector while it walks; whatever it answers, the process (a full
+    run that follows, or a program calling it) gets the collector back as it was."""
+    assert gc.isenabled()
+    assert quick_in_process("status", cwd=folders["nothing changed"]) == 0
+    assert gc.isenabled()
+    assert quick_in_process("status", cwd=tmp_path) is None
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert quick_in_process("status", cwd=folders["nothing changed"]) == 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_proof_of_another_walk_is_never_trusted(folders) -> None:
+    """A record whose kept walk is not this folder's (another order, other files) falls through."""
+    root = folders["proof of another walk"]
+    for record in (root / ".provgraph").glob("answer-*"):
+        fields = replay._unpack(record.read_bytes())
+        assert fields is not None
+        proof = 6 + int(fields[4])
+        assert fields[proof], "a quick answer keeps the walk it proved"
+        other = fields[proof].replace(b"facts.md\0", b"facts.me\0")
+        assert other != fields[proof]
+        fields[proof] = other
+        record.write_bytes(replay._pack(fields))
+    assert same_answers(root) == [False, False, False]
+    assert same_answers(root) == [True, True, True]
 
 
 def test_a_file_written_just_before_the_last_run_is_never_trusted(folders) -> None:
@@ -343,6 +402,64 @@ def test_the_quick_answers_now_is_written_as_the_full_path_writes_it(zone, monke
     assert written in (before, after)
     monkeypatch.setenv("PROVGRAPH_NOW", "2026-11-24T10:00:00+05:30")
     assert clock.now_text() == "2026-11-24T10:00:00+05:30"
+
+
+OPENED_LOCK = """
+import sys
+from pathlib import Path
+opened = []
+def hook(event, args):
+    if event == "open" and str(args[0]).endswith("provgraph.lock"):
+        opened.append(args[0])
+sys.addaudithook(hook)
+from provgraph.replay import answer
+code = answer(sys.argv[1:])
+print(code, len(opened), file=sys.stderr)
+"""
+
+
+def test_a_lock_read_because_it_was_young_is_sealed_again_once_old_and_a_change_is_still_seen(tmp_path) -> None:
+    """The last full run wrote the lock, so its metadata proves nothing yet and every quick
+    answer reads it.  Once it is past the racy window, the quick answer that read it seals
+    it again: the next ones leave it unopened, and another lock, or the same bytes written
+    again, are still told apart."""
+    root = memory_folder(tmp_path / "memory")
+    time.sleep(PAST_THE_RACY_WINDOW)  # the files age; then a stamp writes the lock, a full run records it
+    assert full_path("stamp", "profile.md", cwd=root).code == 0
+    assert full_path("status", cwd=root).code == 0
+    time.sleep(PAST_THE_RACY_WINDOW)
+    environment = {**os.environ, **SETTINGS}
+
+    def quick_opens() -> tuple[str, str]:
+        done = subprocess.run(
+            [sys.executable, "-c", OPENED_LOCK, "status"], cwd=root, env=environment, capture_output=True, text=True
+        )
+        code, opened = done.stderr.split()
+        return code, opened
+
+    assert quick_opens() == ("0", "1")  # read, found to be the sealed bytes, sealed again
+    assert quick_opens() == ("0", "0")
+    lock = root / "provgraph.lock"
+    lock.write_bytes(lock.read_bytes())  # the same bytes, new metadata: read and compared again
+    assert same_answers(root)[0]
+    another_clones_stamps(root)
+    assert same_answers(root) == [False, False, False]
+
+
+def test_a_lock_is_sealed_again_only_when_old_enough_and_not_already_proven() -> None:
+    from provgraph.nochange import RACY_WINDOW_NS, LockSeal, lock_as_sealed, renewed_seal
+
+    written = time.time_ns()
+    meta = (4, written, written, 7)
+    young = LockSeal(meta, hashlib.sha256(b"lock").hexdigest(), written + 1)
+    later = written + RACY_WINDOW_NS + 1
+    assert renewed_seal(young, meta, written + RACY_WINDOW_NS) is None  # still within the window
+    renewed = renewed_seal(young, meta, later)
+    assert renewed == LockSeal(meta, young.sha256, later)
+    assert lock_as_sealed(renewed, meta, lambda: b"never read")
+    assert not lock_as_sealed(renewed, (4, written, written + 1, 7), lambda: b"lokc")
+    assert renewed_seal(renewed, meta, later + 1) is None  # already proven by its metadata
+    assert renewed_seal(None, meta, later) is None and renewed_seal(young, None, later) is None
 
 
 def test_a_lock_younger_than_its_seal_is_compared_by_content_hashed_or_known() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from conftest import launch
 
@@ -234,3 +235,22 @@ def check_prompt_block(block: str) -> list[str]:
     assert normal.count("<system-reminder>") == 1 and normal.count("</system-reminder>") == 1
     assert all(not line.lstrip().startswith("#") for line in body)
     return body[len(instructions) :]
+
+
+def deny_listing(monkeypatch: Any, folder: Path) -> None:
+    """Listing ``folder`` is refused, as for mode 000 and a user who is not root, whether
+    it is listed by its path (``os.scandir``) or opened first (``os.open``)."""
+    scandir, open_, denied = os.scandir, os.open, os.fspath(folder)
+
+    def refusing(path: Any = ".") -> Any:
+        if isinstance(path, (str, os.PathLike)) and os.fspath(path) == denied:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), denied)
+        return scandir(path)
+
+    def refusing_to_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_DIRECTORY and isinstance(path, (str, os.PathLike)) and os.fspath(path) == denied:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), denied)
+        return open_(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    monkeypatch.setattr(os, "open", refusing_to_open)

@@ -28,6 +28,7 @@ from .helpers import (
     DenyingFiles,
     MutatingFiles,
     assert_clean,
+    deny_listing,
     derived,
     environment,
     provgraph,
@@ -262,18 +263,6 @@ def test_files_of_mode_000_are_problems(root: Path, tmp_path: Path) -> None:
     _check_unreadable(Memory(root, state=tmp_path / "state.json").refresh(now=NOW))
 
 
-def _deny_folder(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
-    """``os.scandir`` refuses ``folder`` as it does for mode 000 and a user who is not root."""
-    scandir = os.scandir
-
-    def refusing(path: object = ".") -> object:
-        if os.fspath(path) == os.fspath(folder):  # type: ignore[arg-type]
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(folder))  # type: ignore[arg-type]
-        return scandir(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "scandir", refusing)
-
-
 def _check_unreadable_folder(code: int, output: str) -> None:
     assert code == 0
     status = json.loads(output)
@@ -285,7 +274,7 @@ def test_an_unreadable_folder_is_a_problem_and_the_rest_is_scanned(
     root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _unreadable_folder(root)
-    _deny_folder(monkeypatch, root / "locked")
+    deny_listing(monkeypatch, root / "locked")
     code = cli("status", "--json", str(root))
     _check_unreadable_folder(code, capsys.readouterr().out)
 

@@ -21,7 +21,7 @@ import pytest
 from provgraph import Memory
 from provgraph.model import EdgeStatus, ProblemKind
 
-from .helpers import NOW, DenyingFiles, derived, write
+from .helpers import NOW, DenyingFiles, deny_listing, derived, write
 
 PROFILE = derived("facts.md", body="The user likes tea.\n")
 
@@ -153,14 +153,7 @@ def test_a_stale_derived_file_in_a_folder_that_cannot_be_read_for_a_while_stays_
     memory.refresh(now=NOW)
     write(root, "facts.md", "coffee\n")
     assert [entry.path for entry in memory.refresh(now=NOW + timedelta(days=1)).stale] == ["notes/profile.md"]
-    scandir, locked = os.scandir, os.fspath(root / "notes")
-
-    def refusing(path: object = ".") -> object:
-        if os.fspath(path) == locked:  # type: ignore[arg-type]
-            raise PermissionError(13, "Permission denied", locked)
-        return scandir(path)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "scandir", refusing)
+    deny_listing(monkeypatch, root / "notes")
     during = memory.refresh(now=NOW + timedelta(days=2))
     assert [entry.path for entry in during.stale] == ["notes/profile.md"]
     assert [(problem.path, problem.kind) for problem in during.problems] == [("notes", ProblemKind.UNREADABLE)]
