@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
+from scratch import temporary_folders_in_memory
 
 import provgraph
 from provgraph import Memory
@@ -86,6 +87,7 @@ def _bytecode_kept_for_every_process() -> None:
         os.environ["PYTHONPYCACHEPREFIX"] = folder
 
 
+temporary_folders_in_memory()
 _code_under_test_for_every_process()
 _bytecode_kept_for_every_process()
 PROVGRAPH = _launcher()

@@ -1,4 +1,4 @@
-"""Throwaway folders for the property tests, in memory where the system offers it.
+"""Throwaway folders for the tests, in memory where the system offers it.
 
 provgraph syncs every state file it writes (fsync), as a tool that must survive a crash
 does.  A property test writes state thousands of times, and on a busy disk it then
@@ -31,3 +31,12 @@ def _memory_backed_usable() -> bool:
         return False
     room = os.statvfs(MEMORY_BACKED)
     return room.f_bavail * room.f_frsize >= ROOM_NEEDED
+
+
+def temporary_folders_in_memory() -> None:
+    """Make the memory-backed file system the home of every temporary folder of the run
+    (``TMPDIR``): pytest's ``tmp_path``, ``tempfile`` and every process a test starts,
+    unless the user chose a ``TMPDIR`` or that file system is missing or nearly full."""
+    if "TMPDIR" not in os.environ and _memory_backed_usable():
+        os.environ["TMPDIR"] = MEMORY_BACKED
+        tempfile.tempdir = None  # asked again on next use
