@@ -24,7 +24,7 @@ import hashlib
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -39,11 +39,13 @@ from .codec import (
     REPORT,
     TABLES,
     VERSION,
+    Chunks,
     decode_legacy,
     decode_report,
     decode_seen,
     derivations_of,
     encode_report,
+    encode_rows,
     encode_seen,
     lock_bytes,
     split_cache,
@@ -55,6 +57,7 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
+from .incremental import LockLines, Previous
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
@@ -82,6 +85,7 @@ __all__ = [
     "STATE_DIR",
     "VERSION",
     "LockSeal",
+    "Previous",
     "Recall",
     "State",
     "StateError",
@@ -400,6 +404,55 @@ class StateStore:
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
 
+    def previous(self, settings: str, walk_problems: tuple[Problem, ...]) -> Previous | None:
+        """The last scan, its per-file rows undecoded, with the lock's lines, when a small
+        change can be patched into it: the cache is whole, for this root and these
+        settings, with nothing refused and the same walk problems, and the lock is the
+        one it was written with.  Else None, and ``load`` reads (or sets aside) it all."""
+        folders = self._tx.folders
+        if folders is None or folders.state < 0 or not self._tx.exclusive:
+            return None
+        data = self._read(folders.state, CACHE_NAME, self.state_path)
+        if data is None:
+            return None
+        try:
+            document = orjson.loads(data)
+            del data
+            return self._previous(folders, document, settings, walk_problems)
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
+
+    def _previous(
+        self, folders: Folders, document: Any, settings: str, walk_problems: tuple[Problem, ...]
+    ) -> Previous | None:
+        _check_format(document)
+        report, rows, root = document["report"], document["seen"], os.fsdecode(self.root)
+        if document["root"] != root or document.get("settings", "") != settings or document["refused"]:
+            return None
+        if report is None or type(rows) is not dict:
+            return None
+        if tuple(_decode_problem(row) for row in document["walk_problems"]) != walk_problems:
+            return None
+        seal = _decode_seal(document["lock"])
+        if seal is None or not self.lock_unchanged(seal):
+            return None
+        data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        lock = None if data is None else LockLines.of(data, document.get("lock_canonical") is True)
+        if lock is None:
+            return None
+        self._tx.seal, self._tx.lock_bytes = seal, data
+        stored = decode_report(report)
+        return Previous(
+            root=root,
+            rows=rows,
+            edges=stored.edges,
+            cycles=stored.cycles,
+            problems=stored.problems,
+            walk_problems=walk_problems,
+            scan_started_ns=int(document["scan_started_ns"]),
+            lock=lock,
+        )
+
     def recall(self) -> Recall | None:
         """The no-change part of the cache, or None when there is none to trust.
 
@@ -499,11 +552,45 @@ class StateStore:
             seal = self._seal(folders, data)
         self._tx.as_locked = None
         conditions = _conditions(state, seal)
-        self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), conditions), "write")
+        encoded = _encoded(
+            state, os.fsdecode(self.root), conditions, as_locked is None or state.derivations != as_locked
+        )
+        self._write(folders, folders.state, CACHE_NAME, encoded, "write")
         if self._tx.migrating:
             self._tx.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
             self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
+        return conditions
+
+    def save_patched(
+        self,
+        state: State,
+        rows: Mapping[str, Seen | list[Any]],
+        lock: bytes | None,
+        listing: Mapping[str, FileMeta],
+        lock_canonical: bool,
+    ) -> Conditions:
+        """``save`` for a result patched after a small change (``incremental``): the lock
+        is written only when ``lock`` holds new bytes, the per-file rows kept as the cache
+        held them (lists) are written back as they were, and the memory files read are
+        those of ``listing``, every one of which has its row.  ``lock_canonical``: the
+        lock is exactly what ``encode_lock`` writes (``LockLines.canonical``)."""
+        self._recalled = None
+        folders = self._tx.folders
+        if folders is None or not self._tx.exclusive or state.report is None:
+            raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
+        if lock is None:
+            seal = self._reseal(folders)
+        else:
+            self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
+            self._tx.lock_bytes = lock
+            seal = self._seal(folders, lock)
+        stats = {path: _meta_of(row) for path, row in rows.items() if path not in listing}
+        watched = watched_sources((edge.source for edge in state.report.edges), listing, {}, stats)
+        problems = tuple(problem.row for problem in state.walk_problems)
+        conditions = Conditions(seal, state.scan_started_ns, problems, listing_key(listing), watched, state.settings)
+        entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, encode_rows(rows))
+        self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         return conditions
 
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
@@ -524,6 +611,11 @@ class StateStore:
             write_file(folders, target, name, chunks)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
+
+
+def _meta_of(row: Seen | list[Any]) -> FileMeta:
+    """A file's metadata from its row, decoded (``Seen``) or as the cache held it."""
+    return FileMeta(*row[:4]) if type(row) is list else row.meta  # type: ignore[union-attr]
 
 
 def _lock_meta(folders: Folders) -> FileMeta | None:
@@ -574,13 +666,15 @@ def _cannot(what: str, path: Path, error: OSError) -> str:
 # -- the cache's layout ----------------------------------------------------------------
 
 
-def _encoded(state: State, root: str, conditions: Conditions) -> Iterator[bytes]:
+def _encoded(state: State, root: str, conditions: Conditions, lock_canonical: bool) -> Iterator[bytes]:
     """The cache's bytes, one top-level entry at a time: a large folder's tables are never
     all held as lists at once."""
-    return stream(_entries(state, root, conditions))
+    return stream(_entries(state, root, conditions, lock_canonical))
 
 
-def _entries(state: State, root: str, conditions: Conditions) -> Iterator[tuple[str, object]]:
+def _entries(
+    state: State, root: str, conditions: Conditions, lock_canonical: bool, rows: Chunks | None = None
+) -> Iterator[tuple[str, object]]:
     """Each top-level entry, built only when it is written; the no-change check's part first."""
     yield "format", FORMAT
     yield "version", VERSION
@@ -593,8 +687,9 @@ def _entries(state: State, root: str, conditions: Conditions) -> Iterator[tuple[
     yield "listing", conditions.listing
     yield "watched", encode_watched(conditions.watched)
     yield "report", None if state.report is None else encode_report(state.report)
-    yield "seen", encode_seen(state.seen)
+    yield "seen", encode_seen(state.seen) if rows is None else rows
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
+    yield "lock_canonical", lock_canonical
 
 
 def _conditions(state: State, seal: LockSeal | None) -> Conditions:
