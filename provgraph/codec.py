@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
 __all__ = [
     "FORMAT",
     "LEGACY_FORMAT",
+    "BATCH_BREAK",
     "REPORT",
     "TABLES",
     "VERSION",
@@ -52,6 +53,7 @@ __all__ = [
     "encode_seen",
     "lock_bytes",
     "optional_text",
+    "parsed_in_batches",
     "split_cache",
     "stream",
     "text",
@@ -168,18 +170,41 @@ def _joined(head: bytes, middle: Iterator[bytes], tail: bytes) -> Iterator[bytes
 
 
 def _batches(items: Iterable[Any], opening: bytes, closing: bytes, container: type) -> Iterator[bytes]:
-    """A JSON array or object of ``items``, encoded ``_BATCH`` items per call."""
+    """A JSON array or object of ``items``, encoded ``_BATCH`` items per call; batches are
+    separated by a line break (``BATCH_BREAK``), so that they can be parsed one at a time."""
     yield opening
     batch: list[Any] = []
     first = True
     for item in items:
         batch.append(item)
         if len(batch) == _BATCH:
-            yield (b"" if first else b",") + orjson.dumps(container(batch))[1:-1]
+            yield (b"" if first else BATCH_BREAK) + orjson.dumps(container(batch))[1:-1]
             batch, first = [], False
     if batch:
-        yield (b"" if first else b",") + orjson.dumps(container(batch))[1:-1]
+        yield (b"" if first else BATCH_BREAK) + orjson.dumps(container(batch))[1:-1]
     yield closing
+
+
+BATCH_BREAK = b",\n"
+"""Between two batches of a table: orjson writes a line break in a string as ``\\n``, so
+these bytes occur nowhere else in the cache."""
+
+
+def parsed_in_batches(data: bytes, start: int, end: int) -> Iterator[Any]:
+    """Each batch of the table ``data[start:end]`` written by ``_batches`` (``{...}`` or
+    ``[...]``), parsed on its own: a large table is never parsed as a whole beside its
+    bytes.  A table written in one piece is one batch."""
+    opening, closing = data[start : start + 1], data[end - 1 : end]
+    if (opening, closing) not in ((b"{", b"}"), (b"[", b"]")):
+        raise Corrupt("a table is not what provgraph writes")
+    start, end = start + 1, end - 1
+    with memoryview(data) as view:
+        while True:
+            stop = data.find(BATCH_BREAK, start, end)
+            yield orjson.loads(opening + view[start : end if stop < 0 else stop] + closing)
+            if stop < 0:
+                return
+            start = stop + len(BATCH_BREAK)
 
 
 def encode_rows(rows: Mapping[str, Seen | list[object]]) -> Chunks:

@@ -16,7 +16,6 @@ does a lock that is not exactly as provgraph writes it.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Collection, Mapping, Set
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,11 +56,12 @@ class Previous:
 
 class LockLines:
     """The lock's lines as provgraph writes them (header, then one sorted line per edge),
-    kept as bytes: a derived file's lines are found by their common beginning, decoded
-    only for the files a change reaches, and the others are written back as they were."""
+    kept as the bytes read: a derived file's lines are found by the beginning they share
+    (a binary search over the bytes), decoded only for the files a change reaches, and
+    the others are written back as they were."""
 
-    def __init__(self, lines: list[bytes], canonical: bool) -> None:
-        self.lines = lines
+    def __init__(self, data: bytes, canonical: bool) -> None:
+        self.data = data
         self.canonical = canonical
         """Whether the lines are known to be exactly what ``encode_lock`` makes of their
         stamps; else they are checked before any line is replaced."""
@@ -71,14 +71,28 @@ class LockLines:
         """None when ``data`` is not one header then whole lines."""
         if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and not data.endswith(b"\n")):
             return None
-        return cls(data[len(_HEADER) :].split(b"\n")[:-1], canonical)
+        return cls(data, canonical)
+
+    def _first_at_or_after(self, prefix: bytes) -> int:
+        """Where the first line not sorted before ``prefix`` starts (the end when none)."""
+        data = self.data
+        low, high = len(_HEADER), len(data)
+        while low < high:
+            middle = (low + high) // 2
+            start = max(low, data.rfind(b"\n", low, middle) + 1)
+            end = data.find(b"\n", start) + 1
+            if data[start : end - 1] < prefix:
+                low = end
+            else:
+                high = start
+        return low
 
     def _block(self, derived: str) -> tuple[int, int]:
         """Where ``derived``'s lines are: sorted lines sharing a beginning are consecutive."""
         prefix = b"[" + orjson.dumps(derived) + b","
-        start = end = bisect_left(self.lines, prefix)
-        while end < len(self.lines) and self.lines[end].startswith(prefix):
-            end += 1
+        start = end = self._first_at_or_after(prefix)
+        while self.data.startswith(prefix, end):
+            end = self.data.find(b"\n", end) + 1
         return start, end
 
     def has(self, derived: str) -> bool:
@@ -90,7 +104,7 @@ class LockLines:
         chunks = [_HEADER]
         for path in sorted(paths):
             start, end = self._block(path)
-            chunks += (line + b"\n" for line in self.lines[start:end])
+            chunks.append(self.data[start:end])
         table = decode_stamps(b"".join(chunks))
         if table is None:
             return None
@@ -99,30 +113,28 @@ class LockLines:
     def replaced(self, paths: Collection[str], updated: Mapping[str, Derivation]) -> bytes | None:
         """The lock with the lines of every file in ``paths`` replaced by its stamps in
         ``updated`` (none when it is not there); None when the lines are not exactly
-        what ``encode_lock`` writes, which a full scan then rewrites."""
+        what ``encode_lock`` writes, which a full scan then rewrites.  A file's new lines
+        go where its old ones were, or would be: they share its beginning."""
         if not (self.canonical or self._is_canonical()):
             return None
-        dropped = sorted(self._block(path) for path in paths)
-        kept: list[bytes] = []
+        chunks: list[bytes] = []
         position = 0
-        for start, end in dropped:
-            kept += self.lines[position:start]
-            position = max(position, end)
-        kept += self.lines[position:]
-        records = [
-            Record(derived, source, stamp, derivation.derived_at)
-            for derived, derivation in updated.items()
-            for source, stamp in derivation.stamps.items()
-        ]
-        added = encode_lock(records)[len(_HEADER) :].split(b"\n")[:-1]
-        return b"".join([_HEADER, *(line + b"\n" for line in sorted(kept + added))])
+        for path in sorted(paths, key=lambda path: (self._block(path), orjson.dumps(path))):
+            start, end = self._block(path)
+            derivation = updated.get(path)
+            records = [] if derivation is None else _records(path, derivation)
+            chunks += (self.data[position:start], encode_lock(records)[len(_HEADER) :])
+            position = end
+        chunks.append(self.data[position:])
+        return b"".join(chunks)
 
     def _is_canonical(self) -> bool:
         """Sorted, each line as orjson writes its values, and each file's ``derived_at``
         the same on all its lines (as ``encode_lock`` writes them)."""
-        if self.lines != sorted(self.lines):
+        lines = self.data[len(_HEADER) :].split(b"\n")[:-1]
+        if lines != sorted(lines):
             return False
-        joined = b"[" + b",".join(self.lines) + b"]"
+        joined = b"[" + b",".join(lines) + b"]"
         try:
             rows = orjson.loads(joined)
         except orjson.JSONDecodeError:
@@ -131,6 +143,10 @@ class LockLines:
             return False
         derived_at: dict[str, object] = {}
         return all(derived_at.setdefault(row[0], row[5]) == row[5] for row in rows)
+
+
+def _records(derived: str, derivation: Derivation) -> list[Record]:
+    return [Record(derived, source, stamp, derivation.derived_at) for source, stamp in derivation.stamps.items()]
 
 
 def changed_files(

@@ -40,6 +40,8 @@ from .codec import (
     TABLES,
     VERSION,
     Chunks,
+    StoredReport,
+    decode_edges,
     decode_legacy,
     decode_report,
     decode_seen,
@@ -48,6 +50,7 @@ from .codec import (
     encode_rows,
     encode_seen,
     lock_bytes,
+    parsed_in_batches,
     split_cache,
     stream,
 )
@@ -408,7 +411,11 @@ class StateStore:
         """The last scan, its per-file rows undecoded, with the lock's lines, when a small
         change can be patched into it: the cache is whole, for this root and these
         settings, with nothing refused and the same walk problems, and the lock is the
-        one it was written with.  Else None, and ``load`` reads (or sets aside) it all."""
+        one it was written with.  Else None, and ``load`` reads (or sets aside) it all.
+
+        The cache's parts are parsed one after the other, from the bytes read, so that
+        a large folder's parsed tables never sit beside a parse of the whole file."""
+        self._recalled = None  # the head the no-change check kept: a patch never needs it
         folders = self._tx.folders
         if folders is None or folders.state < 0 or not self._tx.exclusive:
             return None
@@ -416,42 +423,51 @@ class StateStore:
         if data is None:
             return None
         try:
-            document = orjson.loads(data)
-            del data
-            return self._previous(folders, document, settings, walk_problems)
+            return self._previous(folders, data, settings, walk_problems)
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
 
     def _previous(
-        self, folders: Folders, document: Any, settings: str, walk_problems: tuple[Problem, ...]
+        self, folders: Folders, data: bytes, settings: str, walk_problems: tuple[Problem, ...]
     ) -> Previous | None:
-        _check_format(document)
-        report, rows, root = document["report"], document["seen"], os.fsdecode(self.root)
-        if document["root"] != root or document.get("settings", "") != settings or document["refused"]:
+        report_at, tables_at, refused_at = data.find(REPORT), data.find(TABLES), data.rfind(_REFUSED)
+        if not 0 < report_at < tables_at < refused_at:
             return None
-        if report is None or type(rows) is not dict:
-            return None
-        if tuple(_decode_problem(row) for row in document["walk_problems"]) != walk_problems:
-            return None
-        seal = _decode_seal(document["lock"])
-        if seal is None or not self.lock_unchanged(seal):
-            return None
-        data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
-        lock = None if data is None else LockLines.of(data, document.get("lock_canonical") is True)
+        head = orjson.loads(data[:report_at] + b"}")
+        head.update(orjson.loads(b"{" + data[refused_at + 1 :]))
+        lock = self._sealed_lock(folders, head, settings, walk_problems)
         if lock is None:
             return None
-        self._tx.seal, self._tx.lock_bytes = seal, data
-        stored = decode_report(report)
+        stored = _report_in_batches(data, report_at + len(REPORT), tables_at)
+        rows: dict[str, Any] = {}
+        for batch in parsed_in_batches(data, tables_at + len(TABLES), refused_at):
+            rows.update(batch)
         return Previous(
-            root=root,
+            root=os.fsdecode(self.root),
             rows=rows,
             edges=stored.edges,
             cycles=stored.cycles,
             problems=stored.problems,
             walk_problems=walk_problems,
-            scan_started_ns=int(document["scan_started_ns"]),
+            scan_started_ns=int(head["scan_started_ns"]),
             lock=lock,
         )
+
+    def _sealed_lock(
+        self, folders: Folders, head: Any, settings: str, walk_problems: tuple[Problem, ...]
+    ) -> LockLines | None:
+        """The lock, when the cache's head says a patch may build on it."""
+        _check_format(head)
+        if head["root"] != os.fsdecode(self.root) or head.get("settings", "") != settings or head["refused"]:
+            return None
+        if tuple(_decode_problem(row) for row in head["walk_problems"]) != walk_problems:
+            return None
+        seal = _decode_seal(head["lock"])
+        if seal is None or not self.lock_unchanged(seal):
+            return None
+        data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        self._tx.seal = seal
+        return None if data is None else LockLines.of(data, head.get("lock_canonical") is True)
 
     def recall(self) -> Recall | None:
         """The no-change part of the cache, or None when there is none to trust.
@@ -653,6 +669,9 @@ def _read_head(folder: int, name: str) -> bytearray | None:
         os.close(descriptor)
 
 
+_REFUSED = b',"refused":'
+"""Where the small tail of the cache starts, after the per-file table (found from the end:
+a file named ``refused`` is a key inside that table, never after it)."""
 _HEAD_CHUNK = 256 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
@@ -720,6 +739,27 @@ def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
         _text(data.get("settings", "")),
     )
     return Recall(_text(data["root"]), conditions, report)
+
+
+def _report_in_batches(data: bytes, start: int, end: int) -> StoredReport:
+    """The last result from ``data[start:end]``, its edges parsed a batch at a time."""
+    edges_at, cycles_at = data.find(_EDGES, start, end), data.rfind(_CYCLES, start, end)
+    if not start < edges_at < cycles_at:
+        raise _Corrupt("the last result is not what provgraph writes")
+    rest = orjson.loads(data[start:edges_at] + b"}")
+    rest.update(orjson.loads(b"{" + data[cycles_at + 2 : end]))
+    rest["edges"] = []
+    stored = decode_report(rest)
+    edges = [
+        edge
+        for batch in parsed_in_batches(data, edges_at + len(_EDGES) - 1, cycles_at + 1)
+        for edge in decode_edges(batch)
+    ]
+    return stored._replace(edges=tuple(edges))
+
+
+_EDGES = b',"edges":['
+_CYCLES = b'],"cycles":'
 
 
 def _decode_seal(data: object) -> LockSeal | None:
