@@ -212,6 +212,7 @@ class Memory:
         """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
         started_ns = wall_ns()
         listing, walk_problems = self.files.walk()
+        started_ns = min(started_ns, getattr(self.files, "walked_ns", None) or started_ns)
         walk_problems = sorted(set(walk_problems), key=attrgetter("row"))
         unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:

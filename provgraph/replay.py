@@ -22,9 +22,9 @@ import sys
 import time
 from operator import attrgetter
 
-from .clock import BadClock, now_text, pinned_now
+from .clock import BadClock, now_text, pinned_now, wall_ns
 from .nochange import LOCK_NAME, Conditions, LockSeal, Look, Sight, Watched, holds, is_sync_copy, lock_as_sealed
-from .walk import sight, walk
+from .walk import hand_over, sight, walk
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -232,7 +232,9 @@ def _try_lock(state: int) -> int | None:
 def _holds(command: Command, conditions: Conditions, known: bytes | None) -> bool:
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
+    started_ns = wall_ns()
     listing, problems = walk(root, real_root, _meta)
+    hand_over(root, real_root, started_ns, (listing, problems))  # for the full run, when this does not hold
     look = Look(listing, tuple(sorted(set(problems))), conditions.settings)
     return holds(
         conditions,
