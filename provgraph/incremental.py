@@ -160,7 +160,15 @@ def changed_files(
         row = rows.get(path)
         if row is None or row[5] is None:
             return None
-        if (row[0], row[1], row[2], row[3]) != meta or meta[1] >= racy_from_ns or meta[2] >= racy_from_ns:
+        size, mtime_ns, ctime_ns, inode = meta
+        if (
+            mtime_ns >= racy_from_ns
+            or ctime_ns >= racy_from_ns
+            or row[1] != mtime_ns
+            or row[2] != ctime_ns
+            or row[0] != size
+            or row[3] != inode
+        ):
             changed.add(path)
     others = [path for path, row in rows.items() if row[5] is None]
     if len(rows) - len(others) != len(listing):
