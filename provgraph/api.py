@@ -212,9 +212,11 @@ class Memory:
         """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
         started_ns = wall_ns()
         listing, walk_problems = self.files.walk()
-        started_ns = min(started_ns, getattr(self.files, "walked_ns", None) or started_ns)
+        handed_ns = getattr(self.files, "walked_ns", None)
+        started_ns = started_ns if handed_ns is None else min(started_ns, handed_ns)
         walk_problems = sorted(set(walk_problems), key=attrgetter("row"))
-        unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
+        # a walk handed over by the command's quick answer is one it found changed
+        unchanged = None if restamp or handed_ns is not None else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:
             last, held = unchanged
             return _with_hints(replace(last, root=str(self.root), scanned_at=now), listing), held
