@@ -16,9 +16,11 @@ does a lock that is not exactly as provgraph writes it.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Set
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import Any
 
 import orjson
@@ -252,11 +254,7 @@ def patch_report(
         contents=contents,
     )
     updated, new_edges = reconcile(records, snapshot, now.timestamp())
-    old_edges = [edge for edge in previous.edges if edge.derived in compared]
-    edges = [edge for edge in previous.edges if edge.derived not in compared]
-    edges += new_edges
-    edges.sort(key=_edge_order)
-    edges_tuple = tuple(edges)
+    edges_tuple, old_edges = _spliced(previous.edges, compared, new_edges)
     cycles = previous.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges_tuple)
     kept = (problem for problem in previous.problems if _still_declared(problem, previous.rows, changed))
     report = Report(
@@ -282,8 +280,31 @@ def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]
     return found in row[5][2] or (len(row) > 6 and found in row[6][1])
 
 
-def _edge_order(edge: Edge) -> tuple[str, str]:
-    return edge.derived, edge.source
+def _spliced(
+    edges: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]
+) -> tuple[tuple[Edge, ...], list[Edge]]:
+    """``edges`` (sorted by derived file, then source) with the edges of the ``compared``
+    files replaced by ``new_edges`` (theirs, sorted alike), and the edges replaced.  A
+    file's edges are consecutive, so each file's place is found by a binary search and
+    its new edges go there; the rest is copied as it is."""
+    fresh: dict[str, list[Edge]] = {}
+    for edge in new_edges:
+        fresh.setdefault(edge.derived, []).append(edge)
+    parts: list[Sequence[Edge]] = []
+    replaced: list[Edge] = []
+    position = 0
+    for path in sorted(compared):
+        start = bisect_left(edges, path, lo=position, key=_derived)
+        end = bisect_right(edges, path, lo=start, key=_derived)
+        parts += (edges[position:start], fresh.get(path, ()))
+        replaced += edges[start:end]
+        position = end
+    parts.append(edges[position:])
+    return tuple(chain.from_iterable(parts)), replaced
+
+
+def _derived(edge: Edge) -> str:
+    return edge.derived
 
 
 def _problem_order(problem: Problem) -> tuple[str, str, str]:
