@@ -423,25 +423,17 @@ class StateStore:
         if data is None:
             return None
         try:
-            return self._previous(folders, data, settings, walk_problems)
+            parsed = self._parsed(data, settings, walk_problems)
+            del data  # gone before the lock is read
+            lock_data = None if parsed is None else self._read(folders.lock, LOCK_NAME, folders.lock_path)
+            if parsed is None or lock_data is None:
+                return None
+            head, stored, rows = parsed
+            lock = LockLines.of(lock_data, head.get("lock_canonical") is True)
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
-
-    def _previous(
-        self, folders: Folders, data: bytes, settings: str, walk_problems: tuple[Problem, ...]
-    ) -> Previous | None:
-        report_at, tables_at, refused_at = data.find(REPORT), data.find(TABLES), data.rfind(_REFUSED)
-        if not 0 < report_at < tables_at < refused_at:
-            return None
-        head = orjson.loads(data[:report_at] + b"}")
-        head.update(orjson.loads(b"{" + data[refused_at + 1 :]))
-        lock = self._sealed_lock(folders, head, settings, walk_problems)
         if lock is None:
             return None
-        stored = _report_in_batches(data, report_at + len(REPORT), tables_at)
-        rows: dict[str, Any] = {}
-        for batch in parsed_in_batches(data, tables_at + len(TABLES), refused_at):
-            rows.update(batch)
         return Previous(
             root=os.fsdecode(self.root),
             rows=rows,
@@ -453,21 +445,37 @@ class StateStore:
             lock=lock,
         )
 
-    def _sealed_lock(
-        self, folders: Folders, head: Any, settings: str, walk_problems: tuple[Problem, ...]
-    ) -> LockLines | None:
-        """The lock, when the cache's head says a patch may build on it."""
+    def _parsed(
+        self, data: bytes, settings: str, walk_problems: tuple[Problem, ...]
+    ) -> tuple[dict[str, Any], StoredReport, dict[str, Any]] | None:
+        """The cache's head, last result and rows, when the head says a patch may build on
+        them and on the lock (``_patchable``)."""
+        report_at, tables_at, refused_at = data.find(REPORT), data.find(TABLES), data.rfind(_REFUSED)
+        if not 0 < report_at < tables_at < refused_at:
+            return None
+        head = orjson.loads(data[:report_at] + b"}")
+        head.update(orjson.loads(b"{" + data[refused_at + 1 :]))
+        if not self._patchable(head, settings, walk_problems):
+            return None
+        stored = _report_in_batches(data, report_at + len(REPORT), tables_at)
+        rows: dict[str, Any] = {}
+        for batch in parsed_in_batches(data, tables_at + len(TABLES), refused_at):
+            rows.update(batch)
+        return head, stored, rows
+
+    def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
+        """Whether the cache is for this root and these settings, with nothing refused and
+        the same walk problems, and the lock is the one it was written with."""
         _check_format(head)
         if head["root"] != os.fsdecode(self.root) or head.get("settings", "") != settings or head["refused"]:
-            return None
+            return False
         if tuple(_decode_problem(row) for row in head["walk_problems"]) != walk_problems:
-            return None
+            return False
         seal = _decode_seal(head["lock"])
         if seal is None or not self.lock_unchanged(seal):
-            return None
-        data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+            return False
         self._tx.seal = seal
-        return None if data is None else LockLines.of(data, head.get("lock_canonical") is True)
+        return True
 
     def recall(self) -> Recall | None:
         """The no-change part of the cache, or None when there is none to trust.
