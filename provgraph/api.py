@@ -14,17 +14,29 @@ from dataclasses import replace
 from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from . import nochange, queries
 from .clock import current, wall_ns
+from .codec import Corrupt, RowsAsSeen
 from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .log import log_warning
-from .model import Cause, Edge, EdgeStatus, Explanation, FileMeta, NodeStatus, Problem, Report, StaleEntry
+from .model import (
+    Cause,
+    Edge,
+    EdgeStatus,
+    Explanation,
+    FileMeta,
+    NodeStatus,
+    Problem,
+    Report,
+    SourceState,
+    StaleEntry,
+)
 from .queries import Relative
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore
 from .statefolder import LockBusy
@@ -32,7 +44,8 @@ from .statefolder import LockBusy
 if TYPE_CHECKING:
     import networkx as nx
 
-    from .scan import Seen
+    from . import incremental
+    from .scan import Rescan, Seen
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
@@ -199,8 +212,11 @@ class Memory:
         """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
         started_ns = wall_ns()
         listing, walk_problems = self.files.walk()
+        handed_ns = getattr(self.files, "walked_ns", None)
+        started_ns = started_ns if handed_ns is None else min(started_ns, handed_ns)
         walk_problems = sorted(set(walk_problems), key=attrgetter("row"))
-        unchanged = None if restamp else self._unchanged(listing, tuple(walk_problems))
+        # a walk handed over by the command's quick answer is one it found changed
+        unchanged = None if restamp or handed_ns is not None else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:
             last, held = unchanged
             return _with_hints(replace(last, root=str(self.root), scanned_at=now), listing), held
@@ -217,6 +233,10 @@ class Memory:
         save: bool,
     ) -> tuple[Report, nochange.Conditions | None]:
         """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
+        if save and not restamp and self.files.trusts_stat:
+            patched = self._patched(listing, tuple(walk_problems), started_ns, now)
+            if patched is not None:
+                return patched
         from .scan import scan  # the no-change path above needs neither
         from .stamps import reconcile
 
@@ -256,6 +276,66 @@ class Memory:
                 conditions = None  # a file changed as it was read: the hints below saw another listing
         return _with_hints(report, listing), conditions
 
+    def _patched(
+        self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...], started_ns: int, now: datetime
+    ) -> tuple[Report, nochange.Conditions] | None:
+        """After a small change, the last result patched where the change reaches
+        (``incremental``): only the files written since are read, only the derived files
+        they touch compared with their stamps.  None when the change is not one it
+        handles (files added or removed, a refused source, ...): the full scan answers."""
+
+        previous = self._store.previous(self._settings, walk_problems)
+        if previous is None:
+            return None
+        try:
+            found = self._patch(previous, listing, now)
+        except (Corrupt, TypeError, ValueError, KeyError, IndexError):
+            return None  # a damaged row: the full scan reads the cache again and sets it aside
+        if found is None:
+            return None
+        patch, rows, lock = found
+        state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
+        canonical = previous.lock.canonical or lock is not None
+        conditions = self._store.save_patched(state, rows, lock, listing, canonical)
+        return _with_hints(patch.report, listing), conditions
+
+    def _patch(
+        self, previous: incremental.Previous, listing: dict[str, FileMeta], now: datetime
+    ) -> tuple[incremental.Patch, dict[str, Seen | list[Any]], bytes | None] | None:
+        """The patch, the cache's next rows and the lock's next bytes (None: unchanged)."""
+        from . import incremental
+        from .scan import Rescan
+
+        racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
+        found = incremental.changed_files(previous.rows, listing, racy_from_ns)
+        if found is None:
+            return None
+        changed, others = found
+        changed.update(path for path in others if not _as_row_says(self.files, path, previous.rows[path], racy_from_ns))
+        rows = RowsAsSeen(previous.rows)
+        rescan = Rescan(self.files, rows, racy_from_ns, listing, roots=self.roots, sources_heading=self.sources_heading)
+        declarations = _compared_declarations(previous, rescan, changed)
+        sources = None if declarations is None else _source_states(previous, rescan, declarations, changed)
+        if declarations is None or sources is None:
+            return None
+        contents = _contents(previous, rescan, changed) if any(s.sha256 is None for s in sources.values()) else {}
+        if contents is None:
+            return None
+        problems = [problem for problem in rescan.problems if problem.path in changed]
+        patch = incremental.patch_report(previous, declarations, sources, listing, problems, changed, now, contents)
+        lock = (
+            None if patch is None or not patch.lock_changed else previous.lock.replaced(declarations, patch.derivations)
+        )
+        if patch is None or (patch.lock_changed and lock is None):
+            return None
+        kept: dict[str, Seen | list[Any]] = dict(previous.rows)
+        kept.update(rescan.seen)
+        used = {edge.source for edge in patch.report.edges} if others else set()
+        for path in others:
+            if path not in used or (path in changed and path not in rescan.seen):
+                del kept[path]  # no longer a source, or gone
+        return patch, kept, lock
+
     def _unchanged(
         self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]
     ) -> tuple[Report, nochange.Conditions] | None:
@@ -292,6 +372,75 @@ def _sight_through(files: FileSource) -> Callable[[str], nochange.Watched | None
         return nochange.Watched(path, nochange.Sight.FILE, (meta.size, meta.mtime_ns, meta.ctime_ns, meta.inode))
 
     return sight
+
+
+def _compared_declarations(
+    previous: incremental.Previous, rescan: Rescan, changed: set[str]
+) -> dict[str, incremental.Declared] | None:
+    """What each derived file a change reaches declares now: read again when it changed,
+    else as its row holds it.  None when a changed file cannot be read as a full scan would."""
+    from . import incremental
+
+    redeclared = {}
+    for path in sorted(changed.intersection(rescan.listing)):
+        declared = rescan.declaration(path, previous.lock.has(path))
+        if declared is None:
+            return None
+        redeclared[path] = declared
+    declaring = [path for path, (sources, _) in redeclared.items() if sources or previous.lock.has(path)]
+    compared = incremental.affected(previous.edges, changed, declaring, rescan.listing)
+    if compared is None:
+        return None
+    return {
+        path: redeclared[path] if path in redeclared else incremental.declared(path, previous.rows[path])
+        for path in compared
+    }
+
+
+def _source_states(
+    previous: incremental.Previous,
+    rescan: Rescan,
+    declarations: Mapping[str, incremental.Declared],
+    changed: set[str],
+) -> dict[str, SourceState] | None:
+    """The sources of the compared files: hashed again when they changed or were never
+    hashed, else as their rows hold them.  None when one is missing or refused."""
+    from . import incremental
+
+    states = {}
+    for source in sorted({source for found, _ in declarations.values() for source in found}):
+        state = None if source in changed else incremental.known_source(previous.rows.get(source))
+        state = state or rescan.source(source)
+        if state is None:
+            return None
+        states[source] = state
+    return states
+
+
+def _contents(previous: incremental.Previous, rescan: Rescan, changed: set[str]) -> dict[str, tuple[str, ...]] | None:
+    """Memory files by content hash, as a full scan finds them when a source is missing
+    (``Snapshot.contents``): from the rows, each file hashed once and then kept."""
+    holders: dict[str, list[str]] = {}
+    for path in sorted(rescan.listing):
+        sha = None if path in changed else previous.rows[path][4]
+        if sha is None:
+            state = rescan.source(path)
+            if state is None:
+                return None
+            sha = state.sha256
+        if type(sha) is not str:
+            raise ValueError("a cached hash is not text")
+        holders.setdefault(sha, []).append(path)
+    return {sha: tuple(paths) for sha, paths in holders.items()}
+
+
+def _as_row_says(files: FileSource, path: str, row: list[Any], racy_from_ns: int) -> bool:
+    """Whether a source outside the listing is still the file its row describes (not racy)."""
+    try:
+        meta = files.stat(path)
+    except (OSError, NotRegular, OutsideRoot):
+        return False
+    return meta is not None and list(meta) == row[:4] and meta.mtime_ns < racy_from_ns and meta.ctime_ns < racy_from_ns
 
 
 def _exists(files: FileSource, path: str) -> bool:

@@ -84,7 +84,7 @@ def main() -> None:
     handler = _warning_lines()
     LOGGER.addHandler(handler)
     try:
-        code = cli(*sys.argv[1:])
+        code = cli(*sys.argv[1:])  # takes over the walk the quick answer made (``walk.handed_over``)
     finally:
         LOGGER.removeHandler(handler)
     sys.exit(code)

@@ -32,23 +32,28 @@ if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
 __all__ = [
     "FORMAT",
     "LEGACY_FORMAT",
+    "BATCH_BREAK",
     "REPORT",
     "TABLES",
     "VERSION",
     "Chunks",
     "Corrupt",
+    "RowsAsSeen",
     "StoredReport",
     "check_format",
     "decode_legacy",
     "decode_problem",
+    "decode_edges",
     "decode_report",
     "decode_seen",
     "derivations_of",
     "encode_problem",
     "encode_report",
+    "encode_rows",
     "encode_seen",
     "lock_bytes",
     "optional_text",
+    "parsed_in_batches",
     "split_cache",
     "stream",
     "text",
@@ -165,18 +170,54 @@ def _joined(head: bytes, middle: Iterator[bytes], tail: bytes) -> Iterator[bytes
 
 
 def _batches(items: Iterable[Any], opening: bytes, closing: bytes, container: type) -> Iterator[bytes]:
-    """A JSON array or object of ``items``, encoded ``_BATCH`` items per call."""
+    """A JSON array or object of ``items``, encoded ``_BATCH`` items per call; batches are
+    separated by a line break (``BATCH_BREAK``), so that they can be parsed one at a time."""
     yield opening
     batch: list[Any] = []
     first = True
     for item in items:
         batch.append(item)
         if len(batch) == _BATCH:
-            yield (b"" if first else b",") + orjson.dumps(container(batch))[1:-1]
+            yield (b"" if first else BATCH_BREAK) + orjson.dumps(container(batch))[1:-1]
             batch, first = [], False
     if batch:
-        yield (b"" if first else b",") + orjson.dumps(container(batch))[1:-1]
+        yield (b"" if first else BATCH_BREAK) + orjson.dumps(container(batch))[1:-1]
     yield closing
+
+
+BATCH_BREAK = b",\n"
+"""Between two batches of a table: orjson writes a line break in a string as ``\\n``, so
+these bytes occur nowhere else in the cache."""
+
+
+def parsed_in_batches(data: bytes, start: int, end: int) -> Iterator[Any]:
+    """Each batch of the table ``data[start:end]`` written by ``_batches`` (``{...}`` or
+    ``[...]``), parsed on its own: a large table is never parsed as a whole beside its
+    bytes.  A table written in one piece is one batch."""
+    opening, closing = data[start : start + 1], data[end - 1 : end]
+    if (opening, closing) not in ((b"{", b"}"), (b"[", b"]")):
+        raise Corrupt("a table is not what provgraph writes")
+    start, end = start + 1, end - 1
+    with memoryview(data) as view:
+        while True:
+            stop = data.find(BATCH_BREAK, start, end)
+            yield orjson.loads(opening + view[start : end if stop < 0 else stop] + closing)
+            if stop < 0:
+                return
+            start = stop + len(BATCH_BREAK)
+
+
+def encode_rows(rows: Mapping[str, Seen | list[object]]) -> Chunks:
+    """The per-file table from rows as ``decode_seen`` would read them back: a row kept
+    as the cache held it (a list) is written as it was, without being decoded."""
+    return Chunks(
+        _batches(
+            ((path, row if type(row) is list else _seen_row(row)) for path, row in rows.items()),  # type: ignore[arg-type]
+            b"{",
+            b"}",
+            dict,
+        )
+    )
 
 
 def _seen_row(seen: Seen) -> list[object]:
@@ -240,16 +281,42 @@ def decode_seen(table: dict[str, Any]) -> dict[str, Seen]:
     make_meta, make_seen = FileMeta._make, Seen._make
     while table:
         path, row = table.popitem()
-        if type(path) is not str or tuple(map(type, row[:4])) != _META_TYPES or len(row) not in (6, 7):
-            raise Corrupt("a file's row must hold its metadata (four whole numbers), hash and declaration")
-        declaration = row[5]
-        if declaration == []:
-            declaration = NOTHING
-        elif declaration is not None:
-            declaration = _decode_declaration(declaration)
-        resolved = _decode_resolved(path, row[6:])
-        seen[path] = make_seen((make_meta(row[:4]), optional_text(row[4]), declaration, resolved))
+        seen[path] = _decode_row(path, row, NOTHING, make_meta, make_seen)
     return seen
+
+
+def _decode_row(path: Any, row: Any, nothing: Declaration, make_meta: Any, make_seen: Any) -> Seen:
+    if type(path) is not str or tuple(map(type, row[:4])) != _META_TYPES or len(row) not in (6, 7):
+        raise Corrupt("a file's row must hold its metadata (four whole numbers), hash and declaration")
+    declaration = row[5]
+    if declaration == []:
+        declaration = nothing
+    elif declaration is not None:
+        declaration = _decode_declaration(declaration)
+    resolved = _decode_resolved(path, row[6:])
+    return make_seen((make_meta(row[:4]), optional_text(row[4]), declaration, resolved))  # type: ignore[no-any-return]
+
+
+class RowsAsSeen(Mapping[str, "Seen"]):
+    """The per-file table read lazily: a row is decoded (and checked) only when a scan asks
+    for it, so a refresh after a small change decodes the few rows it reads again."""
+
+    def __init__(self, rows: Mapping[str, list[Any]]) -> None:
+        from .declarations import NOTHING
+        from .scan import Seen
+
+        self._rows = rows
+        self._nothing = NOTHING
+        self._make_seen = Seen._make
+
+    def __getitem__(self, path: str) -> Seen:
+        return _decode_row(path, self._rows[path], self._nothing, FileMeta._make, self._make_seen)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 _META_TYPES = (int, int, int, int)
@@ -291,13 +358,13 @@ def decode_report(data: Any) -> StoredReport:
     return StoredReport(
         root=text(data["root"]),
         file_count=int(data["files"]),
-        edges=_decode_edges(data["edges"]),
+        edges=decode_edges(data["edges"]),
         cycles=tuple(tuple(text(path) for path in cycle) for cycle in data["cycles"]),
         problems=tuple(decode_problem(row) for row in data["problems"]),
     )
 
 
-def _decode_edges(rows: list[Any]) -> tuple[Edge, ...]:
+def decode_edges(rows: list[Any]) -> tuple[Edge, ...]:
     """One row per declared source: checked and built in one tight loop, since the
     no-change path decodes them all."""
     status_of = _EDGE_STATUS

@@ -20,7 +20,7 @@ from typing import Protocol
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
 from .nochange import RACY_WINDOW_NS, Sight  # the racy rule is the no-change rule's; the scan applies it too
-from .walk import place, walk
+from .walk import handed_over, place, walk
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
 
@@ -79,9 +79,19 @@ class LocalFiles:
         self._root_prefix = os.path.join(self.root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
+        self.walked_ns: int | None = None
+        """When the last walk began, when it began before ``walk`` was called (handed over)."""
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
-        found, rows = walk(os.fspath(self.root), self._real_root, _meta)
+        """The walk; the command's quick answer may have made it already (``walk.handed_over``),
+        and then ``walked_ns`` is when it began."""
+        handed = handed_over(os.fspath(self.root), self._real_root)
+        if handed is None:
+            self.walked_ns = None
+            found, rows = walk(os.fspath(self.root), self._real_root, _meta)
+        else:
+            self.walked_ns, plain, rows = handed
+            found = {path: FileMeta._make(meta) for path, meta in plain.items()}
         problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
         self._listed, self._device = found, _device(self.root)  # type: ignore[assignment]
         return found, problems  # type: ignore[return-value]

@@ -23,11 +23,21 @@ __all__ = ["children_of", "find_cycles", "node_statuses", "propagate", "to_netwo
 
 
 def children_of(edges: Iterable[Edge]) -> dict[str, list[str]]:
-    """Source -> sorted derived files."""
-    children: dict[str, set[str]] = defaultdict(set)
+    """Source -> sorted derived files.  Lists, sorted in place: a report's edges come
+    sorted by derived file, so most are sorted already, and a repeated edge is rare."""
+    children: dict[str, list[str]] = {}
     for edge in edges:
-        children[edge.source].add(edge.derived)
-    return {source: sorted(derived) for source, derived in children.items()}
+        kids = children.get(edge.source)
+        if kids is None:
+            children[edge.source] = [edge.derived]
+        else:
+            kids.append(edge.derived)
+    for source, kids in children.items():
+        if len(kids) > 1:
+            kids.sort()
+            if len(set(kids)) != len(kids):
+                children[source] = sorted(set(kids))
+    return children
 
 
 def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:

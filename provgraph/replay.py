@@ -42,7 +42,7 @@ from .nochange import (
     lock_as_sealed,
     renewed_seal,
 )
-from .walk import sight, walk_in_order
+from .walk import hand_over, sight, walk_in_order
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -285,6 +285,7 @@ def _holds(
     the record's proof."""
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
+    started_ns = wall_ns()
     paths, stats, problems = walk_in_order(root, real_root)
     metas, rows = list(map(_meta, stats)), tuple(sorted(set(problems)))
     renewed: list[LockSeal] = []
@@ -302,7 +303,10 @@ def _holds(
         look = Look(dict(zip(paths, metas, strict=True)), rows, conditions.settings)
         held = holds(conditions, look, lock_holds, sight_of)
         listing = listing_bytes(paths, metas) if held else b""
-    return (listing, renewed[0] if renewed else None) if held else None
+    if not held:  # the full run that follows takes this walk over rather than walking again
+        hand_over(root, real_root, started_ns, (dict(zip(paths, metas, strict=True)), problems))
+        return None
+    return listing, renewed[0] if renewed else None
 
 
 _meta: Callable[[os.stat_result], tuple[int, int, int, int]] = attrgetter(

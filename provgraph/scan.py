@@ -28,7 +28,7 @@ from .declarations import (
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
 from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
 
-__all__ = ["RACY_WINDOW_NS", "Seen", "Snapshot", "SourceState", "scan"]
+__all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"]
 
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
@@ -134,6 +134,57 @@ def scan(
         withheld=withheld,
         unsettled=unsettled,
     )
+
+
+class Rescan:
+    """Reads again only the files a small change touched, as a full scan reads them
+    (``incremental`` patches the last result with what it finds)."""
+
+    def __init__(
+        self,
+        files: FileSource,
+        previous: Mapping[str, Seen],
+        racy_from_ns: int,
+        listing: Mapping[str, FileMeta],
+        *,
+        roots: tuple[str, ...] = (),
+        sources_heading: str | None = None,
+    ) -> None:
+        self.problems: list[Problem] = []
+        self.listing = listing
+        self._lookup = Lookup(listing, roots)
+        self._reader = _Reader(files, previous, racy_from_ns, self.problems, sources_heading)
+
+    @property
+    def seen(self) -> Mapping[str, Seen]:
+        """The rows of the files looked at, for the next cache."""
+        return self._reader.seen
+
+    def declaration(self, path: str, remembered: bool) -> tuple[tuple[str, ...], str | None] | None:
+        """The sources ``path`` declares (resolved, none refused) and its ``derived_at``;
+        None when its declaration cannot be settled by this reading (unreadable, cut short,
+        a source refused): a full scan sorts that out."""
+        reader = self._reader
+        declaration = reader.declaration(path, self.listing[path], remembered)
+        self.problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
+        if path in reader.unsettled or path in reader._unreadable:
+            return None
+        if declaration is NOTHING:
+            return (), None
+        sources, refused = reader.resolution(path, declaration, self._lookup)
+        self.problems.extend(refused)
+        return sources, declaration.derived_at if sources else None
+
+    def source(self, path: str) -> SourceState | None:
+        """A source hashed (a memory file's row keeps its declaration), or missing; None
+        when it cannot be read or is refused."""
+        reader = self._reader
+        meta = self.listing.get(path)
+        if meta is not None and path not in reader.seen and self.declaration(path, False) is None:
+            return None
+        problems = len(self.problems)
+        state = reader.source(path, meta)
+        return None if reader.refused or len(self.problems) > problems else state
 
 
 def _in_unread_folders(

@@ -24,7 +24,7 @@ import hashlib
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property
@@ -39,13 +39,18 @@ from .codec import (
     REPORT,
     TABLES,
     VERSION,
+    Chunks,
+    StoredReport,
+    decode_edges,
     decode_legacy,
     decode_report,
     decode_seen,
     derivations_of,
     encode_report,
+    encode_rows,
     encode_seen,
     lock_bytes,
+    parsed_in_batches,
     split_cache,
     stream,
 )
@@ -55,6 +60,7 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
+from .incremental import LockLines, Previous
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
@@ -82,6 +88,7 @@ __all__ = [
     "STATE_DIR",
     "VERSION",
     "LockSeal",
+    "Previous",
     "Recall",
     "State",
     "StateError",
@@ -400,6 +407,76 @@ class StateStore:
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
 
+    def previous(self, settings: str, walk_problems: tuple[Problem, ...]) -> Previous | None:
+        """The last scan, its per-file rows undecoded, with the lock's lines, when a small
+        change can be patched into it: the cache is whole, for this root and these
+        settings, with nothing refused and the same walk problems, and the lock is the
+        one it was written with.  Else None, and ``load`` reads (or sets aside) it all.
+
+        The cache's parts are parsed one after the other, from the bytes read, so that
+        a large folder's parsed tables never sit beside a parse of the whole file."""
+        self._recalled = None  # the head the no-change check kept: a patch never needs it
+        folders = self._tx.folders
+        if folders is None or folders.state < 0 or not self._tx.exclusive:
+            return None
+        data = self._read(folders.state, CACHE_NAME, self.state_path)
+        if data is None:
+            return None
+        try:
+            parsed = self._parsed(data, settings, walk_problems)
+            del data  # gone before the lock is read
+            lock_data = None if parsed is None else self._read(folders.lock, LOCK_NAME, folders.lock_path)
+            if parsed is None or lock_data is None:
+                return None
+            head, stored, rows = parsed
+            lock = LockLines.of(lock_data, head.get("lock_canonical") is True)
+        except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return None
+        if lock is None:
+            return None
+        return Previous(
+            root=os.fsdecode(self.root),
+            rows=rows,
+            edges=stored.edges,
+            cycles=stored.cycles,
+            problems=stored.problems,
+            walk_problems=walk_problems,
+            scan_started_ns=int(head["scan_started_ns"]),
+            lock=lock,
+        )
+
+    def _parsed(
+        self, data: bytes, settings: str, walk_problems: tuple[Problem, ...]
+    ) -> tuple[dict[str, Any], StoredReport, dict[str, Any]] | None:
+        """The cache's head, last result and rows, when the head says a patch may build on
+        them and on the lock (``_patchable``)."""
+        report_at, tables_at, refused_at = data.find(REPORT), data.find(TABLES), data.rfind(_REFUSED)
+        if not 0 < report_at < tables_at < refused_at:
+            return None
+        head = orjson.loads(data[:report_at] + b"}")
+        head.update(orjson.loads(b"{" + data[refused_at + 1 :]))
+        if not self._patchable(head, settings, walk_problems):
+            return None
+        stored = _report_in_batches(data, report_at + len(REPORT), tables_at)
+        rows: dict[str, Any] = {}
+        for batch in parsed_in_batches(data, tables_at + len(TABLES), refused_at):
+            rows.update(batch)
+        return head, stored, rows
+
+    def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
+        """Whether the cache is for this root and these settings, with nothing refused and
+        the same walk problems, and the lock is the one it was written with."""
+        _check_format(head)
+        if head["root"] != os.fsdecode(self.root) or head.get("settings", "") != settings or head["refused"]:
+            return False
+        if tuple(_decode_problem(row) for row in head["walk_problems"]) != walk_problems:
+            return False
+        seal = _decode_seal(head["lock"])
+        if seal is None or not self.lock_unchanged(seal):
+            return False
+        self._tx.seal = seal
+        return True
+
     def recall(self) -> Recall | None:
         """The no-change part of the cache, or None when there is none to trust.
 
@@ -499,11 +576,45 @@ class StateStore:
             seal = self._seal(folders, data)
         self._tx.as_locked = None
         conditions = _conditions(state, seal)
-        self._write(folders, folders.state, CACHE_NAME, _encoded(state, os.fsdecode(self.root), conditions), "write")
+        encoded = _encoded(
+            state, os.fsdecode(self.root), conditions, as_locked is None or state.derivations != as_locked
+        )
+        self._write(folders, folders.state, CACHE_NAME, encoded, "write")
         if self._tx.migrating:
             self._tx.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
             self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
+        return conditions
+
+    def save_patched(
+        self,
+        state: State,
+        rows: Mapping[str, Seen | list[Any]],
+        lock: bytes | None,
+        listing: Mapping[str, FileMeta],
+        lock_canonical: bool,
+    ) -> Conditions:
+        """``save`` for a result patched after a small change (``incremental``): the lock
+        is written only when ``lock`` holds new bytes, the per-file rows kept as the cache
+        held them (lists) are written back as they were, and the memory files read are
+        those of ``listing``, every one of which has its row.  ``lock_canonical``: the
+        lock is exactly what ``encode_lock`` writes (``LockLines.canonical``)."""
+        self._recalled = None
+        folders = self._tx.folders
+        if folders is None or not self._tx.exclusive or state.report is None:
+            raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
+        if lock is None:
+            seal = self._reseal(folders)
+        else:
+            self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
+            self._tx.lock_bytes = lock
+            seal = self._seal(folders, lock)
+        stats = {path: _meta_of(row) for path, row in rows.items() if path not in listing}
+        watched = watched_sources((edge.source for edge in state.report.edges), listing, {}, stats)
+        problems = tuple(problem.row for problem in state.walk_problems)
+        conditions = Conditions(seal, state.scan_started_ns, problems, listing_key(listing), watched, state.settings)
+        entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, encode_rows(rows))
+        self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         return conditions
 
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
@@ -524,6 +635,11 @@ class StateStore:
             write_file(folders, target, name, chunks)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
+
+
+def _meta_of(row: Seen | list[Any]) -> FileMeta:
+    """A file's metadata from its row, decoded (``Seen``) or as the cache held it."""
+    return FileMeta(*row[:4]) if type(row) is list else row.meta  # type: ignore[union-attr]
 
 
 def _lock_meta(folders: Folders) -> FileMeta | None:
@@ -561,6 +677,9 @@ def _read_head(folder: int, name: str) -> bytearray | None:
         os.close(descriptor)
 
 
+_REFUSED = b',"refused":'
+"""Where the small tail of the cache starts, after the per-file table (found from the end:
+a file named ``refused`` is a key inside that table, never after it)."""
 _HEAD_CHUNK = 256 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
@@ -574,13 +693,15 @@ def _cannot(what: str, path: Path, error: OSError) -> str:
 # -- the cache's layout ----------------------------------------------------------------
 
 
-def _encoded(state: State, root: str, conditions: Conditions) -> Iterator[bytes]:
+def _encoded(state: State, root: str, conditions: Conditions, lock_canonical: bool) -> Iterator[bytes]:
     """The cache's bytes, one top-level entry at a time: a large folder's tables are never
     all held as lists at once."""
-    return stream(_entries(state, root, conditions))
+    return stream(_entries(state, root, conditions, lock_canonical))
 
 
-def _entries(state: State, root: str, conditions: Conditions) -> Iterator[tuple[str, object]]:
+def _entries(
+    state: State, root: str, conditions: Conditions, lock_canonical: bool, rows: Chunks | None = None
+) -> Iterator[tuple[str, object]]:
     """Each top-level entry, built only when it is written; the no-change check's part first."""
     yield "format", FORMAT
     yield "version", VERSION
@@ -593,8 +714,9 @@ def _entries(state: State, root: str, conditions: Conditions) -> Iterator[tuple[
     yield "listing", conditions.listing
     yield "watched", encode_watched(conditions.watched)
     yield "report", None if state.report is None else encode_report(state.report)
-    yield "seen", encode_seen(state.seen)
+    yield "seen", encode_seen(state.seen) if rows is None else rows
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
+    yield "lock_canonical", lock_canonical
 
 
 def _conditions(state: State, seal: LockSeal | None) -> Conditions:
@@ -625,6 +747,27 @@ def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
         _text(data.get("settings", "")),
     )
     return Recall(_text(data["root"]), conditions, report)
+
+
+def _report_in_batches(data: bytes, start: int, end: int) -> StoredReport:
+    """The last result from ``data[start:end]``, its edges parsed a batch at a time."""
+    edges_at, cycles_at = data.find(_EDGES, start, end), data.rfind(_CYCLES, start, end)
+    if not start < edges_at < cycles_at:
+        raise _Corrupt("the last result is not what provgraph writes")
+    rest = orjson.loads(data[start:edges_at] + b"}")
+    rest.update(orjson.loads(b"{" + data[cycles_at + 2 : end]))
+    rest["edges"] = []
+    stored = decode_report(rest)
+    edges = [
+        edge
+        for batch in parsed_in_batches(data, edges_at + len(_EDGES) - 1, cycles_at + 1)
+        for edge in decode_edges(batch)
+    ]
+    return stored._replace(edges=tuple(edges))
+
+
+_EDGES = b',"edges":['
+_CYCLES = b'],"cycles":'
 
 
 def _decode_seal(data: object) -> LockSeal | None:

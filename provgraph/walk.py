@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["is_utf8", "place", "printable", "sight", "walk", "walk_in_order"]
+__all__ = ["hand_over", "handed_over", "is_utf8", "place", "printable", "sight", "walk", "walk_in_order"]
 
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 """The root is opened through a link, as it was named."""
@@ -52,6 +52,26 @@ def walk_in_order(root: str, real_root: str) -> tuple[list[str], list[os.stat_re
         except OSError as error:
             walker.problems.append((prefix.rstrip("/") or ".", UNREADABLE, _reason(error)))
     return walker.paths, walker.stats, walker.problems
+
+
+_HANDED: dict[tuple[str, str], tuple[int, dict[str, Meta], list[ProblemRow]]] = {}
+"""The walk the command's quick answer made and could not answer from, kept for the
+full run that follows in the same process (it would walk the same folder again)."""
+
+
+def hand_over(root: str, real_root: str, started_ns: int, walked: tuple[dict[str, Meta], list[ProblemRow]]) -> None:
+    """Keep a walk of ``root`` that began at ``started_ns`` (the real clock) for ``handed_over``."""
+    _HANDED.clear()
+    _HANDED[(root, real_root)] = (started_ns, *walked)
+
+
+def handed_over(root: str, real_root: str) -> tuple[int, dict[str, Meta], list[ProblemRow]] | None:
+    """The kept walk of that very folder, once: when it began, what it found.  A scan
+    that uses it records that beginning as its own, so the racy window stays on the safe
+    side, and a file written since is read again by the next scan (its metadata moved)."""
+    handed = _HANDED.pop((root, real_root), None)
+    _HANDED.clear()
+    return handed
 
 
 class _Walker:

@@ -21,6 +21,7 @@ PURE = frozenset(
         "errors",
         "declarations",
         "stamps",
+        "incremental",
         "lineage",
         "queries",
         "render",

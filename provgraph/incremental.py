@@ -1,0 +1,315 @@
+"""A refresh after a small change: the last result patched where the change reaches.
+
+Pure: the last scan as the cache holds it (its per-file rows left undecoded, its
+edges, cycles and problems), the lock's lines, the listing and what was read again
+in; the next result, the rows to keep and the lock's lines out.  A file whose
+metadata is unchanged (and not racy) is trusted as a full scan trusts it, so only
+the derived files that declare differently now, or whose sources were written,
+are compared with their stamps again; every other edge is the last scan's, and
+the lock keeps every other line byte for byte.
+
+It handles the common case only: the same memory files as before (none added,
+removed or renamed, so every wiki link resolves as it did), no refused source,
+nothing unreadable.  Anything else returns None, and the full scan answers; so
+does a lock that is not exactly as provgraph writes it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Mapping, Sequence, Set
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import chain
+from typing import Any
+
+import orjson
+
+from .lineage import find_cycles, propagate
+from .lockfile import HEADER, Record, decode_stamps, encode_lock
+from .model import Edge, EdgeStatus, FileMeta, Problem, Report, Snapshot, SourceState
+from .stamps import Derivation, reconcile
+
+__all__ = ["Declared", "LockLines", "Patch", "Previous", "affected", "changed_files", "patch_report"]
+
+Row = list[Any]
+"""A file's row as the cache holds it: size, mtime_ns, ctime_ns, inode, sha256,
+declaration, and the declaration resolved (see ``codec``)."""
+
+Declared = tuple[tuple[str, ...], str | None]
+"""What a derived file declares: its resolved sources (empty: it declares none) and ``derived_at``."""
+
+_HEADER = HEADER.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Previous:
+    """The last scan, as much of it as a patch needs, read without decoding every row."""
+
+    root: str
+    rows: dict[str, Row]
+    edges: tuple[Edge, ...]
+    cycles: tuple[tuple[str, ...], ...]
+    problems: tuple[Problem, ...]
+    walk_problems: tuple[Problem, ...]
+    scan_started_ns: int
+    lock: LockLines
+
+
+class LockLines:
+    """The lock's lines as provgraph writes them (header, then one sorted line per edge),
+    kept as the bytes read: a derived file's lines are found by the beginning they share
+    (a binary search over the bytes), decoded only for the files a change reaches, and
+    the others are written back as they were."""
+
+    def __init__(self, data: bytes, canonical: bool) -> None:
+        self.data = data
+        self.canonical = canonical
+        """Whether the lines are known to be exactly what ``encode_lock`` makes of their
+        stamps; else they are checked before any line is replaced."""
+
+    @classmethod
+    def of(cls, data: bytes, canonical: bool) -> LockLines | None:
+        """None when ``data`` is not one header then whole lines."""
+        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and not data.endswith(b"\n")):
+            return None
+        return cls(data, canonical)
+
+    def _first_at_or_after(self, prefix: bytes) -> int:
+        """Where the first line not sorted before ``prefix`` starts (the end when none)."""
+        data = self.data
+        low, high = len(_HEADER), len(data)
+        while low < high:
+            middle = (low + high) // 2
+            start = max(low, data.rfind(b"\n", low, middle) + 1)
+            end = data.find(b"\n", start) + 1
+            if data[start : end - 1] < prefix:
+                low = end
+            else:
+                high = start
+        return low
+
+    def _block(self, derived: str) -> tuple[int, int]:
+        """Where ``derived``'s lines are: sorted lines sharing a beginning are consecutive."""
+        prefix = b"[" + orjson.dumps(derived) + b","
+        start = end = self._first_at_or_after(prefix)
+        while self.data.startswith(prefix, end):
+            end = self.data.find(b"\n", end) + 1
+        return start, end
+
+    def has(self, derived: str) -> bool:
+        start, end = self._block(derived)
+        return end > start
+
+    def derivations(self, paths: Collection[str]) -> dict[str, Derivation] | None:
+        """The stamps of ``paths`` (those the lock holds), read as ``decode_stamps`` reads a lock."""
+        chunks = [_HEADER]
+        for path in sorted(paths):
+            start, end = self._block(path)
+            chunks.append(self.data[start:end])
+        table = decode_stamps(b"".join(chunks))
+        if table is None:
+            return None
+        return {derived: Derivation(at, stamps) for derived, (at, stamps) in table.items()}
+
+    def replaced(self, paths: Collection[str], updated: Mapping[str, Derivation]) -> bytes | None:
+        """The lock with the lines of every file in ``paths`` replaced by its stamps in
+        ``updated`` (none when it is not there); None when the lines are not exactly
+        what ``encode_lock`` writes, which a full scan then rewrites.  A file's new lines
+        go where its old ones were, or would be: they share its beginning."""
+        if not (self.canonical or self._is_canonical()):
+            return None
+        chunks: list[bytes] = []
+        position = 0
+        for path in sorted(paths, key=lambda path: (self._block(path), orjson.dumps(path))):
+            start, end = self._block(path)
+            derivation = updated.get(path)
+            records = [] if derivation is None else _records(path, derivation)
+            chunks += (self.data[position:start], encode_lock(records)[len(_HEADER) :])
+            position = end
+        chunks.append(self.data[position:])
+        return b"".join(chunks)
+
+    def _is_canonical(self) -> bool:
+        """Sorted, each line as orjson writes its values, and each file's ``derived_at``
+        the same on all its lines (as ``encode_lock`` writes them)."""
+        lines = self.data[len(_HEADER) :].split(b"\n")[:-1]
+        if lines != sorted(lines):
+            return False
+        joined = b"[" + b",".join(lines) + b"]"
+        try:
+            rows = orjson.loads(joined)
+        except orjson.JSONDecodeError:
+            return False
+        if orjson.dumps(rows) != joined:
+            return False
+        derived_at: dict[str, object] = {}
+        return all(derived_at.setdefault(row[0], row[5]) == row[5] for row in rows)
+
+
+def _records(derived: str, derivation: Derivation) -> list[Record]:
+    return [Record(derived, source, stamp, derivation.derived_at) for source, stamp in derivation.stamps.items()]
+
+
+def changed_files(
+    rows: Mapping[str, Row], listing: Mapping[str, FileMeta], racy_from_ns: int
+) -> tuple[set[str], list[str]] | None:
+    """The memory files whose row the listing does not vouch for (written, or racy), and
+    the other files the rows hold (sources that are not memory files); None when the
+    memory files are not the ones the rows hold."""
+    changed = set()
+    for path, meta in listing.items():
+        row = rows.get(path)
+        if row is None or row[5] is None:
+            return None
+        size, mtime_ns, ctime_ns, inode = meta
+        if (
+            mtime_ns >= racy_from_ns
+            or ctime_ns >= racy_from_ns
+            or row[1] != mtime_ns
+            or row[2] != ctime_ns
+            or row[0] != size
+            or row[3] != inode
+        ):
+            changed.add(path)
+    others = [path for path, row in rows.items() if row[5] is None]
+    if len(rows) - len(others) != len(listing):
+        return None
+    return changed, others
+
+
+def affected(
+    edges: tuple[Edge, ...], changed: Set[str], declaring: Collection[str], listing: Mapping[str, FileMeta]
+) -> set[str] | None:
+    """The derived files to compare again: those among ``declaring`` (changed files that
+    declare now or held stamps), those with an edge from or to a changed file, and those
+    with a missing source (where its content went may be a file that changed).  None when
+    an edge belongs to a file that is not listed (one kept while it could not be read)."""
+    found = set(declaring)
+    for edge in edges:
+        if edge.derived not in listing:
+            return None
+        if edge.source in changed or edge.derived in changed or edge.status is EdgeStatus.MISSING:
+            found.add(edge.derived)
+    return found
+
+
+def declared(path: str, row: Row) -> Declared:
+    """What an unchanged file declared at the last scan, from its row."""
+    declaration, rest = row[5], row[6:]
+    if not declaration or not rest:
+        return (), None
+    sources = rest[0][0]
+    derived_at = declaration[1]
+    if not all(type(source) is str for source in sources) or not (derived_at is None or type(derived_at) is str):
+        raise ValueError(f"the cache's row of {path} is not a declaration")
+    return tuple(sources), derived_at
+
+
+def known_source(row: Row | None) -> SourceState | None:
+    """A source's state as its trusted row holds it, or None when it was never hashed."""
+    if row is None or row[4] is None:
+        return None
+    if type(row[4]) is not str or type(row[1]) is not int:
+        raise ValueError("a cached hash is not text")
+    return SourceState(row[4], row[1] / 1e9)
+
+
+@dataclass(frozen=True, slots=True)
+class Patch:
+    """The next result and what changed in the stamps."""
+
+    report: Report
+    derivations: dict[str, Derivation]
+    """The stamps of every compared file now (one left out declares nothing any more)."""
+    lock_changed: bool
+
+
+def patch_report(
+    previous: Previous,
+    compared: Mapping[str, Declared],
+    sources: Mapping[str, SourceState],
+    listing: Mapping[str, FileMeta],
+    problems: Collection[Problem],
+    changed: Set[str],
+    now: datetime,
+    contents: Mapping[str, tuple[str, ...]],
+) -> Patch | None:
+    """Compare the files in ``compared`` with their stamps again (``stamps.reconcile``),
+    keep every other edge, and propagate.  ``problems`` are those found reading the
+    ``changed`` files again; theirs from the last scan are dropped.  ``contents`` tells
+    where a missing source's stamped content is now (see ``Snapshot.contents``).  None
+    when the lock cannot be read."""
+    records = previous.lock.derivations(compared)
+    if records is None:
+        return None
+    declarations = {path: sources for path, (sources, _) in compared.items() if sources}
+    snapshot: Snapshot[object] = Snapshot(
+        files=tuple(listing),
+        declarations=declarations,
+        derived_at={path: compared[path][1] for path in declarations},
+        sources=sources,
+        problems=(),
+        seen={},
+        contents=contents,
+    )
+    updated, new_edges = reconcile(records, snapshot, now.timestamp())
+    edges_tuple, old_edges = _spliced(previous.edges, compared, new_edges)
+    cycles = previous.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges_tuple)
+    kept = (problem for problem in previous.problems if _still_declared(problem, previous.rows, changed))
+    report = Report(
+        root=previous.root,
+        scanned_at=now,
+        file_count=len(listing),
+        edges=edges_tuple,
+        stale=propagate(edges_tuple),
+        cycles=cycles,
+        problems=tuple(sorted({*kept, *problems, *previous.walk_problems}, key=_problem_order)),
+    )
+    return Patch(report, updated, updated != records)
+
+
+def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]) -> bool:
+    """Whether a problem of the last scan is one an unchanged file's row holds (of its
+    declaration, or an entry refused): a full scan finds it again.  The others (a source
+    that could not be read) a full scan reports only if it meets them again."""
+    row = rows.get(problem.path)
+    if row is None or problem.path in changed or not row[5]:
+        return False
+    found = [problem.kind.value, problem.detail]
+    return found in row[5][2] or (len(row) > 6 and found in row[6][1])
+
+
+def _spliced(
+    edges: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]
+) -> tuple[tuple[Edge, ...], list[Edge]]:
+    """``edges`` (sorted by derived file, then source) with the edges of the ``compared``
+    files replaced by ``new_edges`` (theirs, sorted alike), and the edges replaced.  A
+    file's edges are consecutive, so each file's place is found by a binary search and
+    its new edges go there; the rest is copied as it is."""
+    fresh: dict[str, list[Edge]] = {}
+    for edge in new_edges:
+        fresh.setdefault(edge.derived, []).append(edge)
+    parts: list[Sequence[Edge]] = []
+    replaced: list[Edge] = []
+    position = 0
+    for path in sorted(compared):
+        start = bisect_left(edges, path, lo=position, key=_derived)
+        end = bisect_right(edges, path, lo=start, key=_derived)
+        parts += (edges[position:start], fresh.get(path, ()))
+        replaced += edges[start:end]
+        position = end
+    parts.append(edges[position:])
+    return tuple(chain.from_iterable(parts)), replaced
+
+
+def _derived(edge: Edge) -> str:
+    return edge.derived
+
+
+def _problem_order(problem: Problem) -> tuple[str, str, str]:
+    return problem.row
+
+
+def _pairs(edges: Collection[Edge]) -> set[tuple[str, str]]:
+    return {(edge.source, edge.derived) for edge in edges}

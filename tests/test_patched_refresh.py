@@ -1,0 +1,184 @@
+"""A refresh after a small change patches the last result, and it is the full scan's result.
+
+When the memory files are the ones the last scan saw, a refresh reads only the files
+written since and compares with their stamps only the derived files they touch
+(``provgraph.incremental``).  The property below drives one folder through random
+edits with two state folders side by side: one refreshed as usual, the other always
+by the full scan.  After every step both give the same report, the same lock bytes and
+the same cache (read back), whatever the edits: a source edited and edited back to
+the content it was stamped with, a file only touched, declarations rewritten so that
+cycles form and break, files added, deleted and renamed, a source that is not a
+memory file, stamps.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import provgraph.incremental
+from provgraph import Memory, Report, stamps
+from provgraph.state import StateStore
+from tests import test_incremental as incremental_tests
+from tests.test_fast_paths import Counting
+from tests.test_incremental import Form, trusted_cache
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+DAY = timedelta(days=1)
+NAMES = ("alpha", "bravo", "charlie")
+PATHS = (*(f"{folder}{name}.md" for folder in ("", "notes/") for name in NAMES), "notes/table.csv")
+
+
+class Step(enum.Enum):
+    EDIT = "edit"
+    """Append a line (the file is created when there is none)."""
+    REVERT = "revert"
+    """Write back the content the file had before its last write."""
+    TOUCH = "touch"
+    """A new mtime, the same content."""
+    DECLARE = "declare"
+    DELETE = "delete"
+    RENAME = "rename"
+    STAMP = "stamp"
+
+
+_ENTRIES = st.lists(st.tuples(st.sampled_from(PATHS), st.sampled_from(Form)), max_size=3)
+_STEPS = st.lists(
+    st.tuples(st.sampled_from(Step), st.sampled_from(PATHS), _ENTRIES, st.sampled_from(PATHS)), min_size=1, max_size=8
+)
+
+
+class Folder(incremental_tests.Folder):
+    """A memory folder whose every write gets a new mtime, remembering each file's
+    content before its last write."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.before: dict[str, bytes] = {}
+
+    def write(self, path: str, data: bytes, when: datetime) -> None:
+        if (self.root / path).is_file():
+            self.before[path] = (self.root / path).read_bytes()
+        super().write(path, data, when)
+
+    def apply(self, step: Step, path: str, entries: list[tuple[str, Form]], other: str, when: datetime) -> None:
+        if step is Step.REVERT:
+            if path in self.before:
+                self.write(path, self.before[path], when)
+        elif step is Step.TOUCH:
+            if (self.root / path).is_file():
+                self.tick += 1
+                seconds = int((when - timedelta(hours=1)).timestamp()) + self.tick
+                os.utime(self.root / path, ns=(seconds * 10**9, seconds * 10**9))
+        else:
+            super().apply(incremental_tests.Step(step.value), path, entries, other, when)
+
+
+@contextmanager
+def full_scans_only() -> Iterator[None]:
+    """Every refresh in the block scans in full, as before there was a patched path."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StateStore, "previous", lambda *args: None)
+        yield
+
+
+def _answer(memory: Memory, step: Step, path: str, when: datetime) -> Report | str:
+    """A stamp for a stamp step, else a refresh."""
+    stamps = step is Step.STAMP
+    return incremental_tests._answer(
+        memory, incremental_tests.Step.STAMP if stamps else incremental_tests.Step.EDIT, path, when
+    )
+
+
+def _kept(state_folder: Path, root: Path) -> tuple[object, ...]:
+    """What a state folder holds, read back: the stamps, the cache's rows and the last result."""
+    store = StateStore(root, state_folder)
+    with store.locked():
+        state, last = store.load(), store.last_report()
+    lock = state_folder / "provgraph.lock"
+    return replace(state, scan_started_ns=0), last, lock.read_bytes() if lock.exists() else None
+
+
+@settings(max_examples=40, deadline=None)
+@given(_STEPS, _STEPS, st.booleans())
+def test_a_patched_refresh_gives_the_full_scans_report_lock_and_cache(setup, steps, trusting) -> None:
+    with tempfile.TemporaryDirectory(prefix="provgraph-patched-") as base, _cache(trusting):
+        folder = Folder(Path(base) / "memory")
+        folder.root.mkdir()
+        for number, (step, path, entries, other) in enumerate(setup):
+            folder.apply(Step.DECLARE if step is Step.STAMP else step, path, entries, other, T0 - number * DAY)
+        patched, full = Path(base) / "patched", Path(base) / "full"
+        Memory(folder.root, state=patched).refresh(now=T0)
+        with full_scans_only():
+            Memory(folder.root, state=full).refresh(now=T0)
+        for number, (step, path, entries, other) in enumerate(steps, start=1):
+            when = T0 + number * DAY
+            folder.apply(step, path, entries, other, when)
+            answer = _answer(Memory(folder.root, state=patched), step, path, when)
+            with full_scans_only():
+                expected = _answer(Memory(folder.root, state=full), step, path, when)
+            assert answer == expected, (step, path)
+            assert _kept(patched, folder.root) == _kept(full, folder.root), (step, path)
+
+
+@contextmanager
+def _cache(trusting: bool) -> Iterator[None]:
+    """Files as old as the racy window allows (their metadata vouches for them), or as
+    young as a test's files are (every file is read again, and still patched in)."""
+    if trusting:
+        with trusted_cache():
+            yield
+    else:
+        yield
+
+
+def test_a_refresh_after_one_edit_reads_that_file_alone_and_compares_only_what_derives_from_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "memory"
+    root.mkdir()
+    folder = Folder(root)
+    for number in range(30):
+        folder.write(f"fact-{number}.md", f"Fact {number}.\n".encode(), T0 - DAY)
+    for number in range(10):
+        sources = ", ".join(f"fact-{source}.md" for source in (number, number + 10))
+        folder.write(f"summary-{number}.md", f"---\nderived_from: {sources}\n---\nA summary.\n".encode(), T0 - DAY)
+    compared = []
+
+    def reconcile(records, snapshot, now, restamp=frozenset()):
+        compared.append(sorted(snapshot.declarations))
+        return stamps.reconcile(records, snapshot, now, restamp)
+
+    monkeypatch.setattr(provgraph.incremental, "reconcile", reconcile)
+    with trusted_cache():
+        Memory(root).refresh(now=T0)
+        folder.write("fact-3.md", b"Fact 3, corrected.\n", T0 + DAY)
+        files = Counting(root)
+        report = Memory(root, files=files).refresh(now=T0 + DAY)
+    assert (sorted(set(files.opened)), compared) == (["fact-3.md"], [["summary-3.md"]])
+    assert [(entry.path, [cause.source for cause in entry.causes]) for entry in report.stale] == [
+        ("summary-3.md", ["fact-3.md"])
+    ]
+    assert report.file_count == 40 and len(report.edges) == 20
+
+
+def test_a_file_added_is_seen_by_the_wiki_links_that_now_name_two_files(tmp_path: Path) -> None:
+    folder = Folder(tmp_path)
+    folder.write("notes/fact.md", b"A fact.\n", T0 - DAY)
+    folder.write("summary.md", b"---\nderived_from: [[fact]]\n---\n", T0 - DAY)
+    with trusted_cache():
+        Memory(tmp_path).refresh(now=T0)
+        folder.write("topics/fact.md", b"Another fact of the same name.\n", T0 + DAY)
+        report = Memory(tmp_path).refresh(now=T0 + DAY)
+    assert [(problem.path, problem.kind.value) for problem in report.problems] == [("summary.md", "bad-entry")]
+    assert report.edges == ()
