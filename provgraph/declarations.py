@@ -71,9 +71,10 @@ _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
 _FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
-_NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t~<=!&*]|\.md$")
+_NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
 """A character that no value YAML types implicitly (a number, a date, a boolean,
-null) is written with, or the ``.md`` that none ends with."""
+null) is written with, or the ``.md`` that none ends with.  A line break is not one:
+YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
 
 
 @dataclass(frozen=True, slots=True)
