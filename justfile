@@ -7,6 +7,10 @@ default:
 test *ARGS:
     python -m pytest -q -n auto --dist worksteal {{ARGS}}
 
+# The same, every property test at its full depth (as the second run of .ci/run)
+test-thorough *ARGS:
+    PROVGRAPH_TESTS_THOROUGH=1 python -m pytest -q -n auto --dist worksteal {{ARGS}}
+
 # The built-in example
 demo:
     provgraph demo

@@ -34,6 +34,7 @@ import os
 import pkgutil
 import selectors
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pytest
+from depth import default_examples
+from hypothesis import settings
 from scratch import temporary_folders_in_memory
 
 import provgraph
@@ -73,22 +76,38 @@ def _launcher() -> Path:
 
 
 def _bytecode_kept_for_every_process() -> None:
-    """Let the processes the tests start compile each module once, not at every start.
+    """Let the processes of the run compile each module once, not at every start.
 
-    Under ``PYTHONDONTWRITEBYTECODE`` every ``provgraph`` a test starts would compile the
-    package from source again, a quarter of its CPU time.  The children keep their bytecode
-    in a temporary folder of this run instead (``PYTHONPYCACHEPREFIX``), so nothing is
-    written beside the sources, as the variable asks.  Set before the parallel workers
-    start, it is theirs too."""
+    Under ``PYTHONDONTWRITEBYTECODE`` every worker of the run and every ``provgraph`` a
+    test starts would compile the package, the tests and the modules pytest rewrites
+    (hypothesis, anyio) from source again: seconds of each worker's start.  They keep
+    their bytecode in a folder of the user's under the temporary folder instead
+    (``PYTHONPYCACHEPREFIX``), kept from run to run, so nothing is written beside the
+    sources, as the variable asks.  Set before the parallel workers start, it is theirs
+    too."""
     if not os.environ.pop("PYTHONDONTWRITEBYTECODE", ""):
         return
     if not os.environ.get("PYTHONPYCACHEPREFIX"):
-        folder = tempfile.mkdtemp(prefix="provgraph-bytecode-")
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        os.environ["PYTHONPYCACHEPREFIX"] = folder
+        os.environ["PYTHONPYCACHEPREFIX"] = _bytecode_folder()
+
+
+def _bytecode_folder() -> str:
+    """``provgraph-test-bytecode-UID`` in the temporary folder, when it is this user's own
+    folder (not a link, not another user's); else a new folder for this run alone."""
+    folder = Path(tempfile.gettempdir()) / f"provgraph-test-bytecode-{os.getuid()}"
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    seen = folder.lstat()
+    if stat.S_ISDIR(seen.st_mode) and seen.st_uid == os.getuid() and not seen.st_mode & 0o022:
+        return os.fspath(folder)
+    fresh = tempfile.mkdtemp(prefix="provgraph-bytecode-")
+    atexit.register(shutil.rmtree, fresh, ignore_errors=True)
+    return fresh
 
 
 temporary_folders_in_memory()
+settings.register_profile("provgraph", max_examples=default_examples())
+settings.load_profile("provgraph")  # the depth of a property that names none (``depth.py``)
 _code_under_test_for_every_process()
 _bytecode_kept_for_every_process()
 PROVGRAPH = _launcher()

@@ -26,6 +26,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scratch import scratch_folder
@@ -250,7 +251,7 @@ steps = st.lists(
 # -- the guarantee -------------------------------------------------------------------
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(steps=steps, state_outside=st.booleans(), checks=st.integers(min_value=1, max_value=4))
 def test_the_watch_answers_what_a_fresh_walk_answers_after_any_edits(
     steps: list[tuple[str, str, int]], state_outside: bool, checks: int

@@ -6,6 +6,7 @@ import itertools
 import re
 
 import pytest
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -277,7 +278,7 @@ def test_problems_name_their_file_and_never_stop_the_scan(memory, clock) -> None
     assert report.problems[0].detail == "../../etc/passwd"
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(
     st.sampled_from(["x.md", "notes/x.md", "a/b/x.md", "/x.md"]),
     st.text(st.sampled_from("ab./-_ ~:\\#[]()<>|%\x00"), max_size=10),

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PROVGRAPH
+from depth import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -216,7 +217,7 @@ def _through_yaml(head: bytes) -> declarations.Declaration:
         return read_declaration(head)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(frontmatters())
 def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> None:
     assert read_declaration(head) == _through_yaml(head)
@@ -262,7 +263,7 @@ def common_forms(draw: st.DrawFn) -> bytes:
     return text.encode("utf-8")
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(common_forms())
 def test_the_quick_reader_of_the_common_forms_declines_or_agrees_with_yaml(head: bytes) -> None:
     assert read_declaration(head) == _through_yaml(head)
@@ -290,13 +291,13 @@ def surrounded(draw: st.DrawFn) -> bytes:
     return ("---\n" + "\n".join(lines) + "\n---\nThe body.\n").encode()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(surrounded())
 def test_a_declaration_inside_a_string_that_spans_lines_is_read_as_yaml_reads_it(head: bytes) -> None:
     assert read_declaration(head) == _through_yaml(head)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.one_of(
         st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
@@ -383,7 +384,7 @@ def benchmark_declarations(draw: st.DrawFn) -> tuple[bytes, tuple[str, ...]]:
     return frontmatter(*head, *lines, *draw(st.sampled_from([[], ["derived_at: 2026-05-13"]]))), tuple(entries)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(benchmark_declarations())
 def test_every_declaration_the_benchmark_writes_is_read_without_yaml(declared: tuple[bytes, tuple[str, ...]]) -> None:
     head, entries = declared
@@ -391,7 +392,7 @@ def test_every_declaration_the_benchmark_writes_is_read_without_yaml(declared: t
         assert read_declaration(head).entries == entries
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(benchmark_declarations())
 def test_every_declaration_the_benchmark_writes_is_read_by_the_quick_reader(
     declared: tuple[bytes, tuple[str, ...]],

@@ -11,6 +11,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -178,7 +179,7 @@ def lineages(draw) -> tuple[Report, str, frozenset[str]]:
     return report, draw(st.sampled_from(names)), frozenset(draw(st.sets(st.sampled_from(names))))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(lineages(), st.integers(0, 30), st.integers(300, 5000))
 def test_notes_are_bounded_and_name_only_files_resting_on_the_edit(drawn, max_lines, max_chars) -> None:
     report, path, reads = drawn
@@ -189,7 +190,7 @@ def test_notes_are_bounded_and_name_only_files_resting_on_the_edit(drawn, max_li
     assert set(listed) <= resting and len(listed) <= max_lines
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(lineages())
 def test_nothing_is_said_about_a_write_that_nothing_rests_on_and_that_follows_no_read(drawn) -> None:
     report, path, _ = drawn

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PROVGRAPH
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -243,7 +244,7 @@ def list_declarations(draw) -> str:
     return "---\n" + "\n".join(lines) + "\n---\nbody\n"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(list_declarations())
 def test_lists_read_without_yaml_mean_what_yaml_reads(text: str) -> None:
     fast = read_declaration(text.encode())

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scratch import scratch_folder
@@ -146,7 +147,7 @@ def _as_if_in(root: Path, answer: Report | str) -> Report | str:
     return answer if isinstance(answer, str) else replace(answer, root=str(root))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(_STEPS, _STEPS)
 def test_a_warm_refresh_after_any_edits_answers_as_a_cold_scan_of_a_copy(setup, steps) -> None:
     with scratch_folder(prefix="provgraph-incremental-") as base, trusted_cache():
@@ -180,7 +181,7 @@ _ENTRY = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from(PATHS), st.lists(_ENTRY, max_size=3), _FILES, _FILES)
 def test_only_a_declaration_with_a_wiki_link_resolves_differently_when_other_files_exist(
     declaring, entries, before, after

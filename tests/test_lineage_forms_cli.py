@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -203,11 +202,9 @@ def _report(stale: tuple[StaleEntry, ...]) -> Report:
     return Report("/m", NOW, len(stale), (), stale, (), ())
 
 
-def _stale_chain() -> Report:
+def _stale_chain(root: Path) -> Report:
     """x.md changed on day 2 under z1.md; y.md changed on day 1 under a2.md; aa.md derives
     from z1.md and ab.md from aa.md: alphabetically a2, aa, ab, z1."""
-    memory_root = tempfile.mkdtemp()
-    root = Path(memory_root)
     for name, text in {"x.md": "x", "y.md": "y"}.items():
         (root / name).write_text(text)
     declared = {"z1.md": "x.md", "a2.md": "y.md", "aa.md": "z1.md", "ab.md": "aa.md"}
@@ -221,8 +218,8 @@ def _stale_chain() -> Report:
     return memory.refresh(now=NOW + timedelta(days=2))
 
 
-def test_the_block_lists_files_whose_own_sources_changed_first() -> None:
-    report = _stale_chain()
+def test_the_block_lists_files_whose_own_sources_changed_first(tmp_path: Path) -> None:
+    report = _stale_chain(tmp_path)
     assert [entry.path for entry in report.stale] == ["a2.md", "aa.md", "ab.md", "z1.md"]
     assert [entry.path for entry in repair_order(report.stale)] == ["a2.md", "z1.md", "aa.md", "ab.md"]
     block = prompt_block(report, max_lines=2)

@@ -11,6 +11,7 @@ from pathlib import Path
 from unittest.mock import patch
 
 import pytest
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -193,7 +194,7 @@ def _table(records: list[Record]) -> dict:
     return {(record.derived, record.source): record for record in records}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_RECORD, max_size=12))
 def test_any_lock_loads_back_equal_and_encodes_to_the_same_bytes(records: list[Record]) -> None:
     table = _table(records)
@@ -204,7 +205,7 @@ def test_any_lock_loads_back_equal_and_encodes_to_the_same_bytes(records: list[R
     assert encode_lock(reversed(list(table.values()))) == data
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_RECORD, max_size=10), st.lists(_RECORD, max_size=10), st.randoms(use_true_random=False))
 def test_any_interleaving_of_two_locks_loads_the_newest_stamp_of_each_edge(ours, theirs, random) -> None:
     mine, other = _table(ours), _table(theirs)
@@ -235,7 +236,7 @@ _DAMAGE = st.sampled_from(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_RECORD, max_size=10), st.lists(_DAMAGE, max_size=3), st.randoms(use_true_random=False))
 def test_a_lock_read_in_one_call_loads_what_reading_it_line_by_line_loads(records, damage, random) -> None:
     """Reading a clean lock in one call is a shortcut: any lock, clean, merged or damaged,

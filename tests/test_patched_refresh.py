@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,7 +110,7 @@ def _kept(state_folder: Path, root: Path) -> tuple[object, ...]:
     return replace(state, scan_started_ns=0), last, lock.read_bytes() if lock.exists() else None
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(_STEPS, _STEPS, st.booleans())
 def test_a_patched_refresh_gives_the_full_scans_report_lock_and_cache(setup, steps, trusting) -> None:
     with tempfile.TemporaryDirectory(prefix="provgraph-patched-") as base, _cache(trusting):

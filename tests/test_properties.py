@@ -31,6 +31,7 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from depth import examples
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scratch import scratch_folder
@@ -46,7 +47,7 @@ from provgraph.nochange import listing_key
 from provgraph.render import status_document
 from provgraph.state import State, StateStore
 
-PROPERTY = settings(max_examples=40, deadline=None)
+PROPERTY = settings(max_examples=examples(40), deadline=None)
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 """First refresh: every edge is adopted (stamped) at this time."""

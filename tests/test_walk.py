@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -84,7 +85,7 @@ def _changed(listing: list[tuple[str, Meta]], how: int, where: int) -> list[tupl
     return changed
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_LISTINGS, st.integers(0, 4), st.integers(0, 100))
 def test_two_listings_have_the_same_bytes_only_if_they_are_the_same_in_the_same_order(
     listing: list[tuple[str, Meta]], how: int, where: int

@@ -13,6 +13,7 @@ import unicodedata
 from datetime import UTC, datetime
 from pathlib import Path
 
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ def _read_back(shown: str) -> str:
     return ESCAPE.sub(lambda match: "\\" if match[1] == "\\" else chr(int(match[1][1:], 16)), shown)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.text())
 def test_any_name_is_shown_only_with_safe_characters_and_reads_back_exactly(name: str) -> None:
     shown = safe_name(name)

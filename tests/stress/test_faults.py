@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -394,7 +395,7 @@ def lived_state(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     return root, (root.parent / "state" / "cache.json").read_bytes()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_damage_to_a_cache_document_loads_or_is_set_aside(
     data: st.DataObject, lived_state: tuple[Path, bytes], tmp_path: Path

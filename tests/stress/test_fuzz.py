@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import networkx as nx
+from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scratch import scratch_folder
@@ -30,7 +31,7 @@ def _assert_declaration(declaration: object) -> None:
     assert not (declaration.entries and declaration.problems)  # a problem means: declares nothing
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=examples(400))
 @given(
     content=st.binary(max_size=3000),
     opening=st.sampled_from([b"", b"---\n", b"\xef\xbb\xbf---\r\n"]),
@@ -117,7 +118,7 @@ _OTHER = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=examples(400))
 @given(
     lines=st.lists(st.one_of(_DERIVED_FROM, _OTHER), max_size=8),
     newline=st.sampled_from(["\n", "\r\n"]),
@@ -142,7 +143,7 @@ def _assert_resolved(declaring: str, entries: tuple[str, ...]) -> None:
     assert list(sources) == sorted(set(sources))
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=examples(400))
 @given(
     declaring=st.sampled_from(["a.md", "sub/b.md", "sub/deeper/c.md"]),
     entries=st.lists(st.text(alphabet=st.sampled_from("ab./\\~:[]()<>#% \x00é"), max_size=12), max_size=6),
@@ -247,7 +248,7 @@ def _assert_real_cycles(report: Report) -> None:
         assert sum(1 for knot in knots if set(cycle) <= knot) == 1
 
 
-@settings(FUZZ, max_examples=200)
+@settings(FUZZ, max_examples=examples(200))
 @given(edits=st.lists(_EDIT, min_size=1, max_size=14))
 def test_random_edits_scan_like_a_replay_that_reads_everything(edits: list[tuple]) -> None:
     """Two states go through the same edits and scans: one uses the stat cache and the

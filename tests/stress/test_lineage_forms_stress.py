@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scratch import scratch_folder
@@ -45,7 +46,7 @@ _EDIT = st.one_of(
 )
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(60))
 @given(edits=st.lists(_EDIT, min_size=1, max_size=10))
 def test_wiki_links_and_hints_follow_the_files_that_exist_like_a_scan_from_scratch(edits: list[tuple]) -> None:
     """A state that reuses cached declarations (and the no-change path) and one that
