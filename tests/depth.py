@@ -1,7 +1,7 @@
 """How many examples a property test tries: ``@settings(max_examples=examples(N))``.
 
 ``N`` is the search the property was written for.  The README's test command, run at
-every change, tries a quarter of it, so that the whole suite stays within a minute on
+every change, tries a quarter of it, so that the whole suite stays quick on
 two cores; with ``PROVGRAPH_TESTS_THOROUGH=1`` every property tries all ``N`` (the
 second run of ``.ci/run`` does).  A property that names no count gets hypothesis's
 default, 100, when thorough and a quarter of it otherwise (``conftest.py`` loads
