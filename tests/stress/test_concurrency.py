@@ -21,7 +21,7 @@ from provgraph.state import FORMAT, StateStore
 
 from .helpers import NOW, TIMEOUT, assert_clean, derived, environment, provgraph, write
 
-PAIRS = 16
+PAIRS = 8
 """Sources ``s{i}.md`` and derived files ``d{i}.md``: the even ones are stamped by
 processes, the odd ones by threads."""
 
