@@ -429,3 +429,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     again at each collection (nor a forked command copy its pages by touching them)."""
     gc.collect()
     gc.freeze()
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than there are cores.  Some tests wait (a held lock's
+    bounded wait, the racy window, a notebook's kernel); the extra worker runs others
+    meanwhile, where one worker per core would leave that core idle."""
+    return (os.cpu_count() or 1) + 1
