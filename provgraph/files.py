@@ -20,7 +20,7 @@ from typing import Protocol
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
 from .nochange import RACY_WINDOW_NS, Sight  # the racy rule is the no-change rule's; the scan applies it too
-from .walk import handed_over, place, walk
+from .walk import handed_over, place, walk_in_order
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
 
@@ -88,13 +88,13 @@ class LocalFiles:
         handed = handed_over(os.fspath(self.root), self._real_root)
         if handed is None:
             self.walked_ns = None
-            found, rows = walk(os.fspath(self.root), self._real_root, _meta)
+            paths, stats, rows = walk_in_order(os.fspath(self.root), self._real_root)
         else:
-            self.walked_ns, plain, rows = handed
-            found = {path: FileMeta._make(meta) for path, meta in plain.items()}
+            self.walked_ns, (paths, stats, rows) = handed
+        found = dict(zip(paths, map(_meta, stats), strict=True))
         problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
-        self._listed, self._device = found, _device(self.root)  # type: ignore[assignment]
-        return found, problems  # type: ignore[return-value]
+        self._listed, self._device = found, _device(self.root)
+        return found, problems
 
     def _open(self, path: str) -> tuple[int, int]:
         """Open the very path that was checked, resolved: a name swapped for a symlink

@@ -7,7 +7,7 @@ read (root, ``--state``, ``--sources-heading``, the time zone), the no-change
 rule's ``Conditions`` of the state it saved or reused, and the text it printed
 with its exit code (``status --json`` with its
 ``scanned_at`` left out, to be filled with the real now).  The next run of that
-command looks at the folder exactly as a refresh does (``walk``), and when
+command looks at the folder exactly as a refresh does (``walk.walk_in_order``), and when
 ``nochange.holds`` says that a refresh would reuse that very result, prints
 the record's text: the bytes the full path would print, with the same exit
 code and nothing on stderr.  That first quick answer also keeps, in the record,
@@ -304,7 +304,7 @@ def _holds(
         held = holds(conditions, look, lock_holds, sight_of)
         listing = listing_bytes(paths, metas) if held else b""
     if not held:  # the full run that follows takes this walk over rather than walking again
-        hand_over(root, real_root, started_ns, (dict(zip(paths, metas, strict=True)), problems))
+        hand_over(root, real_root, started_ns, (paths, stats, problems))
         return None
     return listing, renewed[0] if renewed else None
 

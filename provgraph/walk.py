@@ -13,34 +13,25 @@ from __future__ import annotations
 import os
 import stat as stat_module
 
-from .nochange import Meta, ProblemRow, Sight, Watched
+from .nochange import ProblemRow, Sight, Watched
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-__all__ = ["hand_over", "handed_over", "is_utf8", "place", "printable", "sight", "walk", "walk_in_order"]
+__all__ = ["hand_over", "handed_over", "is_utf8", "place", "printable", "sight", "walk_in_order"]
 
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 """The root is opened through a link, as it was named."""
 _FOLDER = _ROOT | os.O_NOFOLLOW
+Walked = tuple[list[str], list[os.stat_result], list[ProblemRow]]
+"""``walk_in_order``'s answer: each file's path, its stat at the same place, the problems."""
+
 UNREADABLE = "unreadable"
 OUTSIDE_ROOT = "outside-root"
 """The problem kinds the walk reports (``ProblemKind`` values)."""
 
 
-def walk(
-    root: str, real_root: str, meta_of: Callable[[os.stat_result], Meta]
-) -> tuple[dict[str, Meta], list[ProblemRow]]:
-    """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``),
-    by root-relative POSIX path, with ``meta_of`` its stat; and the problems met."""
-    paths, stats, problems = walk_in_order(root, real_root)
-    return dict(zip(paths, map(meta_of, stats), strict=True)), problems
-
-
-def walk_in_order(root: str, real_root: str) -> tuple[list[str], list[os.stat_result], list[ProblemRow]]:
-    """``walk`` as two lists, each file's path and its stat in the order the folders listed
-    them, and the problems met.  The command's quick answer compares the walk's bytes in
+def walk_in_order(root: str, real_root: str) -> Walked:
+    """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``):
+    two lists, each file's root-relative POSIX path and its stat in the order the folders
+    listed them, and the problems met.  The command's quick answer compares the walk's bytes in
     this order with the bytes of a walk it proved unchanged (``nochange.holds_as_proven``):
     no mapping, no tuple per file, no sort."""
     walker = _Walker(real_root)
@@ -54,18 +45,18 @@ def walk_in_order(root: str, real_root: str) -> tuple[list[str], list[os.stat_re
     return walker.paths, walker.stats, walker.problems
 
 
-_HANDED: dict[tuple[str, str], tuple[int, dict[str, Meta], list[ProblemRow]]] = {}
+_HANDED: dict[tuple[str, str], tuple[int, Walked]] = {}
 """The walk the command's quick answer made and could not answer from, kept for the
 full run that follows in the same process (it would walk the same folder again)."""
 
 
-def hand_over(root: str, real_root: str, started_ns: int, walked: tuple[dict[str, Meta], list[ProblemRow]]) -> None:
+def hand_over(root: str, real_root: str, started_ns: int, walked: Walked) -> None:
     """Keep a walk of ``root`` that began at ``started_ns`` (the real clock) for ``handed_over``."""
     _HANDED.clear()
-    _HANDED[(root, real_root)] = (started_ns, *walked)
+    _HANDED[(root, real_root)] = (started_ns, walked)
 
 
-def handed_over(root: str, real_root: str) -> tuple[int, dict[str, Meta], list[ProblemRow]] | None:
+def handed_over(root: str, real_root: str) -> tuple[int, Walked] | None:
     """The kept walk of that very folder, once: when it began, what it found.  A scan
     that uses it records that beginning as its own, so the racy window stays on the safe
     side, and a file written since is read again by the next scan (its metadata moved)."""

@@ -10,8 +10,9 @@ from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from provgraph.files import LocalFiles
 from provgraph.nochange import Meta, listing_bytes
-from provgraph.walk import walk, walk_in_order
+from provgraph.walk import walk_in_order
 
 
 def _meta(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -28,9 +29,9 @@ def _folder(root: Path) -> Path:
 def test_the_walk_in_order_lists_what_the_walk_lists_each_with_its_own_stat(tmp_path: Path) -> None:
     root = _folder(tmp_path / "memory")
     paths, stats, problems = walk_in_order(str(root), str(root))
-    listing, walk_problems = walk(str(root), str(root), _meta)
+    listing, walk_problems = LocalFiles(root).walk()  # the walk a refresh makes
     assert sorted(paths) == sorted(listing) == ["a.md", "e.md", "notes/b.md", "notes/deep/c.md"]
-    assert dict(zip(paths, map(_meta, stats), strict=True)) == listing
+    assert dict(zip(paths, map(_meta, stats), strict=True)) == {path: tuple(meta) for path, meta in listing.items()}
     assert all(_meta(os.stat(root / path)) == listing[path] for path in paths)
     assert problems == walk_problems == []
 
@@ -53,10 +54,10 @@ def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(
         return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(os, "open", swapping_open)
-    listing, problems = walk(str(root), str(root), _meta)
+    paths, _, problems = walk_in_order(str(root), str(root))
     monkeypatch.undo()
     assert notes.is_symlink()
-    assert sorted(listing) == ["a.md", "e.md"]
+    assert sorted(paths) == ["a.md", "e.md"]
     assert [(path, kind) for path, kind, _ in problems] == [("notes", "unreadable")]
 
 

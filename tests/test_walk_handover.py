@@ -39,8 +39,8 @@ def test_the_full_run_takes_over_the_quick_answers_walk_and_the_next_run_sees_a_
     after_the_walk = time.time_ns()
     write(tmp_path, "fact.md", "The fact, edited again after the walk.\n", 30)
     walks = []
-    real_walk = provgraph.files.walk
-    monkeypatch.setattr(provgraph.files, "walk", lambda *args: walks.append(args) or real_walk(*args))
+    real_walk = provgraph.files.walk_in_order
+    monkeypatch.setattr(provgraph.files, "walk_in_order", lambda *args: walks.append(args) or real_walk(*args))
     capsys.readouterr()
 
     assert cli("status", "--json", str(tmp_path)) == 0
