@@ -22,8 +22,10 @@ but that space is the machine's memory, shared with everything else running."""
 
 
 def scratch_folder(prefix: str | None = None) -> tempfile.TemporaryDirectory[str]:
-    """A temporary folder (a context manager giving its path), memory-backed when possible."""
-    return tempfile.TemporaryDirectory(prefix=prefix, dir=MEMORY_BACKED if _memory_backed_usable() else None)
+    """A temporary folder (a context manager giving its path) for one example of a
+    property test, in the run's temporary folder: memory-backed when
+    ``temporary_folders_in_memory`` could make it so."""
+    return tempfile.TemporaryDirectory(prefix=prefix)
 
 
 def _memory_backed_usable() -> bool:
