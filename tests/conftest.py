@@ -429,9 +429,14 @@ def logged(caplog: pytest.LogCaptureFixture) -> Logged:
     return Logged(caplog)
 
 
+IMPORTED_BY_COLLECTION = pytest.StashKey[frozenset[str]]()
+"""The modules imported once this process had collected its tests, before any test ran."""
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Everything imported so far lives for the whole run: the collector need not walk it
     again at each collection (nor a forked command copy its pages by touching them)."""
+    session.config.stash[IMPORTED_BY_COLLECTION] = frozenset(sys.modules)
     gc.collect()
     gc.freeze()
 
