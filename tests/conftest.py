@@ -267,13 +267,18 @@ def _launch_process(
     return Launched(done.returncode, done.stdout, done.stderr)
 
 
+NO_COMMAND_IMPORTS = "provgraph.integrations.agentscope"
+"""The AgentScope integration, which no command imports (``test_agentscope.py`` shows it):
+importing it before a fork would cost every worker of the run AgentScope's seconds of imports."""
+
+
 @functools.cache
 def _imported_before_forking() -> None:
     """Import once, here, what a command may import: each fork then starts with it, as
     the launcher's interpreter finds it in its bytecode, instead of compiling it anew."""
     names = [module.name for module in pkgutil.walk_packages(provgraph.__path__, "provgraph.")]
     for name in ["argparse", "networkx", "yaml", *names]:
-        if name != "provgraph.__main__":  # it would run the command
+        if name != "provgraph.__main__" and not name.startswith(NO_COMMAND_IMPORTS):  # __main__ would run it
             with contextlib.suppress(ImportError):  # an integration whose extra is missing
                 importlib.import_module(name)
 
@@ -424,9 +429,14 @@ def logged(caplog: pytest.LogCaptureFixture) -> Logged:
     return Logged(caplog)
 
 
+IMPORTED_BY_COLLECTION = pytest.StashKey[frozenset[str]]()
+"""The modules imported once this process had collected its tests, before any test ran."""
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Everything imported so far lives for the whole run: the collector need not walk it
     again at each collection (nor a forked command copy its pages by touching them)."""
+    session.config.stash[IMPORTED_BY_COLLECTION] = frozenset(sys.modules)
     gc.collect()
     gc.freeze()
 

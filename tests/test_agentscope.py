@@ -1,7 +1,8 @@
 """The AgentScope middleware, driven through a real ``Agent`` with a scripted model.
 
 Every prompt assertion is on the system prompt the model actually received.
-The model is a ``ChatModelBase`` subclass that replays a script (no network).
+The model is a ``ChatModelBase`` subclass that replays a script (no network), in
+``scripted_agent.py`` with the other AgentScope subclasses the tests use.
 The memory middleware's retrieval hints are switched off except in the tests
 about them: they never touch the system prompt.  Where retrieval is on, the
 scripted model answers the memory middleware's file selection, and waits for
@@ -14,38 +15,48 @@ unraisable ResourceWarning in whichever test happens to run.
 from __future__ import annotations
 
 import asyncio
-import copy
-import json
 import os
-import posixpath
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from extras import needs
 
-pytest.importorskip("agentscope")
+from provgraph import Memory
 
-from agentscope.agent import Agent, InjectionConfig  # noqa: E402
-from agentscope.credential import CredentialBase  # noqa: E402
-from agentscope.formatter import OpenAIChatFormatter  # noqa: E402
-from agentscope.message import HintBlock, TextBlock, ToolCallBlock, ToolResultBlock, UserMsg  # noqa: E402
-from agentscope.middleware import AgenticMemoryMiddleware  # noqa: E402
-from agentscope.model import ChatModelBase, ChatResponse  # noqa: E402
-from agentscope.tool import BackendBase, ExecResult, LocalBackend, Toolkit  # noqa: E402
+pytestmark = needs("agentscope")
 
-from provgraph import Memory  # noqa: E402
-from provgraph.integrations.agentscope import (  # noqa: E402
-    LINEAGE_MAX_CHARS,
-    LINEAGE_TOOL,
-    LIST_TOOL,
-    RECORD_TOOL,
-    ProvenanceMiddleware,
-    default_state_path,
-)
+
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global LINEAGE_MAX_CHARS, LINEAGE_TOOL, LIST_TOOL, RECORD_TOOL, LocalBackend, ProvenanceMiddleware
+    global default_state_path, ask, hints, lineage, memory_middleware, remote_workdir, retrieved, tool_call
+    global tool_results
+    from agentscope.tool import LocalBackend
+    from scripted_agent import (
+        ask,
+        hints,
+        lineage,
+        memory_middleware,
+        remote_workdir,
+        retrieved,
+        tool_call,
+        tool_results,
+    )
+
+    from provgraph.integrations.agentscope import (
+        LINEAGE_MAX_CHARS,
+        LINEAGE_TOOL,
+        LIST_TOOL,
+        RECORD_TOOL,
+        ProvenanceMiddleware,
+        default_state_path,
+    )
+
 
 HEADING = "## Derived memories with changed sources"
 ADOPTED = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
@@ -68,83 +79,6 @@ FILES = {
     ".trash/profile-old.md": "---\nderived_from: ../user-facts.md\n---\nold\n",
 }
 MOVED = "---\nname: User facts\ndescription: facts\ntype: user\n---\nThe user moved to Oslo.\n"
-
-
-# -- a scripted model ------------------------------------------------------------
-
-
-class ScriptedModel(ChatModelBase):
-    """Replays one response per agent model call and records the system prompt of each.
-
-    It also answers the memory middleware's retrieval call (a structured
-    output naming the relevant files) with ``selected``.  Before answering
-    the agent it waits until every other task of the event loop is done: the
-    retrieval started with the reply then always finishes during the first
-    model call, as it does behind a real model's latency.
-    """
-
-    def __init__(self, script: Sequence[ChatResponse] = (), selected: Sequence[str] = ()) -> None:
-        super().__init__(
-            credential=CredentialBase(),
-            model="scripted",
-            parameters=ChatModelBase.Parameters(),
-            stream=False,
-            max_retries=0,
-        )
-        self.formatter = OpenAIChatFormatter()
-        self.script = list(script)
-        self.system_prompts: list[str] = []
-        self.inputs: list[list] = []
-        self.tool_names: list[list[str]] = []
-        self.selected = list(selected)
-        self.retrievals = 0
-
-    async def _call_api(self, model_name, messages, tools=None, tool_choice=None, **kwargs):
-        names = [tool["function"]["name"] for tool in tools or []]
-        if names == ["generate_structured_output"]:
-            self.retrievals += 1
-            return tool_call("generate_structured_output", selected_files=self.selected)
-        others = asyncio.all_tasks() - {asyncio.current_task()}
-        if others:
-            await asyncio.wait(others)
-        self.system_prompts.append(messages[0].get_text_content())
-        self.inputs.append(copy.deepcopy(messages))
-        self.tool_names.append(names)
-        if self.script:
-            return self.script.pop(0)
-        return ChatResponse(content=[TextBlock(text="Done.")], is_last=True)
-
-
-def tool_call(name: str, **arguments: object) -> ChatResponse:
-    return ChatResponse(
-        content=[ToolCallBlock(id=f"call-{name}", name=name, input=json.dumps(arguments))], is_last=True
-    )
-
-
-async def ask(
-    middlewares: list, tools: Sequence = (), script: Sequence[ChatResponse] = (), selected: Sequence[str] = ()
-) -> ScriptedModel:
-    """One reply of a real Agent; returns the model with what it received."""
-    model = ScriptedModel(script, selected)
-    agent = Agent(
-        name="assistant",
-        system_prompt=BASE_PROMPT,
-        model=model,
-        toolkit=Toolkit(tools=list(tools)),
-        middlewares=middlewares,
-        injection_config=InjectionConfig(inject_runtime_state=False),
-    )
-    await agent.reply(UserMsg(name="user", content="Where does the user live?"))
-    return model
-
-
-def tool_results(model: ScriptedModel, call: int) -> list[str]:
-    texts = []
-    for message in model.inputs[call]:
-        for block in message.content:
-            if isinstance(block, ToolResultBlock):
-                texts += [part.text for part in block.output if isinstance(part, TextBlock)]
-    return texts
 
 
 # -- memory folders ----------------------------------------------------------------
@@ -173,11 +107,6 @@ def workdir(tmp_path: Path) -> Path:
     for relative, text in FILES.items():
         write(tmp_path / "work" / "Memory", relative, text, OLD)
     return tmp_path / "work"
-
-
-def memory_middleware(workdir: Path | str, backend: BackendBase | None = None, **parameters) -> AgenticMemoryMiddleware:
-    options = AgenticMemoryMiddleware.Parameters(**{"retrieval_async": False, **parameters})
-    return AgenticMemoryMiddleware(workdir=str(workdir), backend=backend, parameters=options)
 
 
 async def adopt(provenance: ProvenanceMiddleware, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -338,21 +267,17 @@ def test_the_record_tool_reports_a_failure_instead_of_raising(workdir: Path, mon
 # -- the lineage tool ------------------------------------------------------------------------
 
 
-def lineage(provenance: ProvenanceMiddleware, path: str) -> str:
-    """The lineage tool's answer, called as the agent's toolkit calls it."""
-    [tool] = [tool for tool in asyncio.run(provenance.list_tools()) if tool.name == LINEAGE_TOOL]
-    chunk = asyncio.run(tool.call(path=path))
-    [text] = [block.text for block in chunk.content]
-    return text
-
-
 def stale_line(path: str, chain: str) -> str:
     return f"- {path}: stale, source(s) changed since derived (2026-11-18); chain: {chain}"
 
 
 @pytest.fixture
 def family(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> ProvenanceMiddleware:
-    """user-facts, preferences -> profile -> digest;  preferences -> drinks;  user-facts edited after adoption."""
+    """user-facts, preferences -> profile -> digest;  preferences -> drinks;  user-facts edited after adoption.
+
+    Other files use it too, so it imports the middleware itself."""
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
     folder = workdir / "Memory"
     write(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
     write(folder, "drinks.md", "---\nderived_from: preferences.md\n---\ntea, no sugar\n", OLD)
@@ -429,7 +354,9 @@ def test_lineage_answers_in_one_line_for_a_path_it_does_not_know(family: Provena
 def sixty_one_stale_descendants(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple:
     """30 notes and 30 files with 200-character names derived from user-facts.md, which
     then changes (61 stale descendants with profile.md); a middleware listing at most 5
-    files and one with the default bound."""
+    files and one with the default bound.  Other files use it too, so it imports the middleware itself."""
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
     folder = workdir / "Memory"
     derived = "---\nderived_from: ../user-facts.md\n---\nsummary\n"
     for number in range(30):
@@ -492,30 +419,9 @@ def test_the_folder_is_checked_once_per_model_call(
 # -- retrieved memory files ------------------------------------------------------------------
 
 
-def hints(model: ScriptedModel, call: int) -> list[str]:
-    """The text hints the model received in one call."""
-    return [
-        block.hint
-        for message in model.inputs[call]
-        for block in message.content
-        if isinstance(block, HintBlock) and isinstance(block.hint, str)
-    ]
-
-
 def without_age(hint: str) -> str:
     """A retrieval hint without the file ages, which follow the real clock."""
     return re.sub(r"Memory \(saved [^)]*\)", "Memory", hint)
-
-
-def retrieved(middlewares: list, tools: Sequence, selected: Sequence[str]) -> ScriptedModel:
-    """A reply with retrieval on, and a tool call so that the model is called twice.
-
-    The retrieved files reach the model at the latest in the second call: the
-    memory middleware adds them once its retrieval has finished, at the start
-    of a model call, and the scripted model lets it finish during the first.
-    """
-    script = [tool_call(LINEAGE_TOOL, path="user-facts.md")]
-    return asyncio.run(ask(middlewares, tools=tools, script=script, selected=selected))
 
 
 def test_a_retrieved_stale_file_is_marked_in_its_hint(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -577,76 +483,6 @@ def test_a_retrieved_stale_file_is_marked_through_a_remote_backend(
 
 
 # -- a remote backend ----------------------------------------------------------------------
-
-
-class DictBackend(BackendBase):
-    """A sandbox-like backend held in a dict, with no shell and no local paths.
-
-    ``listing`` chooses how ``list_dir(recursive=True)`` names entries, as real
-    backends differ: absolute paths, paths relative to the listed folder, or
-    relative paths with the folders listed too.  ``failing`` makes every
-    read fail as a lost connection does; ``listing_fails`` makes the
-    recursive listing come back empty, as AgentScope's ``list_dir`` answers
-    a failed listing; reading a path in ``hanging_paths`` never returns.
-    """
-
-    def __init__(self, listing: str = "absolute") -> None:
-        self.files: dict[str, tuple[bytes, float]] = {}
-        self.listing = listing
-        self.failing = False
-        self.listing_fails = False
-        self.hanging_paths: set[str] = set()
-
-    def put(self, path: str, text: str, when: datetime) -> None:
-        self.files[posixpath.normpath(path)] = (text.encode(), when.timestamp())
-
-    async def exec_shell(self, command, *, cwd=None, timeout=None):
-        return ExecResult(exit_code=127, stdout=b"", stderr=b"no shell")
-
-    async def read_file(self, path: str) -> bytes:
-        if self.failing:
-            raise ConnectionError("sandbox unreachable")
-        if path in self.hanging_paths:
-            await asyncio.Event().wait()
-        try:
-            return self.files[posixpath.normpath(path)][0]
-        except KeyError:
-            raise FileNotFoundError(path) from None
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        self.files[posixpath.normpath(path)] = (bytes(data), datetime.now().timestamp())
-
-    async def file_exists(self, path: str) -> bool:
-        return posixpath.normpath(path) in self.files or await self.is_dir(path)
-
-    async def is_dir(self, path: str) -> bool:
-        prefix = posixpath.normpath(path) + "/"
-        return any(key.startswith(prefix) for key in self.files)
-
-    async def list_dir(self, path: str, *, recursive: bool = False) -> list[str]:
-        prefix = posixpath.normpath(path) + "/"
-        keys = sorted(key for key in self.files if key.startswith(prefix))
-        if not recursive:
-            return sorted({key[len(prefix) :].split("/")[0] for key in keys})
-        if self.listing_fails:
-            return []
-        if self.listing == "absolute":
-            return keys
-        relative = [key[len(prefix) :] for key in keys]
-        if self.listing == "with-folders":
-            relative += sorted({posixpath.dirname(key) for key in relative if "/" in key})
-        return relative
-
-    async def stat_mtime(self, path: str) -> float | None:
-        entry = self.files.get(posixpath.normpath(path))
-        return entry[1] if entry else None
-
-
-def remote_workdir(listing: str = "absolute") -> DictBackend:
-    backend = DictBackend(listing)
-    for relative, text in FILES.items():
-        backend.put(f"/sandbox/work/Memory/{relative}", text, OLD)
-    return backend
 
 
 @pytest.mark.parametrize("listing", ["absolute", "relative", "with-folders"])

@@ -11,32 +11,23 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from extras import needs
+from test_agentscope import EDITED, MOVED, OLD, adopt, write
 
-pytest.importorskip("agentscope")
+pytestmark = needs("agentscope")
 
-from agentscope.middleware import ReMeMiddleware  # noqa: E402
-from test_agentscope import (  # noqa: E402
-    EDITED,
-    MOVED,
-    OLD,
-    adopt,
-    ask,
-    hints,
-    memory_middleware,
-    retrieved,
-    tool_call,
-    write,
-)
 
-from provgraph.integrations.agentscope import (  # noqa: E402
-    LINEAGE_MAX_CHARS,
-    LINEAGE_TOOL,
-    LIST_TOOL,
-    ProvenanceMiddleware,
-)
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global ask, hints, LINEAGE_MAX_CHARS, LINEAGE_TOOL, LIST_TOOL, memory_middleware, ProvenanceMiddleware
+    global retrieved, ScriptedReMe, tool_call
+    from scripted_agent import ScriptedReMe, ask, hints, memory_middleware, retrieved, tool_call
+
+    from provgraph.integrations.agentscope import LINEAGE_MAX_CHARS, LINEAGE_TOOL, LIST_TOOL, ProvenanceMiddleware
+
 
 SOURCE = "---\nname: User facts\ntype: user\n---\nThe user lives in Lyon.\n"
 ODD_NAMES = ("a<b>.md", "back\\slash.md", "rtl\u202eoverride.md", "new\nline.md", "tab\there.md", "plain.md")
@@ -160,17 +151,6 @@ def test_a_retrieved_stale_file_with_a_newline_in_its_name_gets_its_note(
 
 
 # -- ReMe -------------------------------------------------------------------------------
-
-
-class ScriptedReMe(ReMeMiddleware):
-    """AgentScope's ReMe middleware with its embedded ReMe app scripted: a search returns ``chunks``."""
-
-    def __init__(self, chunks: list[dict]) -> None:
-        super().__init__(workspace_dir="unused", parameters=ReMeMiddleware.Parameters(mode="static_control"))
-        self.chunks = chunks
-
-    async def _run_job(self, name: str, **kwargs):
-        return SimpleNamespace(success=True, answer="", metadata={"results": self.chunks} if name == "search" else {})
 
 
 def test_a_stale_file_in_a_reme_memory_message_gets_its_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,7 @@
 """The AgentScope middleware at the moment of a memory write (``on_acting``).
 
 A real ``Agent`` with AgentScope's own ``Read``, ``Write`` and ``Edit`` tools
-and a scripted model (the one of ``test_agentscope``): every assertion is on
+and a scripted model (``ScriptedModel`` of ``scripted_agent``): every assertion is on
 the tool results the model received in its next call.
 """
 
@@ -10,66 +10,31 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from extras import needs
+from test_agentscope import EDITED, FILES, MOVED, OLD, adopt, snapshot, write
 
-pytest.importorskip("agentscope")
+if TYPE_CHECKING:
+    from scripted_agent import ScriptedModel
 
-from agentscope.agent import Agent, InjectionConfig  # noqa: E402
-from agentscope.message import UserMsg  # noqa: E402
-from agentscope.permission import PermissionContext, PermissionMode  # noqa: E402
-from agentscope.state import AgentState  # noqa: E402
-from agentscope.tool import BackendBase, Edit, Read, Toolkit, Write  # noqa: E402
-from test_agentscope import (  # noqa: E402
-    BASE_PROMPT,
-    EDITED,
-    FILES,
-    LINEAGE_TOOL,
-    MOVED,
-    OLD,
-    RECORD_TOOL,
-    ScriptedModel,
-    adopt,
-    memory_middleware,
-    remote_workdir,
-    snapshot,
-    tool_call,
-    tool_results,
-    write,
-)
+pytestmark = needs("agentscope")
 
-from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global LINEAGE_TOOL, RECORD_TOOL, ProvenanceMiddleware, memory_middleware, remote_workdir, reply, tool_results
+    from scripted_agent import memory_middleware, remote_workdir, reply, tool_results
+
+    from provgraph.integrations.agentscope import LINEAGE_TOOL, RECORD_TOOL, ProvenanceMiddleware
+
 
 HEADING = "Memory lineage after this write (provgraph):"
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 SUMMARY = "---\nname: Summary\ntype: user\n---\nA tea drinker in Lyon.\n"
-
-
-async def reply(
-    middlewares: list,
-    calls: Sequence,
-    extra_tools: Sequence = (),
-    selected: Sequence[str] = (),
-    backend: BackendBase | None = None,
-):
-    """One reply in which the model makes ``calls`` one after the other; returns the model."""
-    script = [tool_call(name, **arguments) for name, arguments in calls]
-    for number, response in enumerate(script):
-        response.content[0].id = f"call-{number}"
-    model = ScriptedModel(script, selected)
-    agent = Agent(
-        name="assistant",
-        system_prompt=BASE_PROMPT,
-        model=model,
-        toolkit=Toolkit(tools=[Read(backend=backend), Write(backend=backend), Edit(backend=backend), *extra_tools]),
-        middlewares=middlewares,
-        state=AgentState(permission_context=PermissionContext(mode=PermissionMode.BYPASS)),
-        injection_config=InjectionConfig(inject_runtime_state=False),
-    )
-    await agent.reply(UserMsg(name="user", content="Keep my memory up to date."))
-    return model
 
 
 def results(model: ScriptedModel) -> list[str]:

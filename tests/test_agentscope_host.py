@@ -12,106 +12,31 @@ worker thread; the middleware under test reads the same folder as usual.
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import pytest
+from extras import needs
+from test_agentscope import EDITED, FILES, MOVED, OLD, adopt, write
 
-pytest.importorskip("agentscope")
+pytestmark = needs("agentscope")
 
-from agentscope.agent import Agent, InjectionConfig  # noqa: E402
-from agentscope.message import HintBlock, TextBlock, UserMsg  # noqa: E402
-from agentscope.middleware import AgenticMemoryMiddleware  # noqa: E402
-from agentscope.model import ChatResponse, StructuredResponse  # noqa: E402
-from agentscope.permission import PermissionBehavior, PermissionDecision  # noqa: E402
-from agentscope.tool import BackendBase, ExecResult, ToolBase, ToolChunk, Toolkit  # noqa: E402
-from sandbox_backend import SandboxBackend  # noqa: E402
-from test_agentscope import (  # noqa: E402
-    EDITED,
-    FILES,
-    MOVED,
-    OLD,
-    ScriptedModel,
-    adopt,
-    memory_middleware,
-    tool_call,
-    write,
-)
 
-from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global Agent, HintBlock, ImmediateModel, InjectionConfig, InstantLocalBackend, memory_middleware
+    global ProvenanceMiddleware, RetrievalWaitingTool, SandboxBackend, tool_call, Toolkit, UserMsg
+    from agentscope.agent import Agent, InjectionConfig
+    from agentscope.message import HintBlock, UserMsg
+    from agentscope.tool import Toolkit
+    from sandbox_backend import SandboxBackend
+    from scripted_agent import ImmediateModel, InstantLocalBackend, RetrievalWaitingTool, memory_middleware, tool_call
+
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
 
 RUNS = 50
 NOTE = "Note: profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed"
-
-
-class ImmediateModel(ScriptedModel):
-    """Answers at once, the retrieval's file selection included, and never waits on the event loop."""
-
-    async def _call_api(self, model_name, messages, tools=None, tool_choice=None, **kwargs):
-        self.system_prompts.append(messages[0].get_text_content())
-        return self.script.pop(0) if self.script else ChatResponse(content=[TextBlock(text="Done.")], is_last=True)
-
-    async def _call_api_with_structured_output(self, model_name, messages, structured_model, **kwargs):
-        self.retrievals += 1
-        return StructuredResponse(content={"selected_files": self.selected})
-
-
-class InstantLocalBackend(BackendBase):
-    """The local disk, each call answered without leaving the event loop: the host agent becomes deterministic."""
-
-    async def exec_shell(self, command, *, cwd=None, timeout=None) -> ExecResult:
-        return ExecResult(exit_code=127, stdout=b"", stderr=b"no shell")
-
-    async def read_file(self, path: str) -> bytes:
-        return Path(path).read_bytes()
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_bytes(data)
-
-    async def file_exists(self, path: str) -> bool:
-        return os.path.exists(path)
-
-    async def is_dir(self, path: str) -> bool:
-        return os.path.isdir(path)
-
-    async def list_dir(self, path: str, *, recursive: bool = False) -> list[str]:
-        if not recursive:
-            return sorted(os.listdir(path))
-        return sorted(str(found) for found in Path(path).rglob("*") if found.is_file())
-
-    async def stat_mtime(self, path: str) -> float | None:
-        return os.stat(path).st_mtime if os.path.exists(path) else None
-
-
-class RetrievalWaitingTool(ToolBase):
-    """A tool during which the memory middleware's retrieval finishes, as behind any real tool's latency.
-
-    It waits for that retrieval by the memory middleware's own task, so the
-    step at which the hint lands depends only on what yields before the
-    tool: in the host agent alone, nothing does.  Its call makes the agent
-    reason a second time.
-    """
-
-    name = "wait_for_retrieval"
-    description = "Returns once the memory retrieval has finished."
-    input_schema = {"type": "object", "properties": {}}
-    is_concurrency_safe = True
-    is_read_only = True
-    is_external_tool = False
-    is_mcp = False
-
-    def __init__(self, memory: AgenticMemoryMiddleware) -> None:
-        self.memory = memory
-
-    async def check_permissions(self, tool_input, context) -> PermissionDecision:
-        return PermissionDecision(behavior=PermissionBehavior.ALLOW, message="always allowed")
-
-    async def __call__(self, **kwargs) -> ToolChunk:
-        retrieval = self.memory._retrieval_task
-        if retrieval is not None:
-            await asyncio.wait({retrieval})
-        return ToolChunk(content=[TextBlock(text="tool result")])
 
 
 def context_shape(agent: Agent) -> list[tuple[str, list[str]]]:

@@ -10,13 +10,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import test_agentscope
+from extras import needs
+from test_agentscope import CHECKED, OLD, write
 
-pytest.importorskip("agentscope")
+pytestmark = needs("agentscope")
 
-import test_agentscope  # noqa: E402
-from test_agentscope import CHECKED, OLD, lineage, write  # noqa: E402
 
-from provgraph.integrations.agentscope import LINEAGE_MAX_CHARS, ProvenanceMiddleware  # noqa: E402
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global lineage, LINEAGE_MAX_CHARS, ProvenanceMiddleware
+    from scripted_agent import lineage
+
+    from provgraph.integrations.agentscope import LINEAGE_MAX_CHARS, ProvenanceMiddleware
+
 
 workdir = test_agentscope.workdir
 family = test_agentscope.family

@@ -13,29 +13,23 @@ import os
 from pathlib import Path
 
 import pytest
+from extras import needs
+from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, snapshot, write
 
 import provgraph.api
 import provgraph.nochange
 
-pytest.importorskip("agentscope")
+pytestmark = needs("agentscope")
 
-from sandbox_backend import SandboxBackend  # noqa: E402
-from test_agentscope import (  # noqa: E402
-    EDITED,
-    FILES,
-    MARKER,
-    MOVED,
-    OLD,
-    adopt,
-    ask,
-    memory_middleware,
-    remote_workdir,
-    snapshot,
-    write,
-)
 
-import provgraph.integrations.agentscope_backend  # noqa: E402
-from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global ask, memory_middleware, ProvenanceMiddleware, remote_workdir, SandboxBackend
+    from sandbox_backend import SandboxBackend
+    from scripted_agent import ask, memory_middleware, remote_workdir
+
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
 
 
 @pytest.fixture

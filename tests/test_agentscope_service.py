@@ -15,22 +15,26 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from extras import needs
+from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, write
 
-pytest.importorskip("agentscope")
+pytestmark = needs("agentscope")
 
-from agentscope.agent import Agent, InjectionConfig  # noqa: E402
-from agentscope.message import UserMsg  # noqa: E402
-from agentscope.middleware import AgenticMemoryMiddleware  # noqa: E402
-from agentscope.tool import Toolkit  # noqa: E402
-from agentscope.workspace import LocalWorkspace  # noqa: E402
-from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, ScriptedModel, adopt, tool_call, write  # noqa: E402
 
-from provgraph.integrations.agentscope import (  # noqa: E402
-    LINEAGE_TOOL,
-    LIST_TOOL,
-    RECORD_TOOL,
-    ProvenanceMiddleware,
-)
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global Agent, AgenticMemoryMiddleware, InjectionConfig, LINEAGE_TOOL, LIST_TOOL, LocalWorkspace
+    global ProvenanceMiddleware, RECORD_TOOL, ScriptedModel, tool_call, Toolkit, UserMsg
+    from agentscope.agent import Agent, InjectionConfig
+    from agentscope.message import UserMsg
+    from agentscope.middleware import AgenticMemoryMiddleware
+    from agentscope.tool import Toolkit
+    from agentscope.workspace import LocalWorkspace
+    from scripted_agent import ScriptedModel, tool_call
+
+    from provgraph.integrations.agentscope import LINEAGE_TOOL, LIST_TOOL, RECORD_TOOL, ProvenanceMiddleware
+
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

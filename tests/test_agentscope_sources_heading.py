@@ -7,10 +7,17 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from extras import needs
 
-pytest.importorskip("agentscope")
+pytestmark = needs("agentscope")
 
-from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global ProvenanceMiddleware
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
 
 DIGEST = "---\nname: digest\n---\n# Auth\n\nJWT rotation.\n\n## Sources\n\n- [[daily/2026-11-10]]\n"
 MARKER = "- digest/auth.md: source(s) changed since derived (2026-11-18): daily/2026-11-10.md changed"

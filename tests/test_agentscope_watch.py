@@ -27,20 +27,28 @@ from unittest import mock
 
 import pytest
 from depth import examples
+from extras import needs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scratch import scratch_folder
 
-pytest.importorskip("agentscope")
-pytest.importorskip("inotify_simple")
-if not sys.platform.startswith("linux"):
-    pytest.skip("inotify is Linux's", allow_module_level=True)
+from provgraph import Memory
+from provgraph import watch as watch_module
+from provgraph.model import Report
+from provgraph.watch import Doubt
 
-from provgraph import Memory  # noqa: E402
-from provgraph import watch as watch_module  # noqa: E402
-from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
-from provgraph.model import Report  # noqa: E402
-from provgraph.watch import Doubt  # noqa: E402
+pytestmark = [
+    needs("agentscope", "inotify_simple"),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global ProvenanceMiddleware
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
 
 START = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
 PROMPT = "You are a helpful assistant."
@@ -578,8 +586,9 @@ def test_an_agents_write_reaches_the_next_model_call_and_a_quiet_reply_is_answer
     """A real ``Agent`` with the memory middleware and a scripted model: the model's ``Write``
     of a source is in the system prompt of its very next call; a later reply that changes
     nothing gets the same block without a walk."""
-    from test_agentscope import FILES, MOVED, OLD, memory_middleware, write
-    from test_agentscope_edits import read, reply, written
+    from scripted_agent import memory_middleware, reply
+    from test_agentscope import FILES, MOVED, OLD, write
+    from test_agentscope_edits import read, written
 
     monkeypatch.setenv("PROVGRAPH_NOW", START.isoformat())
     with tempfile.TemporaryDirectory() as base:

@@ -16,45 +16,24 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras import needs
+from test_agentscope import ADOPTED, CHECKED, EDITED, FILES, MARKER, MOVED, OLD, write
 
-pytest.importorskip("agentscope")
+from provgraph.lockfile import LOCK_NAME, decode_lock
 
-from sandbox_backend import SandboxBackend  # noqa: E402
-from test_agentscope import ADOPTED, CHECKED, EDITED, FILES, MARKER, MOVED, OLD, write  # noqa: E402
+pytestmark = needs("agentscope")
 
-from provgraph.integrations.agentscope import ProvenanceMiddleware  # noqa: E402
-from provgraph.lockfile import LOCK_NAME, decode_lock  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def agentscope_loaded() -> None:
+    """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
+    global ProvenanceMiddleware, WORKDIR, Workspace
+    from scripted_agent import WORKDIR, Workspace
+
+    from provgraph.integrations.agentscope import ProvenanceMiddleware
+
 
 WORKDIR = "/workspace"
-
-
-class Workspace(SandboxBackend):
-    """A sandbox whose ``/workspace`` is the folder ``host``; its writes can be made to fail,
-    and a coroutine can run just before the next temporary file is written."""
-
-    def __init__(self, host: Path) -> None:
-        super().__init__()
-        self.host = host
-        self.failing_writes = False
-        self.before_temporary_write = None
-
-    def _on_host(self, text: str) -> str:
-        return str(self.host) + text[len(WORKDIR) :] if text.startswith(WORKDIR) else text
-
-    async def exec_shell(self, command: list[str], *, cwd: str | None = None, timeout: float | None = None):
-        return await super().exec_shell([self._on_host(argument) for argument in command], cwd=cwd, timeout=timeout)
-
-    async def read_file(self, path: str) -> bytes:
-        return await super().read_file(self._on_host(path))
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        if self.failing_writes:
-            self.calls += 1
-            raise ConnectionError("sandbox unreachable")
-        hook, self.before_temporary_write = self.before_temporary_write, None
-        if hook is not None and path.endswith(".tmp"):
-            await hook()
-        await super().write_file(self._on_host(path), data)
 
 
 def workspace(folder: Path, facts: str = FILES["user-facts.md"]) -> Workspace:

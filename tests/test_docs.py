@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -88,8 +89,10 @@ def test_the_table_of_contents_links_every_section_of_the_readme() -> None:
     assert linked <= anchors(text)
 
 
-def _tests_defined() -> tuple[set[str], set[str]]:
-    """The names of every test function in the suite, and the suite's test files (``stress/x.py`` for stress)."""
+@functools.cache
+def _tests_defined() -> tuple[frozenset[str], frozenset[str]]:
+    """The names of every test function in the suite, and the suite's test files (``stress/x.py`` for stress);
+    read once per process, as several tests ask (parsing every test file is most of their cost)."""
     names, files = set(), set()
     for path in (ROOT / "tests").rglob("test_*.py"):
         files.add(path.relative_to(ROOT / "tests").as_posix())
@@ -100,7 +103,7 @@ def _tests_defined() -> tuple[set[str], set[str]]:
             for node in ast.walk(tree)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test_")
         }
-    return names, files
+    return frozenset(names), frozenset(files)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)

@@ -11,11 +11,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from extras import needs
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("matplotlib")
-pytest.importorskip("ipykernel")
+pytestmark = needs("nbformat", "nbclient", "matplotlib", "ipykernel")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOK = NOTEBOOKS / "memory_lineage.ipynb"
@@ -43,6 +41,9 @@ def outputs(notebook, kind: str) -> list:
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory: pytest.TempPathFactory):
     """The notebook as a fresh kernel leaves it, and the folder it ran in."""
+    import nbclient
+    import nbformat
+
     folder = tmp_path_factory.mktemp("notebook")
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = nbclient.NotebookClient(
@@ -90,6 +91,8 @@ def test_tables_every_stale_file_with_its_chain(executed):
 
 def test_committed_notebook_carries_its_outputs():
     """What readers see on the repository page without running anything: pictures, no errors."""
+    import nbformat
+
     notebook = nbformat.read(NOTEBOOK, as_version=4)
 
     assert len(outputs(notebook, "image/png")) == 3

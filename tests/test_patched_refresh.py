@@ -23,16 +23,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import test_incremental as incremental_tests
 from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_fast_paths import Counting
+from test_incremental import Form, trusted_cache
 
 import provgraph.incremental
 from provgraph import Memory, Report, stamps
 from provgraph.state import StateStore
-from tests import test_incremental as incremental_tests
-from tests.test_fast_paths import Counting
-from tests.test_incremental import Form, trusted_cache
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -37,7 +37,9 @@ COMMANDS = (("status",), ("status", "--json"), ("check",))
 T0 = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)
 T1 = datetime(2026, 11, 17, 9, 0, tzinfo=UTC)
 T2 = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
-PAST_THE_RACY_WINDOW = provgraph.nochange.RACY_WINDOW_NS / 1e9 + 0.3
+AGING_MARGIN = 0.3
+"""Seconds waited beyond a racy window, so that a file's time is surely out of it."""
+PAST_THE_RACY_WINDOW = provgraph.nochange.RACY_WINDOW_NS / 1e9 + AGING_MARGIN
 SETTINGS = {"PROVGRAPH_NOW": T2.isoformat(), "TZ": "UTC"}
 
 
@@ -407,32 +409,53 @@ def test_the_quick_answers_now_is_written_as_the_full_path_writes_it(zone, monke
 OPENED_LOCK = """
 import sys
 from pathlib import Path
+import provgraph.nochange
+provgraph.nochange.RACY_WINDOW_NS = int(sys.argv[1])
 opened = []
 def hook(event, args):
     if event == "open" and str(args[0]).endswith("provgraph.lock"):
         opened.append(args[0])
 sys.addaudithook(hook)
 from provgraph.replay import answer
-code = answer(sys.argv[1:])
+code = answer(sys.argv[2:])
 print(code, len(opened), file=sys.stderr)
 """
+SHORT_RACY_WINDOW_NS = 500_000_000
+"""A racy window for the tests that only need files to age past it: the rule is the same
+whatever its length, and the folders of ``folders`` show it at its real length."""
 
 
-def test_a_lock_read_because_it_was_young_is_sealed_again_once_old_and_a_change_is_still_seen(tmp_path) -> None:
+def shorter_racy_window(patch: pytest.MonkeyPatch) -> float:
+    """Every copy of the window in the package (and in each forked command) at
+    ``SHORT_RACY_WINDOW_NS``; returns the seconds to wait for a file to age past it."""
+    for module in [module for name, module in sys.modules.items() if name.partition(".")[0] == "provgraph"]:
+        if hasattr(module, "RACY_WINDOW_NS"):
+            patch.setattr(module, "RACY_WINDOW_NS", SHORT_RACY_WINDOW_NS)
+    return SHORT_RACY_WINDOW_NS / 1e9 + AGING_MARGIN
+
+
+def test_a_lock_read_because_it_was_young_is_sealed_again_once_old_and_a_change_is_still_seen(
+    tmp_path, monkeypatch
+) -> None:
     """The last full run wrote the lock, so its metadata proves nothing yet and every quick
     answer reads it.  Once it is past the racy window, the quick answer that read it seals
     it again: the next ones leave it unopened, and another lock, or the same bytes written
     again, are still told apart."""
+    past_the_window = shorter_racy_window(monkeypatch)
     root = memory_folder(tmp_path / "memory")
-    time.sleep(PAST_THE_RACY_WINDOW)  # the files age; then a stamp writes the lock, a full run records it
+    time.sleep(past_the_window)  # the files age; then a stamp writes the lock, a full run records it
     assert full_path("stamp", "profile.md", cwd=root).code == 0
     assert full_path("status", cwd=root).code == 0
-    time.sleep(PAST_THE_RACY_WINDOW)
+    time.sleep(past_the_window)
     environment = {**os.environ, **SETTINGS}
 
     def quick_opens() -> tuple[str, str]:
         done = subprocess.run(
-            [sys.executable, "-c", OPENED_LOCK, "status"], cwd=root, env=environment, capture_output=True, text=True
+            [sys.executable, "-c", OPENED_LOCK, str(SHORT_RACY_WINDOW_NS), "status"],
+            cwd=root,
+            env=environment,
+            capture_output=True,
+            text=True,
         )
         code, opened = done.stderr.split()
         return code, opened

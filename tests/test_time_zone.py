@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import PROVGRAPH, MemoryFolder, Runner
+from conftest import MemoryFolder, Runner, launch
 
 from provgraph.cli import cli
 
@@ -63,15 +62,12 @@ def changed_late(memory: MemoryFolder, run: Runner) -> MemoryFolder:
 def hook_block(root: Path, zone: str) -> str:
     """What the Claude Code hook adds to a new session's context."""
     event = {"session_id": "s-1", "transcript_path": "/t.jsonl", "cwd": str(root), "hook_event_name": "SessionStart"}
-    done = subprocess.run(
-        [os.fspath(PROVGRAPH), "hook", "claude-code", os.fspath(root)],
-        input=json.dumps(event),
+    done = launch(
+        ["hook", "claude-code", root],
+        input=json.dumps(event).encode(),
         env={**os.environ, "TZ": zone, "PROVGRAPH_NOW": CHECKED.isoformat()},
-        capture_output=True,
-        text=True,
-        timeout=60,
     )
-    assert (done.returncode, done.stderr) == (0, "")
+    assert (done.code, done.stderr) == (0, b"")
     return json.loads(done.stdout)["hookSpecificOutput"]["additionalContext"]
 
 

@@ -1,6 +1,7 @@
 """The suite runs where users run it: AgentScope users usually have pytest-asyncio,
 whose configuration warning the suite's ``filterwarnings = ["error"]`` once turned
-into an internal error before any test ran."""
+into an internal error before any test ran.  And it starts quickly: every parallel
+worker collects every test file, so collecting imports no library that only some tests use."""
 
 from __future__ import annotations
 
@@ -64,3 +65,17 @@ def test_every_process_the_tests_start_runs_the_code_under_test(tmp_path: Path) 
         )
     )
     assert {Path(path or other).resolve() for path, other in loaded} == {expected.parent / "cli.py"}
+
+
+OPTIONAL_LIBRARIES = {"agentscope", "matplotlib", "nbclient", "nbformat", "ipykernel"}
+"""Seconds of imports, needed only by the AgentScope and notebook tests."""
+
+
+def test_collecting_the_tests_imports_no_library_that_only_some_tests_use(request: pytest.FixtureRequest) -> None:
+    """A test file of an optional extra imports it when its first test runs (``tests/extras.py``),
+    so that a worker that runs none of its tests never pays for the import."""
+    from conftest import IMPORTED_BY_COLLECTION
+
+    imported = request.config.stash[IMPORTED_BY_COLLECTION]
+    assert {name.partition(".")[0] for name in imported} & OPTIONAL_LIBRARIES == set()
+    assert "provgraph.integrations.agentscope" not in imported
