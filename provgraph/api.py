@@ -38,7 +38,7 @@ from .model import (
     StaleEntry,
 )
 from .queries import Relative
-from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore
+from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files
 from .statefolder import LockBusy
 
 if TYPE_CHECKING:
@@ -293,24 +293,29 @@ class Memory:
             return None  # a damaged row: the full scan reads the cache again and sets it aside
         if found is None:
             return None
-        patch, rows, lock = found
+        patch, updates, lock, files = found
         state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
         canonical = previous.lock.canonical or lock is not None
-        conditions = self._store.save_patched(state, rows, lock, listing, canonical)
+        conditions = self._store.save_patched(state, previous, updates, lock, listing, files, canonical, patch.spliced)
         return _with_hints(patch.report, listing), conditions
 
     def _patch(
         self, previous: incremental.Previous, listing: dict[str, FileMeta], now: datetime
-    ) -> tuple[incremental.Patch, dict[str, Seen | list[Any]], bytes | None] | None:
-        """The patch, the cache's next rows and the lock's next bytes (None: unchanged)."""
+    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None, incremental.MemoryFiles] | None:
+        """The patch, the rows that changed (None: dropped), the lock's next bytes (None:
+        unchanged) and the memory files as the next cache records them."""
         from . import incremental
         from .scan import Rescan
 
         racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
-        found = incremental.changed_files(previous.rows, listing, racy_from_ns)
+        found = memory_files(listing)
         if found is None:
             return None
-        changed, others = found
+        paths, files = found
+        changed = incremental.changed_files(previous.memory_files, files, paths, racy_from_ns)
+        if changed is None:
+            return None
+        others = previous.others
         changed.update(path for path in others if not _as_row_says(self.files, path, previous.rows[path], racy_from_ns))
         rows = RowsAsSeen(previous.rows)
         rescan = Rescan(self.files, rows, racy_from_ns, listing, roots=self.roots, sources_heading=self.sources_heading)
@@ -328,13 +333,12 @@ class Memory:
         )
         if patch is None or (patch.lock_changed and lock is None):
             return None
-        kept: dict[str, Seen | list[Any]] = dict(previous.rows)
-        kept.update(rescan.seen)
+        updates: dict[str, Seen | None] = dict(rescan.seen)
         used = {edge.source for edge in patch.report.edges} if others else set()
         for path in others:
             if path not in used or (path in changed and path not in rescan.seen):
-                del kept[path]  # no longer a source, or gone
-        return patch, kept, lock
+                updates[path] = None  # no longer a source, or gone
+        return patch, updates, lock, files
 
     def _unchanged(
         self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]
