@@ -475,7 +475,7 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
 
     Hints depend on which files exist, so they are worked out from the current
     listing on every refresh, the no-change path included, never stored."""
-    if not any(edge.status is EdgeStatus.MISSING for edge in report.edges):
+    if EdgeStatus.MISSING not in map(attrgetter("status"), report.edges):  # a loop in C: edges are many
         return report
     from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
 

@@ -508,7 +508,8 @@ def decode_edges(rows: list[Any]) -> tuple[Edge, ...]:
     for source, derived, status, at, since, moved_to in rows:
         if type(source) is not str or type(derived) is not str:
             raise Corrupt("an edge must join two paths")
-        at = None if at is None else date(at)
+        if not (type(at) is float and 0.0 <= at <= _LATEST):  # what is written: checked, not converted
+            at = None if at is None else date(at)
         since = None if since is None else date(since)
         edges.append(Edge(source, derived, status_of[status], at, since, optional_text(moved_to)))
     return tuple(edges)
