@@ -283,36 +283,39 @@ class Memory:
         (``incremental``): only the files written since are read, only the derived files
         they touch compared with their stamps.  None when the change is not one it
         handles (files added or removed, a refused source, ...): the full scan answers."""
-
-        previous = self._store.previous(self._settings, walk_problems)
-        if previous is None:
+        files = memory_files(listing)  # before the cache is read: the two need not coexist
+        previous = None if files is None else self._store.previous(self._settings, walk_problems)
+        if files is None or previous is None:
             return None
         try:
-            found = self._patch(previous, listing, now)
+            found = self._patch(previous, listing, files, now)
         except (Corrupt, TypeError, ValueError, KeyError, IndexError):
             return None  # a damaged row: the full scan reads the cache again and sets it aside
         if found is None:
             return None
-        patch, updates, lock, files = found
+        patch, updates, lock = found
         state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
         canonical = previous.lock.canonical or lock is not None
-        conditions = self._store.save_patched(state, previous, updates, lock, listing, files, canonical, patch.spliced)
+        conditions = self._store.save_patched(
+            state, previous, updates, lock, listing, files[1], canonical, patch.spliced
+        )
         return _with_hints(patch.report, listing), conditions
 
     def _patch(
-        self, previous: incremental.Previous, listing: dict[str, FileMeta], now: datetime
-    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None, incremental.MemoryFiles] | None:
-        """The patch, the rows that changed (None: dropped), the lock's next bytes (None:
-        unchanged) and the memory files as the next cache records them."""
+        self,
+        previous: incremental.Previous,
+        listing: dict[str, FileMeta],
+        files: tuple[list[str], incremental.MemoryFiles],
+        now: datetime,
+    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None] | None:
+        """The patch, the rows that changed (None: dropped) and the lock's next bytes (None:
+        unchanged); ``files`` are the listing's paths sorted and their record (``memory_files``)."""
         from . import incremental
         from .scan import Rescan
 
         racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
-        found = memory_files(listing)
-        if found is None:
-            return None
-        paths, files = found
-        changed = incremental.changed_files(previous.memory_files, files, paths, racy_from_ns)
+        paths, listed = files
+        changed = incremental.changed_files(previous.memory_files, listed, paths, racy_from_ns)
         if changed is None:
             return None
         others = previous.others
@@ -338,7 +341,7 @@ class Memory:
         for path in others:
             if path not in used or (path in changed and path not in rescan.seen):
                 updates[path] = None  # no longer a source, or gone
-        return patch, updates, lock, files
+        return patch, updates, lock
 
     def _unchanged(
         self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -43,6 +43,7 @@ __all__ = [
     "EdgeBatches",
     "RowTable",
     "RowsAsSeen",
+    "Span",
     "StoredReport",
     "check_format",
     "decode_legacy",
@@ -70,11 +71,10 @@ TABLES = b',"seen":'
 (inside a JSON string a quote is always escaped, so these bytes mark the key)."""
 REPORT = b',"report":'
 """Where the last result starts: ``recall`` parses it only once the check passed."""
-_BATCH = 4096
-"""Rows encoded in one call: few calls, and small buffers."""
-_ROW_BATCH = 256
-"""Rows of the per-file table in one batch: a refresh after a small change parses only
-the batches holding the rows it reads, so a batch is small."""
+_BATCH = 256
+"""Rows (or edges) of a table encoded in one call and parsed in one: few calls and small
+buffers, and a refresh after a small change parses or encodes again only the batches
+that hold what it reads or changes, so a batch is small."""
 
 
 class Corrupt(Exception):
@@ -158,7 +158,7 @@ def encode_seen(table: Mapping[str, Seen]) -> tuple[Chunks, list[str]]:
     of each batch (``RowTable`` finds a row's batch by them)."""
     paths = sorted(table)
     rows = ((path, _seen_row(table[path])) for path in paths)
-    return Chunks(_batches(rows, b"{", b"}", dict, _ROW_BATCH)), paths[::_ROW_BATCH]
+    return Chunks(_batches(rows, b"{", b"}", dict)), paths[::_BATCH]
 
 
 def encode_report(report: Report, kept: EdgeBatches | None = None, spliced: Iterable[Splice] = ()) -> Chunks:
@@ -183,11 +183,16 @@ def _edge_row(edge: Edge) -> list[object]:
     return [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to]
 
 
-class EdgeBatches(NamedTuple):
-    """A stored result's edges as read: where each batch of them is in ``data`` and how
-    many edges it holds (an empty table has none)."""
+Span = Callable[[int, int], bytes]
+"""The bytes of the cache from one offset to another, read again when asked for: the batches
+a patch leaves alone are copied from the cache as read, never held all at once."""
 
-    data: bytes
+
+class EdgeBatches(NamedTuple):
+    """A stored result's edges as read: where each batch of them is in the cache (read by
+    ``read``) and how many edges it holds (an empty table has none)."""
+
+    read: Span
     spans: tuple[tuple[int, int], ...]
     counts: tuple[int, ...]
 
@@ -205,7 +210,7 @@ def _spliced_batches(edges: Sequence[Edge], kept: EdgeBatches, spliced: list[Spl
             splice = next(pending, None)
         if splice is None or splice.start > end:  # untouched: copied, after what precedes it
             yield from _encoded_batches(edges[done : position + shift])
-            yield kept.data[start:stop]
+            yield kept.read(start, stop)
             done = end + shift
         position = end
     yield from _encoded_batches(edges[done:])
@@ -230,19 +235,15 @@ def _in_batches(opening: bytes, batches: Iterable[bytes], closing: bytes) -> Ite
     yield closing
 
 
-def _batches(
-    items: Iterable[Any], opening: bytes, closing: bytes, container: type, size: int | None = None
-) -> Iterator[bytes]:
-    """A JSON array or object of ``items``, encoded ``size`` (``_BATCH``) items per call;
-    batches are separated by a line break (``BATCH_BREAK``), so that they can be parsed
-    one at a time."""
-    size = size or _BATCH
+def _batches(items: Iterable[Any], opening: bytes, closing: bytes, container: type) -> Iterator[bytes]:
+    """A JSON array or object of ``items``, encoded ``_BATCH`` items per call; batches are
+    separated by a line break (``BATCH_BREAK``), so that they can be parsed one at a time."""
     yield opening
     batch: list[Any] = []
     first = True
     for item in items:
         batch.append(item)
-        if len(batch) == size:
+        if len(batch) == _BATCH:
             yield (b"" if first else BATCH_BREAK) + orjson.dumps(container(batch))[1:-1]
             batch, first = [], False
     if batch:
@@ -269,9 +270,10 @@ def _spans(data: bytes, start: int, end: int, opening: bytes, closing: bytes) ->
     return spans
 
 
-def decode_edge_batches(data: bytes, start: int, end: int) -> tuple[tuple[Edge, ...], EdgeBatches]:
+def decode_edge_batches(data: bytes, start: int, end: int, read: Span) -> tuple[tuple[Edge, ...], EdgeBatches]:
     """The edges of the table ``data[start:end]`` (``[...]``), parsed a batch at a time (a
-    large table is never parsed as a whole beside its bytes), and where their batches are."""
+    large table is never parsed as a whole beside its bytes), and where their batches are
+    (``read`` reads those bytes again)."""
     spans = _spans(data, start, end, b"[", b"]")
     edges: list[Edge] = []
     counts = []
@@ -279,7 +281,7 @@ def decode_edge_batches(data: bytes, start: int, end: int) -> tuple[tuple[Edge, 
         before = len(edges)
         edges += decode_edges(orjson.loads(b"[" + data[span_start:span_stop] + b"]"))
         counts.append(len(edges) - before)
-    return tuple(edges), EdgeBatches(data, tuple(spans), tuple(counts))
+    return tuple(edges), EdgeBatches(read, tuple(spans), tuple(counts))
 
 
 class RowTable(Mapping[str, list[Any]]):
@@ -289,19 +291,20 @@ class RowTable(Mapping[str, list[Any]]):
     no row changed in as it was read.  A refresh after a small change so parses and
     encodes a few batches, whatever the size of the folder."""
 
-    def __init__(self, data: bytes, start: int, end: int, firsts: list[str]) -> None:
-        """``data[start:end]`` is the table (``{...}``), ``firsts`` each batch's first path."""
+    def __init__(self, data: bytes, start: int, end: int, firsts: list[str], read: Span) -> None:
+        """``data[start:end]`` is the table (``{...}``), ``firsts`` each batch's first path;
+        ``read`` reads a batch's bytes again when it is asked for (``data`` is not kept)."""
         spans = _spans(data, start, end, b"{", b"}")
         if len(spans) != len(firsts) or firsts != sorted(firsts) or not all(type(path) is str for path in firsts):
             raise Corrupt("the per-file table's batches are not the ones its index lists")
-        self._data, self._spans, self._firsts = data, spans, firsts
+        self._read, self._spans, self._firsts = read, spans, firsts
         self._parsed: dict[int, dict[str, list[Any]]] = {}
 
     def _batch(self, index: int) -> dict[str, list[Any]]:
         batch = self._parsed.get(index)
         if batch is None:
             start, stop = self._spans[index]
-            batch = orjson.loads(b"{" + self._data[start:stop] + b"}")
+            batch = orjson.loads(b"{" + self._read(start, stop) + b"}")
             paths = list(batch)
             following = self._firsts[index + 1] if index + 1 < len(self._firsts) else None
             if not paths or paths[0] != self._firsts[index] or (following is not None and paths[-1] >= following):
@@ -332,17 +335,21 @@ class RowTable(Mapping[str, list[Any]]):
         for path, seen in updates.items():
             row = None if seen is None else _seen_row(seen)
             touched.setdefault(self._index_of(path), {})[path] = row
-        batches: list[tuple[str, bytes | dict[str, Any]]] = []
-        for index, (start, stop) in enumerate(self._spans):
+        batches: list[tuple[str, tuple[int, int] | dict[str, Any]]] = []
+        for index, span in enumerate(self._spans):
             changes = touched.pop(index, None)
             if changes is None:
-                batches.append((self._firsts[index], self._data[start:stop]))
+                batches.append((self._firsts[index], span))
             elif kept := _updated(self._batch(index), changes):
                 batches.append((next(iter(kept)), kept))
         if touched and (kept := _updated({}, touched[0])):  # an empty table: its one batch is new
             batches.append((next(iter(kept)), kept))
-        encoded = (batch if type(batch) is bytes else orjson.dumps(batch)[1:-1] for _, batch in batches)
+        encoded = (self._encoded(batch) for _, batch in batches)
         return Chunks(_in_batches(b"{", encoded, b"}")), [first for first, _ in batches]
+
+    def _encoded(self, batch: tuple[int, int] | dict[str, Any]) -> bytes:
+        """A batch's bytes: read again where it was left alone, else encoded."""
+        return self._read(*batch) if type(batch) is tuple else orjson.dumps(batch)[1:-1]
 
 
 def _updated(batch: Mapping[str, list[Any]], changes: Mapping[str, list[object] | None]) -> dict[str, Any]:
@@ -511,7 +518,9 @@ def decode_edges(rows: list[Any]) -> tuple[Edge, ...]:
         if not (type(at) is float and 0.0 <= at <= _LATEST):  # what is written: checked, not converted
             at = None if at is None else date(at)
         since = None if since is None else date(since)
-        edges.append(Edge(source, derived, status_of[status], at, since, optional_text(moved_to)))
+        if moved_to is not None and type(moved_to) is not str:
+            raise Corrupt(f"expected text, found {type(moved_to).__name__}")
+        edges.append(Edge(source, derived, status_of[status], at, since, moved_to))
     return tuple(edges)
 
 

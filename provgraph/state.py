@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import cached_property
+from functools import cached_property, partial
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,7 @@ from .codec import (
     Chunks,
     EdgeBatches,
     RowTable,
+    Span,
     StoredReport,
     decode_edge_batches,
     decode_legacy,
@@ -181,6 +182,9 @@ class _Transaction:
     """A schema-1 ``state.json`` was read: set it aside once the lock is written."""
     seal: LockSeal | None = None
     """What the cache says the lock was when it was written."""
+    cache: int | None = None
+    """The cache as ``previous`` opened it, kept open until the transaction ends: the batches
+    of rows and edges a patch leaves alone are copied from it as they were read."""
     edges_read: EdgeBatches | None = None
     """The last result's edges as ``previous`` read them: a patched save writes back every
     batch of them that the patch left alone."""
@@ -222,6 +226,9 @@ class StateStore:
         return current
 
     def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
+        ended = getattr(self._local, "transaction", None)
+        if ended is not None and ended.cache is not None:
+            os.close(ended.cache)
         self._local.transaction = _Transaction(folders, exclusive)
 
     # -- the folders and the exclusive lock --
@@ -429,16 +436,24 @@ class StateStore:
         one it was written with.  Else None, and ``load`` reads (or sets aside) it all.
 
         The cache's parts are parsed one after the other, from the bytes read, so that
-        a large folder's parsed tables never sit beside a parse of the whole file."""
+        a large folder's parsed tables never sit beside a parse of the whole file; its
+        bytes are let go before the lock is read, and the batches of rows are read again
+        from the file when asked for."""
         self._recalled = None  # the head the no-change check kept: a patch never needs it
         folders = self._tx.folders
         if folders is None or folders.state < 0 or not self._tx.exclusive:
             return None
-        data = self._read(folders.state, CACHE_NAME, self.state_path)
-        if data is None:
-            return None
         try:
-            parsed = self._parsed(data, settings, walk_problems)
+            if self._tx.cache is not None:
+                os.close(self._tx.cache)
+                self._tx.cache = None
+            self._tx.cache = os.open(CACHE_NAME, _READ_FLAGS, dir_fd=folders.state)
+            data = _read_whole(self._tx.cache)
+        except OSError:
+            return None  # ``load`` reads it again, and says why when it cannot
+        try:
+            parsed = self._parsed(data, settings, walk_problems, partial(_read_span, self._tx.cache))
+            del data
             lock_data = None if parsed is None else self._read(folders.lock, LOCK_NAME, folders.lock_path)
             if parsed is None or lock_data is None:
                 return None
@@ -464,10 +479,11 @@ class StateStore:
         )
 
     def _parsed(
-        self, data: bytes, settings: str, walk_problems: tuple[Problem, ...]
+        self, data: bytes, settings: str, walk_problems: tuple[Problem, ...], read: Span
     ) -> tuple[dict[str, Any], StoredReport, RowTable] | None:
-        """The cache's head, last result and rows (left as bytes until asked for), when the
-        head says a patch may build on them and on the lock (``_patchable``)."""
+        """The cache's head, last result and rows (each batch read again by ``read`` when
+        asked for), when the head says a patch may build on them and on the lock
+        (``_patchable``)."""
         report_at, tables_at, refused_at = data.find(REPORT), data.find(TABLES), data.rfind(_REFUSED)
         if not 0 < report_at < tables_at < refused_at:
             return None
@@ -475,8 +491,8 @@ class StateStore:
         head.update(orjson.loads(b"{" + data[refused_at + 1 :]))
         if "row_batches" not in head or not self._patchable(head, settings, walk_problems):
             return None
-        stored, self._tx.edges_read = _report_in_batches(data, report_at + len(REPORT), tables_at)
-        rows = RowTable(data, tables_at + len(TABLES), refused_at, head["row_batches"])
+        stored, self._tx.edges_read = _report_in_batches(data, report_at + len(REPORT), tables_at, read)
+        rows = RowTable(data, tables_at + len(TABLES), refused_at, head["row_batches"], read)
         return head, stored, rows
 
     def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
@@ -676,9 +692,9 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
     numbers = len(data) - _META_BYTES * len(paths)
     if not data.startswith(b"q"):  # written as text: too large a number
         return None
-    return paths, MemoryFiles(
-        hashlib.sha256(data[:numbers]).hexdigest(), data[numbers:], hashlib.sha256(data).hexdigest()
-    )
+    with memoryview(data) as names:
+        digest = hashlib.sha256(names[:numbers]).hexdigest()
+    return paths, MemoryFiles(digest, data[numbers:], hashlib.sha256(data).hexdigest())
 
 
 _META_BYTES = 32
@@ -718,6 +734,27 @@ def _names(folder: int) -> list[str]:
         return os.listdir(folder)
     except OSError:
         return []
+
+
+def _read_whole(descriptor: int) -> bytes:
+    """A regular file's bytes, from an open descriptor."""
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    chunks = []
+    while chunk := os.read(descriptor, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_span(descriptor: int, start: int, stop: int) -> bytes:
+    """The bytes of an open file from ``start`` to ``stop``, all of them."""
+    data = os.pread(descriptor, stop - start, start)
+    while len(data) < stop - start:
+        more = os.pread(descriptor, stop - start - len(data), start + len(data))
+        if not more:
+            raise _Corrupt("the cache is shorter than when it was read")
+        data += more
+    return data
 
 
 def _read_head(folder: int, name: str) -> bytearray | None:
@@ -853,7 +890,7 @@ def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
     return Recall(_text(data["root"]), conditions, report)
 
 
-def _report_in_batches(data: bytes, start: int, end: int) -> tuple[StoredReport, EdgeBatches]:
+def _report_in_batches(data: bytes, start: int, end: int, read: Span) -> tuple[StoredReport, EdgeBatches]:
     """The last result from ``data[start:end]``, its edges parsed a batch at a time, and
     where those batches are (a patched result writes back those it leaves alone)."""
     edges_at, cycles_at = data.find(_EDGES, start, end), data.rfind(_CYCLES, start, end)
@@ -863,7 +900,7 @@ def _report_in_batches(data: bytes, start: int, end: int) -> tuple[StoredReport,
     rest.update(orjson.loads(b"{" + data[cycles_at + 2 : end]))
     rest["edges"] = []
     stored = decode_report(rest)
-    edges, batches = decode_edge_batches(data, edges_at + len(_EDGES) - 1, cycles_at + 1)
+    edges, batches = decode_edge_batches(data, edges_at + len(_EDGES) - 1, cycles_at + 1, read)
     return stored._replace(edges=edges), batches
 
 

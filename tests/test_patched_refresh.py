@@ -142,7 +142,6 @@ def _batches_of(rows: int | None) -> Iterator[None]:
     """The cache's tables written ``rows`` rows (and edges) to a batch; None: as shipped."""
     with pytest.MonkeyPatch.context() as patch:
         if rows is not None:
-            patch.setattr(codec, "_ROW_BATCH", rows)
             patch.setattr(codec, "_BATCH", rows)
         yield
 
