@@ -256,25 +256,38 @@ BATCH_BREAK = b",\n"
 these bytes occur nowhere else in the cache."""
 
 
-def _spans(data: bytes, start: int, end: int, opening: bytes, closing: bytes) -> list[tuple[int, int]]:
-    """Where each batch of the table ``data[start:end]`` written by ``_batches`` is (none
-    for an empty table)."""
-    if data[start : start + 1] != opening or data[end - 1 : end] != closing:
+def _spans(read: Span, start: int, end: int, opening: bytes, closing: bytes) -> list[tuple[int, int]]:
+    """Where each batch of the table from ``start`` to ``end`` written by ``_batches`` is
+    (none for an empty table), found a chunk at a time: the table is never held whole."""
+    if read(start, start + 1) != opening or read(end - 1, end) != closing:
         raise Corrupt("a table is not what provgraph writes")
-    spans, position = [], start + 1
-    while position < end - 1:
-        stop = data.find(BATCH_BREAK, position, end - 1)
-        stop = end - 1 if stop < 0 else stop
-        spans.append((position, stop))
-        position = stop + len(BATCH_BREAK)
+    spans, position, inner_end = [], start + 1, end - 1
+    at = position
+    while at < inner_end:
+        chunk_end = min(at + _SCAN, inner_end)
+        chunk = read(at, min(chunk_end + len(BATCH_BREAK) - 1, inner_end))  # a break across the end
+        found = chunk.find(BATCH_BREAK)
+        while 0 <= found < chunk_end - at:
+            spans.append((position, at + found))
+            position = at + found + len(BATCH_BREAK)
+            found = chunk.find(BATCH_BREAK, found + len(BATCH_BREAK))
+        at = max(chunk_end, position)
+    if position < inner_end:
+        spans.append((position, inner_end))
     return spans
 
 
-def decode_edge_batches(data: bytes, start: int, end: int, read: Span) -> tuple[tuple[Edge, ...], EdgeBatches]:
+_SCAN = 1 << 20
+"""Bytes of a table searched for batch breaks at once."""
+
+
+def decode_edge_batches(
+    data: bytes | bytearray, start: int, end: int, read: Span
+) -> tuple[tuple[Edge, ...], EdgeBatches]:
     """The edges of the table ``data[start:end]`` (``[...]``), parsed a batch at a time (a
     large table is never parsed as a whole beside its bytes), and where their batches are
     (``read`` reads those bytes again)."""
-    spans = _spans(data, start, end, b"[", b"]")
+    spans = _spans(read, start, end, b"[", b"]")
     edges: list[Edge] = []
     counts = []
     for span_start, span_stop in spans:
@@ -291,10 +304,10 @@ class RowTable(Mapping[str, list[Any]]):
     no row changed in as it was read.  A refresh after a small change so parses and
     encodes a few batches, whatever the size of the folder."""
 
-    def __init__(self, data: bytes, start: int, end: int, firsts: list[str], read: Span) -> None:
-        """``data[start:end]`` is the table (``{...}``), ``firsts`` each batch's first path;
-        ``read`` reads a batch's bytes again when it is asked for (``data`` is not kept)."""
-        spans = _spans(data, start, end, b"{", b"}")
+    def __init__(self, read: Span, start: int, end: int, firsts: list[str]) -> None:
+        """The table is from ``start`` to ``end`` (``{...}``), read by ``read`` a batch at a
+        time when asked for; ``firsts`` is each batch's first path."""
+        spans = _spans(read, start, end, b"{", b"}")
         if len(spans) != len(firsts) or firsts != sorted(firsts) or not all(type(path) is str for path in firsts):
             raise Corrupt("the per-file table's batches are not the ones its index lists")
         self._read, self._spans, self._firsts = read, spans, firsts

@@ -437,8 +437,8 @@ class StateStore:
 
         The cache's parts are parsed one after the other, from the bytes read, so that
         a large folder's parsed tables never sit beside a parse of the whole file; its
-        bytes are let go before the lock is read, and the batches of rows are read again
-        from the file when asked for."""
+        per-file table is never held whole (its batches are read from the file when asked
+        for), and what is read of the rest is let go before the lock is read."""
         self._recalled = None  # the head the no-change check kept: a patch never needs it
         folders = self._tx.folders
         if folders is None or folders.state < 0 or not self._tx.exclusive:
@@ -448,12 +448,17 @@ class StateStore:
                 os.close(self._tx.cache)
                 self._tx.cache = None
             self._tx.cache = os.open(CACHE_NAME, _READ_FLAGS, dir_fd=folders.state)
-            data = _read_whole(self._tx.cache)
+            if not stat.S_ISREG(os.fstat(self._tx.cache).st_mode):
+                return None
+            front = _read_to(self._tx.cache, TABLES)
+            tail = _read_tail(self._tx.cache, _REFUSED)
         except OSError:
             return None  # ``load`` reads it again, and says why when it cannot
+        if front is None or tail is None:
+            return None
         try:
-            parsed = self._parsed(data, settings, walk_problems, partial(_read_span, self._tx.cache))
-            del data
+            parsed = self._parsed(front, tail, settings, walk_problems, partial(_read_span, self._tx.cache))
+            del front, tail
             lock_data = None if parsed is None else self._read(folders.lock, LOCK_NAME, folders.lock_path)
             if parsed is None or lock_data is None:
                 return None
@@ -479,21 +484,27 @@ class StateStore:
         )
 
     def _parsed(
-        self, data: bytes, settings: str, walk_problems: tuple[Problem, ...], read: Span
+        self,
+        head: bytes | bytearray,
+        tail: tuple[int, bytes],
+        settings: str,
+        walk_problems: tuple[Problem, ...],
+        read: Span,
     ) -> tuple[dict[str, Any], StoredReport, RowTable] | None:
-        """The cache's head, last result and rows (each batch read again by ``read`` when
-        asked for), when the head says a patch may build on them and on the lock
-        (``_patchable``)."""
-        report_at, tables_at, refused_at = data.find(REPORT), data.find(TABLES), data.rfind(_REFUSED)
+        """The cache's head, last result and rows, when the head says a patch may build on
+        them and on the lock (``_patchable``).  ``head`` is the cache up to its per-file
+        table, ``tail`` where the small entries after that table start and their bytes:
+        the table itself is never held, its batches are read (``read``) when asked for."""
+        report_at, tables_at, (refused_at, rest) = head.find(REPORT), len(head), tail
         if not 0 < report_at < tables_at < refused_at:
             return None
-        head = orjson.loads(data[:report_at] + b"}")
-        head.update(orjson.loads(b"{" + data[refused_at + 1 :]))
-        if "row_batches" not in head or not self._patchable(head, settings, walk_problems):
+        document = orjson.loads(head[:report_at] + b"}")
+        document.update(orjson.loads(b"{" + rest[1:]))
+        if "row_batches" not in document or not self._patchable(document, settings, walk_problems):
             return None
-        stored, self._tx.edges_read = _report_in_batches(data, report_at + len(REPORT), tables_at, read)
-        rows = RowTable(data, tables_at + len(TABLES), refused_at, head["row_batches"], read)
-        return head, stored, rows
+        stored, self._tx.edges_read = _report_in_batches(head, report_at + len(REPORT), tables_at, read)
+        rows = RowTable(read, tables_at + len(TABLES), refused_at, document["row_batches"])
+        return document, stored, rows
 
     def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
         """Whether the cache is for this root and these settings, with nothing refused and
@@ -764,17 +775,39 @@ def _read_head(folder: int, name: str) -> bytearray | None:
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", name)
-        head = bytearray()
-        while chunk := os.read(descriptor, _HEAD_CHUNK):
-            searched = max(0, len(head) - len(TABLES) + 1)
-            head += chunk
-            end = head.find(TABLES, searched)
-            if end >= 0:
-                del head[end:]
-                return head
-        return None
+        return _read_to(descriptor, TABLES)
     finally:
         os.close(descriptor)
+
+
+def _read_to(descriptor: int, mark: bytes) -> bytearray | None:
+    """An open file's bytes from where it is up to the first ``mark``, read a chunk at a
+    time; None when there is no such mark."""
+    head = bytearray()
+    while chunk := os.read(descriptor, _HEAD_CHUNK):
+        searched = max(0, len(head) - len(mark) + 1)
+        head += chunk
+        end = head.find(mark, searched)
+        if end >= 0:
+            del head[end:]
+            return head
+    return None
+
+
+def _read_tail(descriptor: int, mark: bytes) -> tuple[int, bytes] | None:
+    """Where the last ``mark`` of an open regular file is, and the bytes from there to the
+    end, read from the end a growing chunk at a time; None when there is no such mark."""
+    size = os.fstat(descriptor).st_size
+    window = _HEAD_CHUNK
+    while True:
+        start = max(0, size - window)
+        tail = _read_span(descriptor, start, size)
+        found = tail.rfind(mark)
+        if found >= 0:
+            return start + found, tail[found:]
+        if start == 0:
+            return None
+        window *= 4
 
 
 _REFUSED = b',"refused":'
@@ -890,7 +923,7 @@ def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
     return Recall(_text(data["root"]), conditions, report)
 
 
-def _report_in_batches(data: bytes, start: int, end: int, read: Span) -> tuple[StoredReport, EdgeBatches]:
+def _report_in_batches(data: bytes | bytearray, start: int, end: int, read: Span) -> tuple[StoredReport, EdgeBatches]:
     """The last result from ``data[start:end]``, its edges parsed a batch at a time, and
     where those batches are (a patched result writes back those it leaves alone)."""
     edges_at, cycles_at = data.find(_EDGES, start, end), data.rfind(_CYCLES, start, end)

@@ -281,3 +281,18 @@ def test_the_memory_files_are_recorded_with_the_no_change_rules_listing_key(tmp_
     assert paths == sorted(listing)
     assert files.listing_key == listing_key(listing)
     assert memory_files({**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}) is None
+
+
+_PAYLOADS = st.lists(st.binary(min_size=1, max_size=6).filter(lambda data: b",\n" not in data), max_size=6)
+
+
+@given(_PAYLOADS, st.sampled_from((1, 2, 3, 5, 1 << 20)), st.binary(max_size=3))
+def test_the_batches_of_a_table_are_found_however_the_file_is_read_in_chunks(payloads, chunk, before) -> None:
+    """A patched refresh finds where each batch of the cache's tables is by reading the file
+    a chunk at a time: a break between batches may straddle two chunks."""
+    table = b"[" + codec.BATCH_BREAK.join(payloads) + b"]"
+    data = before + table
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codec, "_SCAN", chunk)
+        spans = codec._spans(lambda low, high: data[low:high], len(before), len(data), b"[", b"]")
+    assert [data[start:stop] for start, stop in spans] == payloads
