@@ -38,7 +38,7 @@ from .model import (
     StaleEntry,
 )
 from .queries import Relative
-from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore
+from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files
 from .statefolder import LockBusy
 
 if TYPE_CHECKING:
@@ -283,34 +283,42 @@ class Memory:
         (``incremental``): only the files written since are read, only the derived files
         they touch compared with their stamps.  None when the change is not one it
         handles (files added or removed, a refused source, ...): the full scan answers."""
-
-        previous = self._store.previous(self._settings, walk_problems)
-        if previous is None:
+        files = memory_files(listing)  # before the cache is read: the two need not coexist
+        previous = None if files is None else self._store.previous(self._settings, walk_problems)
+        if files is None or previous is None:
             return None
         try:
-            found = self._patch(previous, listing, now)
+            found = self._patch(previous, listing, files, now)
         except (Corrupt, TypeError, ValueError, KeyError, IndexError):
             return None  # a damaged row: the full scan reads the cache again and sets it aside
         if found is None:
             return None
-        patch, rows, lock = found
+        patch, updates, lock = found
         state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
         canonical = previous.lock.canonical or lock is not None
-        conditions = self._store.save_patched(state, rows, lock, listing, canonical)
+        conditions = self._store.save_patched(
+            state, previous, updates, lock, listing, files[1], canonical, patch.spliced
+        )
         return _with_hints(patch.report, listing), conditions
 
     def _patch(
-        self, previous: incremental.Previous, listing: dict[str, FileMeta], now: datetime
-    ) -> tuple[incremental.Patch, dict[str, Seen | list[Any]], bytes | None] | None:
-        """The patch, the cache's next rows and the lock's next bytes (None: unchanged)."""
+        self,
+        previous: incremental.Previous,
+        listing: dict[str, FileMeta],
+        files: tuple[list[str], incremental.MemoryFiles],
+        now: datetime,
+    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None] | None:
+        """The patch, the rows that changed (None: dropped) and the lock's next bytes (None:
+        unchanged); ``files`` are the listing's paths sorted and their record (``memory_files``)."""
         from . import incremental
         from .scan import Rescan
 
         racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
-        found = incremental.changed_files(previous.rows, listing, racy_from_ns)
-        if found is None:
+        paths, listed = files
+        changed = incremental.changed_files(previous.memory_files, listed, paths, racy_from_ns)
+        if changed is None:
             return None
-        changed, others = found
+        others = previous.others
         changed.update(path for path in others if not _as_row_says(self.files, path, previous.rows[path], racy_from_ns))
         rows = RowsAsSeen(previous.rows)
         rescan = Rescan(self.files, rows, racy_from_ns, listing, roots=self.roots, sources_heading=self.sources_heading)
@@ -328,13 +336,12 @@ class Memory:
         )
         if patch is None or (patch.lock_changed and lock is None):
             return None
-        kept: dict[str, Seen | list[Any]] = dict(previous.rows)
-        kept.update(rescan.seen)
+        updates: dict[str, Seen | None] = dict(rescan.seen)
         used = {edge.source for edge in patch.report.edges} if others else set()
         for path in others:
             if path not in used or (path in changed and path not in rescan.seen):
-                del kept[path]  # no longer a source, or gone
-        return patch, kept, lock
+                updates[path] = None  # no longer a source, or gone
+        return patch, updates, lock
 
     def _unchanged(
         self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]
@@ -471,7 +478,7 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
 
     Hints depend on which files exist, so they are worked out from the current
     listing on every refresh, the no-change path included, never stored."""
-    if not any(edge.status is EdgeStatus.MISSING for edge in report.edges):
+    if EdgeStatus.MISSING not in map(attrgetter("status"), report.edges):  # a loop in C: edges are many
         return report
     from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
 

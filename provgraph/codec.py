@@ -16,11 +16,13 @@ staleness is propagated again by whoever needs it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
+from .incremental import Splice
 from .lockfile import Record, encode_lock
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
 
@@ -38,22 +40,24 @@ __all__ = [
     "VERSION",
     "Chunks",
     "Corrupt",
+    "EdgeBatches",
+    "RowTable",
     "RowsAsSeen",
+    "Span",
     "StoredReport",
     "check_format",
     "decode_legacy",
     "decode_problem",
     "decode_edges",
+    "decode_edge_batches",
     "decode_report",
     "decode_seen",
     "derivations_of",
     "encode_problem",
     "encode_report",
-    "encode_rows",
     "encode_seen",
     "lock_bytes",
     "optional_text",
-    "parsed_in_batches",
     "split_cache",
     "stream",
     "text",
@@ -67,8 +71,10 @@ TABLES = b',"seen":'
 (inside a JSON string a quote is always escaped, so these bytes mark the key)."""
 REPORT = b',"report":'
 """Where the last result starts: ``recall`` parses it only once the check passed."""
-_BATCH = 4096
-"""Rows encoded in one call: few calls, and small buffers."""
+_BATCH = 256
+"""Rows (or edges) of a table encoded in one call and parsed in one: few calls and small
+buffers, and a refresh after a small change parses or encodes again only the batches
+that hold what it reads or changes, so a batch is small."""
 
 
 class Corrupt(Exception):
@@ -147,26 +153,86 @@ def stream(entries: Iterable[tuple[str, object]]) -> Iterator[bytes]:
     yield b"}"
 
 
-def encode_seen(table: Mapping[str, Seen]) -> Chunks:
-    """The per-file table, a batch of rows at a time."""
-    return Chunks(_batches(((path, _seen_row(seen)) for path, seen in table.items()), b"{", b"}", dict))
+def encode_seen(table: Mapping[str, Seen]) -> tuple[Chunks, list[str]]:
+    """The per-file table sorted by path, a batch of rows at a time, and the first path
+    of each batch (``RowTable`` finds a row's batch by them)."""
+    paths = sorted(table)
+    rows = ((path, _seen_row(table[path])) for path in paths)
+    return Chunks(_batches(rows, b"{", b"}", dict)), paths[::_BATCH]
 
 
-def encode_report(report: Report) -> Chunks:
+def encode_report(report: Report, kept: EdgeBatches | None = None, spliced: Iterable[Splice] = ()) -> Chunks:
     """Stale entries are not stored: they follow from the edges, and their chains grow with
-    the square of the depth (a 10,000-deep chain would make a state file of half a gigabyte)."""
+    the square of the depth (a 10,000-deep chain would make a state file of half a gigabyte).
+
+    ``kept``: the last result's edges as read, of which ``report.edges`` are a copy with
+    the ``spliced`` runs replaced; every batch of them that no run touches is written
+    back as it was read."""
     head = orjson.dumps({"root": report.root, "files": report.file_count})
-    rows = ([e.source, e.derived, e.status.value, e.stamped_at, e.since, e.moved_to] for e in report.edges)
+    if kept is None:
+        edges = _batches(map(_edge_row, report.edges), b"[", b"]", list)
+    else:
+        edges = _in_batches(b"[", _spliced_batches(report.edges, kept, sorted(spliced)), b"]")
     tail = orjson.dumps(
         {"cycles": [list(cycle) for cycle in report.cycles], "problems": [encode_problem(p) for p in report.problems]}
     )
-    return Chunks(_joined(head[:-1] + b',"edges":', _batches(rows, b"[", b"]", list), b"," + tail[1:]))
+    return Chunks(_joined(head[:-1] + b',"edges":', edges, b"," + tail[1:]))
+
+
+def _edge_row(edge: Edge) -> list[object]:
+    return [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to]
+
+
+Span = Callable[[int, int], bytes]
+"""The bytes of the cache from one offset to another, read again when asked for: the batches
+a patch leaves alone are copied from the cache as read, never held all at once."""
+
+
+class EdgeBatches(NamedTuple):
+    """A stored result's edges as read: where each batch of them is in the cache (read by
+    ``read``) and how many edges it holds (an empty table has none)."""
+
+    read: Span
+    spans: tuple[tuple[int, int], ...]
+    counts: tuple[int, ...]
+
+
+def _spliced_batches(edges: Sequence[Edge], kept: EdgeBatches, spliced: list[Splice]) -> Iterator[bytes]:
+    """Each batch of ``edges``: a kept batch that no splice touches (or borders) as read, the
+    edges between two such batches encoded anew."""
+    position = done = shift = 0  # in the old edges, in ``edges``, and the difference so far
+    pending = iter(spliced)
+    splice = next(pending, None)
+    for (start, stop), count in zip(kept.spans, kept.counts, strict=True):
+        end = position + count
+        while splice is not None and splice.end < position:
+            shift += splice.added - (splice.end - splice.start)
+            splice = next(pending, None)
+        if splice is None or splice.start > end:  # untouched: copied, after what precedes it
+            yield from _encoded_batches(edges[done : position + shift])
+            yield kept.read(start, stop)
+            done = end + shift
+        position = end
+    yield from _encoded_batches(edges[done:])
+
+
+def _encoded_batches(edges: Sequence[Edge]) -> Iterator[bytes]:
+    for start in range(0, len(edges), _BATCH):
+        yield orjson.dumps(list(map(_edge_row, edges[start : start + _BATCH])))[1:-1]
 
 
 def _joined(head: bytes, middle: Iterator[bytes], tail: bytes) -> Iterator[bytes]:
     yield head
     yield from middle
     yield tail
+
+
+def _in_batches(opening: bytes, batches: Iterable[bytes], closing: bytes) -> Iterator[bytes]:
+    """A JSON array or object from its batches' encoded items, a line break between two."""
+    yield opening
+    for index, batch in enumerate(batches):
+        yield BATCH_BREAK + batch if index else batch
+    yield closing
 
 
 def _batches(items: Iterable[Any], opening: bytes, closing: bytes, container: type) -> Iterator[bytes]:
@@ -190,34 +256,124 @@ BATCH_BREAK = b",\n"
 these bytes occur nowhere else in the cache."""
 
 
-def parsed_in_batches(data: bytes, start: int, end: int) -> Iterator[Any]:
-    """Each batch of the table ``data[start:end]`` written by ``_batches`` (``{...}`` or
-    ``[...]``), parsed on its own: a large table is never parsed as a whole beside its
-    bytes.  A table written in one piece is one batch."""
-    opening, closing = data[start : start + 1], data[end - 1 : end]
-    if (opening, closing) not in ((b"{", b"}"), (b"[", b"]")):
+def _spans(read: Span, start: int, end: int, opening: bytes, closing: bytes) -> list[tuple[int, int]]:
+    """Where each batch of the table from ``start`` to ``end`` written by ``_batches`` is
+    (none for an empty table), found a chunk at a time: the table is never held whole."""
+    if read(start, start + 1) != opening or read(end - 1, end) != closing:
         raise Corrupt("a table is not what provgraph writes")
-    start, end = start + 1, end - 1
-    with memoryview(data) as view:
-        while True:
-            stop = data.find(BATCH_BREAK, start, end)
-            yield orjson.loads(opening + view[start : end if stop < 0 else stop] + closing)
-            if stop < 0:
-                return
-            start = stop + len(BATCH_BREAK)
+    spans, position, inner_end = [], start + 1, end - 1
+    at = position
+    while at < inner_end:
+        chunk_end = min(at + _SCAN, inner_end)
+        chunk = read(at, min(chunk_end + len(BATCH_BREAK) - 1, inner_end))  # a break across the end
+        found = chunk.find(BATCH_BREAK)
+        while 0 <= found < chunk_end - at:
+            spans.append((position, at + found))
+            position = at + found + len(BATCH_BREAK)
+            found = chunk.find(BATCH_BREAK, found + len(BATCH_BREAK))
+        at = max(chunk_end, position)
+    if position < inner_end:
+        spans.append((position, inner_end))
+    return spans
 
 
-def encode_rows(rows: Mapping[str, Seen | list[object]]) -> Chunks:
-    """The per-file table from rows as ``decode_seen`` would read them back: a row kept
-    as the cache held it (a list) is written as it was, without being decoded."""
-    return Chunks(
-        _batches(
-            ((path, row if type(row) is list else _seen_row(row)) for path, row in rows.items()),  # type: ignore[arg-type]
-            b"{",
-            b"}",
-            dict,
-        )
-    )
+_SCAN = 1 << 20
+"""Bytes of a table searched for batch breaks at once."""
+
+
+def decode_edge_batches(
+    data: bytes | bytearray, start: int, end: int, read: Span
+) -> tuple[tuple[Edge, ...], EdgeBatches]:
+    """The edges of the table ``data[start:end]`` (``[...]``), parsed a batch at a time (a
+    large table is never parsed as a whole beside its bytes), and where their batches are
+    (``read`` reads those bytes again)."""
+    spans = _spans(read, start, end, b"[", b"]")
+    edges: list[Edge] = []
+    counts = []
+    for span_start, span_stop in spans:
+        before = len(edges)
+        edges += decode_edges(orjson.loads(b"[" + data[span_start:span_stop] + b"]"))
+        counts.append(len(edges) - before)
+    return tuple(edges), EdgeBatches(read, tuple(spans), tuple(counts))
+
+
+class RowTable(Mapping[str, list[Any]]):
+    """The per-file table as the cache holds it (sorted by path, a batch of rows to a line),
+    kept as the bytes read: a row's batch is found by the first path of each batch and
+    parsed only when a row in it is asked for, and ``written`` copies every batch that
+    no row changed in as it was read.  A refresh after a small change so parses and
+    encodes a few batches, whatever the size of the folder."""
+
+    def __init__(self, read: Span, start: int, end: int, firsts: list[str]) -> None:
+        """The table is from ``start`` to ``end`` (``{...}``), read by ``read`` a batch at a
+        time when asked for; ``firsts`` is each batch's first path."""
+        spans = _spans(read, start, end, b"{", b"}")
+        if len(spans) != len(firsts) or firsts != sorted(firsts) or not all(type(path) is str for path in firsts):
+            raise Corrupt("the per-file table's batches are not the ones its index lists")
+        self._read, self._spans, self._firsts = read, spans, firsts
+        self._parsed: dict[int, dict[str, list[Any]]] = {}
+
+    def _batch(self, index: int) -> dict[str, list[Any]]:
+        batch = self._parsed.get(index)
+        if batch is None:
+            start, stop = self._spans[index]
+            batch = orjson.loads(b"{" + self._read(start, stop) + b"}")
+            paths = list(batch)
+            following = self._firsts[index + 1] if index + 1 < len(self._firsts) else None
+            if not paths or paths[0] != self._firsts[index] or (following is not None and paths[-1] >= following):
+                raise Corrupt("a batch of the per-file table is not where its index puts it")
+            self._parsed[index] = batch
+        return batch
+
+    def _index_of(self, path: str) -> int:
+        """The batch that holds ``path``, or would: the last whose first path is not after it."""
+        return max(0, bisect_right(self._firsts, path) - 1)
+
+    def __getitem__(self, path: str) -> list[Any]:
+        if not self._firsts or path < self._firsts[0]:
+            raise KeyError(path)
+        return self._batch(self._index_of(path))[path]
+
+    def __iter__(self) -> Iterator[str]:
+        for index in range(len(self._spans)):
+            yield from self._batch(index)
+
+    def __len__(self) -> int:
+        return sum(len(self._batch(index)) for index in range(len(self._spans)))
+
+    def written(self, updates: Mapping[str, Seen | None]) -> tuple[Chunks, list[str]]:
+        """The table with ``updates`` applied (a row for each path, None to drop it), and the
+        first path of each batch: a batch that no update touches is written as it was read."""
+        touched: dict[int, dict[str, list[object] | None]] = {}
+        for path, seen in updates.items():
+            row = None if seen is None else _seen_row(seen)
+            touched.setdefault(self._index_of(path), {})[path] = row
+        batches: list[tuple[str, tuple[int, int] | dict[str, Any]]] = []
+        for index, span in enumerate(self._spans):
+            changes = touched.pop(index, None)
+            if changes is None:
+                batches.append((self._firsts[index], span))
+            elif kept := _updated(self._batch(index), changes):
+                batches.append((next(iter(kept)), kept))
+        if touched and (kept := _updated({}, touched[0])):  # an empty table: its one batch is new
+            batches.append((next(iter(kept)), kept))
+        encoded = (self._encoded(batch) for _, batch in batches)
+        return Chunks(_in_batches(b"{", encoded, b"}")), [first for first, _ in batches]
+
+    def _encoded(self, batch: tuple[int, int] | dict[str, Any]) -> bytes:
+        """A batch's bytes: read again where it was left alone, else encoded."""
+        return self._read(*batch) if type(batch) is tuple else orjson.dumps(batch)[1:-1]
+
+
+def _updated(batch: Mapping[str, list[Any]], changes: Mapping[str, list[object] | None]) -> dict[str, Any]:
+    """A batch's rows with ``changes`` applied, sorted by path."""
+    rows = dict(batch)
+    for path, row in changes.items():
+        if row is None:
+            rows.pop(path, None)
+        else:
+            rows[path] = row
+    return dict(sorted(rows.items()))
 
 
 def _seen_row(seen: Seen) -> list[object]:
@@ -372,9 +528,12 @@ def decode_edges(rows: list[Any]) -> tuple[Edge, ...]:
     for source, derived, status, at, since, moved_to in rows:
         if type(source) is not str or type(derived) is not str:
             raise Corrupt("an edge must join two paths")
-        at = None if at is None else date(at)
+        if not (type(at) is float and 0.0 <= at <= _LATEST):  # what is written: checked, not converted
+            at = None if at is None else date(at)
         since = None if since is None else date(since)
-        edges.append(Edge(source, derived, status_of[status], at, since, optional_text(moved_to)))
+        if moved_to is not None and type(moved_to) is not str:
+            raise Corrupt(f"expected text, found {type(moved_to).__name__}")
+        edges.append(Edge(source, derived, status_of[status], at, since, moved_to))
     return tuple(edges)
 
 

@@ -16,12 +16,15 @@ does a lock that is not exactly as provgraph writes it.
 
 from __future__ import annotations
 
+import struct
+from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection, Mapping, Sequence, Set
+from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain
-from typing import Any
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -30,7 +33,17 @@ from .lockfile import HEADER, Record, decode_stamps, encode_lock
 from .model import Edge, EdgeStatus, FileMeta, Problem, Report, Snapshot, SourceState
 from .stamps import Derivation, reconcile
 
-__all__ = ["Declared", "LockLines", "Patch", "Previous", "affected", "changed_files", "patch_report"]
+__all__ = [
+    "Declared",
+    "LockLines",
+    "MemoryFiles",
+    "Patch",
+    "Previous",
+    "Splice",
+    "affected",
+    "changed_files",
+    "patch_report",
+]
 
 Row = list[Any]
 """A file's row as the cache holds it: size, mtime_ns, ctime_ns, inode, sha256,
@@ -43,11 +56,34 @@ _HEADER = HEADER.encode()
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryFiles:
+    """The memory files of a scan in path order, as values that compare as bytes: a digest
+    of their paths, and their metadata packed (four 64-bit numbers a file).  The cache
+    keeps those of the last scan, so a refresh finds the files whose metadata moved by
+    comparing bytes, without a row or a tuple for each of the files that did not."""
+
+    paths: str
+    """The sha256 of the paths, in order (as ``nochange.listing_bytes`` writes them)."""
+    metas: bytes
+    listing_key: str
+    """``nochange.listing_key`` of the same files, from the same bytes."""
+
+
+_META = struct.Struct("4q")
+_CHUNK = 64 * _META.size
+"""Bytes of metadata compared at once before looking at each file of a chunk that differs."""
+
+
+@dataclass(frozen=True, slots=True)
 class Previous:
     """The last scan, as much of it as a patch needs, read without decoding every row."""
 
     root: str
-    rows: dict[str, Row]
+    rows: Mapping[str, Row]
+    """Each file's row, parsed when asked for (``codec.RowTable``)."""
+    memory_files: MemoryFiles
+    others: tuple[str, ...]
+    """The files the rows hold that are not memory files (sources of another kind)."""
     edges: tuple[Edge, ...]
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
@@ -151,31 +187,27 @@ def _records(derived: str, derivation: Derivation) -> list[Record]:
     return [Record(derived, source, stamp, derivation.derived_at) for source, stamp in derivation.stamps.items()]
 
 
-def changed_files(
-    rows: Mapping[str, Row], listing: Mapping[str, FileMeta], racy_from_ns: int
-) -> tuple[set[str], list[str]] | None:
-    """The memory files whose row the listing does not vouch for (written, or racy), and
-    the other files the rows hold (sources that are not memory files); None when the
-    memory files are not the ones the rows hold."""
-    changed = set()
-    for path, meta in listing.items():
-        row = rows.get(path)
-        if row is None or row[5] is None:
-            return None
-        size, mtime_ns, ctime_ns, inode = meta
-        if (
-            mtime_ns >= racy_from_ns
-            or ctime_ns >= racy_from_ns
-            or row[1] != mtime_ns
-            or row[2] != ctime_ns
-            or row[0] != size
-            or row[3] != inode
-        ):
-            changed.add(path)
-    others = [path for path, row in rows.items() if row[5] is None]
-    if len(rows) - len(others) != len(listing):
+def changed_files(before: MemoryFiles, now: MemoryFiles, paths: Sequence[str], racy_from_ns: int) -> set[str] | None:
+    """The memory files (``paths``, those of ``now``) whose metadata moved since ``before``
+    or that are racy (written too close to the last scan for their metadata to vouch for
+    them); None when the memory files are not the ones of ``before``."""
+    if before.paths != now.paths or len(before.metas) != len(now.metas):
         return None
-    return changed, others
+    changed = {paths[index] for index in _differing(before.metas, now.metas)}
+    numbers = array("q", now.metas)
+    for times in (numbers[1::4], numbers[2::4]):  # every mtime_ns, every ctime_ns
+        if times and max(times) >= racy_from_ns:
+            changed.update(paths[index] for index, time in enumerate(times) if time >= racy_from_ns)
+    return changed
+
+
+def _differing(before: bytes, now: bytes) -> Iterator[int]:
+    """The indexes of the files whose packed metadata differs (a chunk at a time)."""
+    for chunk in range(0, len(now), _CHUNK):
+        if before[chunk : chunk + _CHUNK] != now[chunk : chunk + _CHUNK]:
+            for at in range(chunk, min(chunk + _CHUNK, len(now)), _META.size):
+                if before[at : at + _META.size] != now[at : at + _META.size]:
+                    yield at // _META.size
 
 
 def affected(
@@ -184,14 +216,22 @@ def affected(
     """The derived files to compare again: those among ``declaring`` (changed files that
     declare now or held stamps), those with an edge from or to a changed file, and those
     with a missing source (where its content went may be a file that changed).  None when
-    an edge belongs to a file that is not listed (one kept while it could not be read)."""
-    found = set(declaring)
-    for edge in edges:
-        if edge.derived not in listing:
-            return None
-        if edge.source in changed or edge.derived in changed or edge.status is EdgeStatus.MISSING:
-            found.add(edge.derived)
+    an edge belongs to a file that is not listed (one kept while it could not be read).
+
+    Every edge is looked at, by loops that run in C (``map``, ``compress``): a large
+    folder has a hundred thousand edges, of which a change reaches a handful."""
+    derived = set(map(_derived, edges))
+    if not listing.keys() >= derived:
+        return None
+    found = set(declaring) | (derived & changed)
+    found.update(map(_derived, compress(edges, map(changed.__contains__, map(_source, edges)))))
+    found.update(map(_derived, compress(edges, map(is_, map(_status, edges), repeat(EdgeStatus.MISSING)))))
     return found
+
+
+_derived = attrgetter("derived")
+_source = attrgetter("source")
+_status = attrgetter("status")
 
 
 def declared(path: str, row: Row) -> Declared:
@@ -215,6 +255,15 @@ def known_source(row: Row | None) -> SourceState | None:
     return SourceState(row[4], row[1] / 1e9)
 
 
+class Splice(NamedTuple):
+    """Where a patched result's edges differ from the last one's: ``edges[start:end]`` of
+    the last result were replaced by ``added`` edges."""
+
+    start: int
+    end: int
+    added: int
+
+
 @dataclass(frozen=True, slots=True)
 class Patch:
     """The next result and what changed in the stamps."""
@@ -223,6 +272,8 @@ class Patch:
     derivations: dict[str, Derivation]
     """The stamps of every compared file now (one left out declares nothing any more)."""
     lock_changed: bool
+    spliced: tuple[Splice, ...]
+    """Where ``report.edges`` differ from the last result's: the rest is the same edges."""
 
 
 def patch_report(
@@ -254,7 +305,7 @@ def patch_report(
         contents=contents,
     )
     updated, new_edges = reconcile(records, snapshot, now.timestamp())
-    edges_tuple, old_edges = _spliced(previous.edges, compared, new_edges)
+    edges_tuple, old_edges, spliced = _spliced(previous.edges, compared, new_edges)
     cycles = previous.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges_tuple)
     kept = (problem for problem in previous.problems if _still_declared(problem, previous.rows, changed))
     report = Report(
@@ -266,7 +317,7 @@ def patch_report(
         cycles=cycles,
         problems=tuple(sorted({*kept, *problems, *previous.walk_problems}, key=_problem_order)),
     )
-    return Patch(report, updated, updated != records)
+    return Patch(report, updated, updated != records, spliced)
 
 
 def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]) -> bool:
@@ -282,29 +333,29 @@ def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]
 
 def _spliced(
     edges: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]
-) -> tuple[tuple[Edge, ...], list[Edge]]:
+) -> tuple[tuple[Edge, ...], list[Edge], tuple[Splice, ...]]:
     """``edges`` (sorted by derived file, then source) with the edges of the ``compared``
-    files replaced by ``new_edges`` (theirs, sorted alike), and the edges replaced.  A
-    file's edges are consecutive, so each file's place is found by a binary search and
+    files replaced by ``new_edges`` (theirs, sorted alike), the edges replaced, and where.
+    A file's edges are consecutive, so each file's place is found by a binary search and
     its new edges go there; the rest is copied as it is."""
     fresh: dict[str, list[Edge]] = {}
     for edge in new_edges:
         fresh.setdefault(edge.derived, []).append(edge)
     parts: list[Sequence[Edge]] = []
     replaced: list[Edge] = []
+    spliced = []
     position = 0
     for path in sorted(compared):
         start = bisect_left(edges, path, lo=position, key=_derived)
         end = bisect_right(edges, path, lo=start, key=_derived)
-        parts += (edges[position:start], fresh.get(path, ()))
+        new = fresh.get(path, ())
+        parts += (edges[position:start], new)
         replaced += edges[start:end]
+        if new or end > start:
+            spliced.append(Splice(start, end, len(new)))
         position = end
     parts.append(edges[position:])
-    return tuple(chain.from_iterable(parts)), replaced
-
-
-def _derived(edge: Edge) -> str:
-    return edge.derived
+    return tuple(chain.from_iterable(parts)), replaced, tuple(spliced)
 
 
 def _problem_order(problem: Problem) -> tuple[str, str, str]:

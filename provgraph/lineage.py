@@ -11,7 +11,9 @@ check found one, and to hand out the graph itself (``to_networkx``).
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import TYPE_CHECKING
 
 from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry
@@ -50,12 +52,12 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     with the number of causes, never with the length of their chains.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
-    for edge in edges:
-        if edge.status is not EdgeStatus.CLEAN:
-            groups[(edge.source, edge.status)].append(edge)
+    broken_edges = list(compress(edges, map(is_not, map(_status, edges), repeat(EdgeStatus.CLEAN))))
+    for edge in broken_edges:
+        groups[(edge.source, edge.status)].append(edge)
     if not groups:
         return ()
-    children = children_of(edges)
+    children = _Children(edges)
     causes: dict[str, list[Cause]] = defaultdict(list)
     for (origin, kind), broken in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
         parents, depths = _shortest_parents(children, sorted(edge.derived for edge in broken))
@@ -66,11 +68,63 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
             causes[path].append(
                 Cause(origin, kind, earliest[path], hop, depths[path], moved_to, path=path, links=parents)
             )
-    direct = {edge.derived for edge in edges if edge.status is not EdgeStatus.CLEAN}
+    direct = {edge.derived for edge in broken_edges}
     return tuple(
         StaleEntry(path, min(cause.since for cause in found), path in direct, tuple(found))
         for path, found in sorted(causes.items())
     )
+
+
+_status = attrgetter("status")
+_source = attrgetter("source")
+_LOOKUPS = 64
+"""Children looked up one by one before ``_Children`` indexes them all: a lookup scans the
+sources in C, a whole index is a loop in Python over every edge, some fifty times its cost."""
+
+
+class _Children(Mapping[str, list[str]]):
+    """``children_of(edges)``, found for each file when first asked for while few are: a
+    change deep in a large lineage reaches a handful of files, and an index of every
+    edge would cost more than the whole walk from them."""
+
+    def __init__(self, edges: tuple[Edge, ...]) -> None:
+        self._edges = edges
+        self._sources: list[str] | None = None
+        self._found: dict[str, list[str]] = {}
+        self._all: dict[str, list[str]] | None = None
+
+    def __getitem__(self, source: str) -> list[str]:
+        if self._all is None and len(self._found) >= _LOOKUPS:
+            self._all = children_of(self._edges)
+        if self._all is not None:
+            return self._all[source]
+        kids = self._found.get(source)
+        if kids is None:
+            kids = self._found[source] = self._scanned(source)
+        if not kids:
+            raise KeyError(source)
+        return kids
+
+    def _scanned(self, source: str) -> list[str]:
+        """The derived files of ``source``'s edges, sorted, each once."""
+        if self._sources is None:
+            self._sources = list(map(_source, self._edges))
+        sources, at = self._sources, -1
+        found: set[str] = set()
+        while True:
+            try:
+                at = sources.index(source, at + 1)
+            except ValueError:
+                return sorted(found)
+            found.add(self._edges[at].derived)
+
+    def __iter__(self) -> Iterator[str]:
+        self._all = self._all or children_of(self._edges)
+        return iter(self._all)
+
+    def __len__(self) -> int:
+        self._all = self._all or children_of(self._edges)
+        return len(self._all)
 
 
 def _shortest_parents(

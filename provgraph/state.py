@@ -18,16 +18,18 @@ starts afresh.
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import errno
 import hashlib
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import cached_property
+from functools import cached_property, partial
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,17 +42,18 @@ from .codec import (
     TABLES,
     VERSION,
     Chunks,
+    EdgeBatches,
+    RowTable,
+    Span,
     StoredReport,
-    decode_edges,
+    decode_edge_batches,
     decode_legacy,
     decode_report,
     decode_seen,
     derivations_of,
     encode_report,
-    encode_rows,
     encode_seen,
     lock_bytes,
-    parsed_in_batches,
     split_cache,
     stream,
 )
@@ -60,12 +63,21 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
-from .incremental import LockLines, Previous
+from .incremental import LockLines, MemoryFiles, Previous, Splice
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
 from .model import FileMeta, Problem, ProblemKind, Report
-from .nochange import Conditions, LockSeal, decode_watched, encode_watched, listing_key, lock_as_sealed, watched_sources
+from .nochange import (
+    Conditions,
+    LockSeal,
+    decode_watched,
+    encode_watched,
+    listing_bytes,
+    listing_key,
+    lock_as_sealed,
+    watched_sources,
+)
 from .statefolder import (
     Folders,
     hold,
@@ -94,6 +106,7 @@ __all__ = [
     "StateError",
     "StateStore",
     "listing_key",
+    "memory_files",
 ]
 
 STATE_DIR = ".provgraph"
@@ -169,6 +182,12 @@ class _Transaction:
     """A schema-1 ``state.json`` was read: set it aside once the lock is written."""
     seal: LockSeal | None = None
     """What the cache says the lock was when it was written."""
+    cache: int | None = None
+    """The cache as ``previous`` opened it, kept open until the transaction ends: the batches
+    of rows and edges a patch leaves alone are copied from it as they were read."""
+    edges_read: EdgeBatches | None = None
+    """The last result's edges as ``previous`` read them: a patched save writes back every
+    batch of them that the patch left alone."""
     as_locked: dict[str, Derivation] | None = None
     """The stamps as loaded, when the lock's bytes are exactly their encoding (clean, and
     the very bytes the seal vouches for): a save with equal stamps neither encodes nor
@@ -207,6 +226,9 @@ class StateStore:
         return current
 
     def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
+        ended = getattr(self._local, "transaction", None)
+        if ended is not None and ended.cache is not None:
+            os.close(ended.cache)
         self._local.transaction = _Transaction(folders, exclusive)
 
     # -- the folders and the exclusive lock --
@@ -414,22 +436,36 @@ class StateStore:
         one it was written with.  Else None, and ``load`` reads (or sets aside) it all.
 
         The cache's parts are parsed one after the other, from the bytes read, so that
-        a large folder's parsed tables never sit beside a parse of the whole file."""
+        a large folder's parsed tables never sit beside a parse of the whole file; its
+        per-file table is never held whole (its batches are read from the file when asked
+        for), and what is read of the rest is let go before the lock is read."""
         self._recalled = None  # the head the no-change check kept: a patch never needs it
         folders = self._tx.folders
         if folders is None or folders.state < 0 or not self._tx.exclusive:
             return None
-        data = self._read(folders.state, CACHE_NAME, self.state_path)
-        if data is None:
+        try:
+            if self._tx.cache is not None:
+                os.close(self._tx.cache)
+                self._tx.cache = None
+            self._tx.cache = os.open(CACHE_NAME, _READ_FLAGS, dir_fd=folders.state)
+            if not stat.S_ISREG(os.fstat(self._tx.cache).st_mode):
+                return None
+            front = _read_to(self._tx.cache, TABLES)
+            tail = _read_tail(self._tx.cache, _REFUSED)
+        except OSError:
+            return None  # ``load`` reads it again, and says why when it cannot
+        if front is None or tail is None:
             return None
         try:
-            parsed = self._parsed(data, settings, walk_problems)
-            del data  # gone before the lock is read
+            parsed = self._parsed(front, tail, settings, walk_problems, partial(_read_span, self._tx.cache))
+            del front, tail
             lock_data = None if parsed is None else self._read(folders.lock, LOCK_NAME, folders.lock_path)
             if parsed is None or lock_data is None:
                 return None
             head, stored, rows = parsed
             lock = LockLines.of(lock_data, head.get("lock_canonical") is True)
+            files = _decode_memory_files(head["memory_files"], head["listing"])
+            others = tuple(map(_text, head["others"]))
         except (orjson.JSONDecodeError, _Corrupt, KeyError, TypeError, ValueError, AttributeError, IndexError):
             return None
         if lock is None:
@@ -437,6 +473,8 @@ class StateStore:
         return Previous(
             root=os.fsdecode(self.root),
             rows=rows,
+            memory_files=files,
+            others=others,
             edges=stored.edges,
             cycles=stored.cycles,
             problems=stored.problems,
@@ -446,22 +484,27 @@ class StateStore:
         )
 
     def _parsed(
-        self, data: bytes, settings: str, walk_problems: tuple[Problem, ...]
-    ) -> tuple[dict[str, Any], StoredReport, dict[str, Any]] | None:
+        self,
+        head: bytes | bytearray,
+        tail: tuple[int, bytes],
+        settings: str,
+        walk_problems: tuple[Problem, ...],
+        read: Span,
+    ) -> tuple[dict[str, Any], StoredReport, RowTable] | None:
         """The cache's head, last result and rows, when the head says a patch may build on
-        them and on the lock (``_patchable``)."""
-        report_at, tables_at, refused_at = data.find(REPORT), data.find(TABLES), data.rfind(_REFUSED)
+        them and on the lock (``_patchable``).  ``head`` is the cache up to its per-file
+        table, ``tail`` where the small entries after that table start and their bytes:
+        the table itself is never held, its batches are read (``read``) when asked for."""
+        report_at, tables_at, (refused_at, rest) = head.find(REPORT), len(head), tail
         if not 0 < report_at < tables_at < refused_at:
             return None
-        head = orjson.loads(data[:report_at] + b"}")
-        head.update(orjson.loads(b"{" + data[refused_at + 1 :]))
-        if not self._patchable(head, settings, walk_problems):
+        document = orjson.loads(head[:report_at] + b"}")
+        document.update(orjson.loads(b"{" + rest[1:]))
+        if "row_batches" not in document or not self._patchable(document, settings, walk_problems):
             return None
-        stored = _report_in_batches(data, report_at + len(REPORT), tables_at)
-        rows: dict[str, Any] = {}
-        for batch in parsed_in_batches(data, tables_at + len(TABLES), refused_at):
-            rows.update(batch)
-        return head, stored, rows
+        stored, self._tx.edges_read = _report_in_batches(head, report_at + len(REPORT), tables_at, read)
+        rows = RowTable(read, tables_at + len(TABLES), refused_at, document["row_batches"])
+        return document, stored, rows
 
     def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
         """Whether the cache is for this root and these settings, with nothing refused and
@@ -575,11 +618,11 @@ class StateStore:
                 self._tx.lock_bytes = data
             seal = self._seal(folders, data)
         self._tx.as_locked = None
-        conditions = _conditions(state, seal)
-        encoded = _encoded(
-            state, os.fsdecode(self.root), conditions, as_locked is None or state.derivations != as_locked
-        )
-        self._write(folders, folders.state, CACHE_NAME, encoded, "write")
+        per_file = _per_file(state.seen)
+        conditions = _conditions(state, seal, per_file.memory)
+        canonical = as_locked is None or state.derivations != as_locked
+        entries = _entries(state, os.fsdecode(self.root), conditions, canonical, per_file)
+        self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         if self._tx.migrating:
             self._tx.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
@@ -589,16 +632,22 @@ class StateStore:
     def save_patched(
         self,
         state: State,
-        rows: Mapping[str, Seen | list[Any]],
+        previous: Previous,
+        updates: Mapping[str, Seen | None],
         lock: bytes | None,
         listing: Mapping[str, FileMeta],
+        files: MemoryFiles | None,
         lock_canonical: bool,
+        spliced: Iterable[Splice],
     ) -> Conditions:
         """``save`` for a result patched after a small change (``incremental``): the lock
-        is written only when ``lock`` holds new bytes, the per-file rows kept as the cache
-        held them (lists) are written back as they were, and the memory files read are
-        those of ``listing``, every one of which has its row.  ``lock_canonical``: the
-        lock is exactly what ``encode_lock`` writes (``LockLines.canonical``)."""
+        is written only when ``lock`` holds new bytes, the per-file rows are those of
+        ``previous`` with ``updates`` applied (None drops a row; every batch of rows left
+        alone is written back as it was read), and the memory files read are those of
+        ``listing`` (``files``), every one of which has its row.  ``lock_canonical``: the lock is
+        exactly what ``encode_lock`` writes (``LockLines.canonical``).  The report's edges
+        are the last result's with the ``spliced`` runs replaced: its other batches of edges
+        are written back as they were read."""
         self._recalled = None
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive or state.report is None:
@@ -609,11 +658,18 @@ class StateStore:
             self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
             self._tx.lock_bytes = lock
             seal = self._seal(folders, lock)
-        stats = {path: _meta_of(row) for path, row in rows.items() if path not in listing}
-        watched = watched_sources((edge.source for edge in state.report.edges), listing, {}, stats)
+        rows = previous.rows
+        assert isinstance(rows, RowTable), "the rows as ``previous`` read them"
+        others = _others_after(rows, previous.others, updates, listing)
+        stats = {path: _meta_of(row) for path, row in others.items()}
+        watched = watched_sources(map(_SOURCE, state.report.edges), listing, {}, stats)
         problems = tuple(problem.row for problem in state.walk_problems)
-        conditions = Conditions(seal, state.scan_started_ns, problems, listing_key(listing), watched, state.settings)
-        entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, encode_rows(rows))
+        key = listing_key(listing) if files is None else files.listing_key
+        conditions = Conditions(seal, state.scan_started_ns, problems, key, watched, state.settings)
+        table, firsts = rows.written(updates)
+        per_file = _PerFile(table, firsts, files, sorted(others))
+        report = encode_report(state.report, self._tx.edges_read, spliced)
+        entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, per_file, report)
         self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         return conditions
 
@@ -637,6 +693,40 @@ class StateStore:
             raise StateError(where, _cannot(what, where, error)) from error
 
 
+def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFiles] | None:
+    """The paths of ``listing`` sorted, and their record for the next cache
+    (``incremental.MemoryFiles``); None when a number does not fit in 64 bits.  The files
+    are sorted and their metadata packed once, for that record and for the no-change
+    rule's ``listing_key`` (the sha256 of these very bytes)."""
+    paths = sorted(listing)
+    data = listing_bytes(paths, list(map(listing.__getitem__, paths)))
+    numbers = len(data) - _META_BYTES * len(paths)
+    if not data.startswith(b"q"):  # written as text: too large a number
+        return None
+    with memoryview(data) as names:
+        digest = hashlib.sha256(names[:numbers]).hexdigest()
+    return paths, MemoryFiles(digest, data[numbers:], hashlib.sha256(data).hexdigest())
+
+
+_META_BYTES = 32
+"""A file's metadata in ``listing_bytes``: four 64-bit numbers."""
+
+
+def _others_after(
+    rows: RowTable, others: Collection[str], updates: Mapping[str, Seen | None], listing: Mapping[str, FileMeta]
+) -> dict[str, Seen | list[Any]]:
+    """The rows of the files outside ``listing`` (the last scan's ``others``, and those
+    ``updates`` adds) once ``updates`` are applied."""
+    return {
+        path: row
+        for path in sorted({*others, *updates} - listing.keys())
+        if (row := updates[path] if path in updates else rows[path]) is not None
+    }
+
+
+_SOURCE = attrgetter("source")
+
+
 def _meta_of(row: Seen | list[Any]) -> FileMeta:
     """A file's metadata from its row, decoded (``Seen``) or as the cache held it."""
     return FileMeta(*row[:4]) if type(row) is list else row.meta  # type: ignore[union-attr]
@@ -657,6 +747,27 @@ def _names(folder: int) -> list[str]:
         return []
 
 
+def _read_whole(descriptor: int) -> bytes:
+    """A regular file's bytes, from an open descriptor."""
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file")
+    chunks = []
+    while chunk := os.read(descriptor, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _read_span(descriptor: int, start: int, stop: int) -> bytes:
+    """The bytes of an open file from ``start`` to ``stop``, all of them."""
+    data = os.pread(descriptor, stop - start, start)
+    while len(data) < stop - start:
+        more = os.pread(descriptor, stop - start - len(data), start + len(data))
+        if not more:
+            raise _Corrupt("the cache is shorter than when it was read")
+        data += more
+    return data
+
+
 def _read_head(folder: int, name: str) -> bytearray | None:
     """The cache's bytes up to its per-file tables (most of a large file), read a chunk
     at a time; None when there is no such mark."""
@@ -664,17 +775,39 @@ def _read_head(folder: int, name: str) -> bytearray | None:
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", name)
-        head = bytearray()
-        while chunk := os.read(descriptor, _HEAD_CHUNK):
-            searched = max(0, len(head) - len(TABLES) + 1)
-            head += chunk
-            end = head.find(TABLES, searched)
-            if end >= 0:
-                del head[end:]
-                return head
-        return None
+        return _read_to(descriptor, TABLES)
     finally:
         os.close(descriptor)
+
+
+def _read_to(descriptor: int, mark: bytes) -> bytearray | None:
+    """An open file's bytes from where it is up to the first ``mark``, read a chunk at a
+    time; None when there is no such mark."""
+    head = bytearray()
+    while chunk := os.read(descriptor, _HEAD_CHUNK):
+        searched = max(0, len(head) - len(mark) + 1)
+        head += chunk
+        end = head.find(mark, searched)
+        if end >= 0:
+            del head[end:]
+            return head
+    return None
+
+
+def _read_tail(descriptor: int, mark: bytes) -> tuple[int, bytes] | None:
+    """Where the last ``mark`` of an open regular file is, and the bytes from there to the
+    end, read from the end a growing chunk at a time; None when there is no such mark."""
+    size = os.fstat(descriptor).st_size
+    window = _HEAD_CHUNK
+    while True:
+        start = max(0, size - window)
+        tail = _read_span(descriptor, start, size)
+        found = tail.rfind(mark)
+        if found >= 0:
+            return start + found, tail[found:]
+        if start == 0:
+            return None
+        window *= 4
 
 
 _REFUSED = b',"refused":'
@@ -693,14 +826,34 @@ def _cannot(what: str, path: Path, error: OSError) -> str:
 # -- the cache's layout ----------------------------------------------------------------
 
 
-def _encoded(state: State, root: str, conditions: Conditions, lock_canonical: bool) -> Iterator[bytes]:
-    """The cache's bytes, one top-level entry at a time: a large folder's tables are never
-    all held as lists at once."""
-    return stream(_entries(state, root, conditions, lock_canonical))
+@dataclass(frozen=True, slots=True)
+class _PerFile:
+    """The cache's per-file part: the rows (sorted by path, in batches), the first path of
+    each batch, the memory files' paths and metadata as bytes (``incremental.MemoryFiles``;
+    None when a number does not fit), and the files the rows hold that are not memory files."""
+
+    rows: Chunks
+    firsts: list[str]
+    memory: MemoryFiles | None
+    others: list[str]
+
+
+def _per_file(seen: Mapping[str, Seen]) -> _PerFile:
+    """The per-file part of a full scan's cache: the memory files are those read with a
+    declaration (as ``_conditions`` counts them)."""
+    rows, firsts = encode_seen(seen)
+    found = memory_files({path: row.meta for path, row in seen.items() if row.declaration is not None})
+    others = sorted(path for path, row in seen.items() if row.declaration is None)
+    return _PerFile(rows, firsts, None if found is None else found[1], others)
 
 
 def _entries(
-    state: State, root: str, conditions: Conditions, lock_canonical: bool, rows: Chunks | None = None
+    state: State,
+    root: str,
+    conditions: Conditions,
+    lock_canonical: bool,
+    per_file: _PerFile,
+    report: Chunks | None = None,
 ) -> Iterator[tuple[str, object]]:
     """Each top-level entry, built only when it is written; the no-change check's part first."""
     yield "format", FORMAT
@@ -713,25 +866,46 @@ def _entries(
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
     yield "listing", conditions.listing
     yield "watched", encode_watched(conditions.watched)
-    yield "report", None if state.report is None else encode_report(state.report)
-    yield "seen", encode_seen(state.seen) if rows is None else rows
+    if report is None and state.report is not None:
+        report = encode_report(state.report)
+    yield "report", report
+    yield "seen", per_file.rows
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
+    yield "row_batches", per_file.firsts
+    yield "memory_files", _encode_memory_files(per_file.memory)
+    yield "others", per_file.others
     yield "lock_canonical", lock_canonical
 
 
-def _conditions(state: State, seal: LockSeal | None) -> Conditions:
+def _encode_memory_files(files: MemoryFiles | None) -> list[str] | None:
+    if files is None:
+        return None
+    return [files.paths, binascii.b2a_base64(files.metas, newline=False).decode()]
+
+
+def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
+    """Raises ``Corrupt`` for None (a number did not fit): such a cache is not patched."""
+    if not isinstance(data, list) or len(data) != 2:
+        raise _Corrupt("the memory files' metadata is not what provgraph writes")
+    paths, metas = map(_text, data)
+    return MemoryFiles(paths, binascii.a2b_base64(metas), _text(listing_key))
+
+
+def _conditions(state: State, seal: LockSeal | None, memory: MemoryFiles | None) -> Conditions:
     """The no-change check's part, derived from the rest: the memory files read at the
-    last full scan are the ones seen with a declaration; the sources outside them are
-    the report's and the refused ones (``nochange.watched_sources``)."""
+    last full scan are the ones seen with a declaration (``memory``, when their numbers
+    fit); the sources outside them are the report's and the refused ones
+    (``nochange.watched_sources``)."""
     read = {path: seen.meta for path, seen in state.seen.items() if seen.declaration is not None}
     watched = watched_sources(
-        (edge.source for edge in state.report.edges) if state.report is not None else (),
+        map(_SOURCE, state.report.edges) if state.report is not None else (),
         read,
         {path: kind.value for path, kind in state.refused.items()},
         {path: seen.meta for path, seen in state.seen.items()},
     )
     rows = tuple(problem.row for problem in state.walk_problems)
-    return Conditions(seal, state.scan_started_ns, rows, listing_key(read), watched, state.settings)
+    key = listing_key(read) if memory is None else memory.listing_key
+    return Conditions(seal, state.scan_started_ns, rows, key, watched, state.settings)
 
 
 def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
@@ -749,8 +923,9 @@ def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
     return Recall(_text(data["root"]), conditions, report)
 
 
-def _report_in_batches(data: bytes, start: int, end: int) -> StoredReport:
-    """The last result from ``data[start:end]``, its edges parsed a batch at a time."""
+def _report_in_batches(data: bytes | bytearray, start: int, end: int, read: Span) -> tuple[StoredReport, EdgeBatches]:
+    """The last result from ``data[start:end]``, its edges parsed a batch at a time, and
+    where those batches are (a patched result writes back those it leaves alone)."""
     edges_at, cycles_at = data.find(_EDGES, start, end), data.rfind(_CYCLES, start, end)
     if not start < edges_at < cycles_at:
         raise _Corrupt("the last result is not what provgraph writes")
@@ -758,12 +933,8 @@ def _report_in_batches(data: bytes, start: int, end: int) -> StoredReport:
     rest.update(orjson.loads(b"{" + data[cycles_at + 2 : end]))
     rest["edges"] = []
     stored = decode_report(rest)
-    edges = [
-        edge
-        for batch in parsed_in_batches(data, edges_at + len(_EDGES) - 1, cycles_at + 1)
-        for edge in decode_edges(batch)
-    ]
-    return stored._replace(edges=tuple(edges))
+    edges, batches = decode_edge_batches(data, edges_at + len(_EDGES) - 1, cycles_at + 1, read)
+    return stored._replace(edges=edges), batches
 
 
 _EDGES = b',"edges":['

@@ -8,7 +8,9 @@ by the full scan.  After every step both give the same report, the same lock byt
 the same cache (read back), whatever the edits: a source edited and edited back to
 the content it was stamped with, a file only touched, declarations rewritten so that
 cycles form and break, files added, deleted and renamed, a source that is not a
-memory file, stamps.
+memory file, stamps.  The cache's tables are written in batches, and a patch writes
+back the batches it leaves alone as it read them: the property runs with batches of
+one and two rows as well, so that every way a change can fall among batches is met.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 import test_incremental as incremental_tests
 from depth import examples
@@ -31,8 +34,10 @@ from test_fast_paths import Counting
 from test_incremental import Form, trusted_cache
 
 import provgraph.incremental
-from provgraph import Memory, Report, stamps
-from provgraph.state import StateStore
+from provgraph import Memory, Report, codec, stamps
+from provgraph.model import FileMeta
+from provgraph.nochange import listing_key
+from provgraph.state import StateStore, memory_files
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -111,9 +116,9 @@ def _kept(state_folder: Path, root: Path) -> tuple[object, ...]:
 
 
 @settings(max_examples=examples(40), deadline=None)
-@given(_STEPS, _STEPS, st.booleans())
-def test_a_patched_refresh_gives_the_full_scans_report_lock_and_cache(setup, steps, trusting) -> None:
-    with tempfile.TemporaryDirectory(prefix="provgraph-patched-") as base, _cache(trusting):
+@given(_STEPS, _STEPS, st.booleans(), st.sampled_from((1, 2, None)))
+def test_a_patched_refresh_gives_the_full_scans_report_lock_and_cache(setup, steps, trusting, batch) -> None:
+    with tempfile.TemporaryDirectory(prefix="provgraph-patched-") as base, _cache(trusting), _batches_of(batch):
         folder = Folder(Path(base) / "memory")
         folder.root.mkdir()
         for number, (step, path, entries, other) in enumerate(setup):
@@ -130,6 +135,15 @@ def test_a_patched_refresh_gives_the_full_scans_report_lock_and_cache(setup, ste
                 expected = _answer(Memory(folder.root, state=full), step, path, when)
             assert answer == expected, (step, path)
             assert _kept(patched, folder.root) == _kept(full, folder.root), (step, path)
+
+
+@contextmanager
+def _batches_of(rows: int | None) -> Iterator[None]:
+    """The cache's tables written ``rows`` rows (and edges) to a batch; None: as shipped."""
+    with pytest.MonkeyPatch.context() as patch:
+        if rows is not None:
+            patch.setattr(codec, "_BATCH", rows)
+        yield
 
 
 @contextmanager
@@ -183,3 +197,102 @@ def test_a_file_added_is_seen_by_the_wiki_links_that_now_name_two_files(tmp_path
         report = Memory(tmp_path).refresh(now=T0 + DAY)
     assert [(problem.path, problem.kind.value) for problem in report.problems] == [("summary.md", "bad-entry")]
     assert report.edges == ()
+
+
+def _folder_of_facts(root: Path, count: int) -> Folder:
+    """``count`` fact files and one summary of every tenth, all a day old."""
+    folder = Folder(root)
+    for number in range(count):
+        folder.write(f"facts/fact-{number:04d}.md", f"Fact {number}.\n".encode(), T0 - DAY)
+    for number in range(0, count, 10):
+        declaration = f"---\nderived_from: ../facts/fact-{number:04d}.md\n---\nA summary.\n"
+        folder.write(f"summaries/summary-{number:04d}.md", declaration.encode(), T0 - DAY)
+    return folder
+
+
+def _batches(cache: bytes) -> set[bytes]:
+    """Every batch of rows or edges in the cache, as bytes."""
+    return set(cache.split(codec.BATCH_BREAK))
+
+
+def test_a_patched_refresh_writes_back_the_batches_it_leaves_alone_as_they_were(tmp_path: Path) -> None:
+    root = tmp_path / "memory"
+    folder = _folder_of_facts(root, 1200)
+    cache = root / ".provgraph" / "cache.json"
+    with trusted_cache(), _batches_of(50):
+        Memory(root).refresh(now=T0)
+        with full_scans_only():
+            Memory(root, state=tmp_path / "full").refresh(now=T0)
+        before = cache.read_bytes()
+        folder.write("facts/fact-0500.md", b"Fact 500, corrected.\n", T0 + DAY)
+        report = Memory(root).refresh(now=T0 + DAY)
+        after = cache.read_bytes()
+        with full_scans_only():
+            assert Memory(root, state=tmp_path / "full").refresh(now=T0 + DAY) == report
+    kept = _batches(before) & _batches(after)
+    assert [entry.path for entry in report.stale] == ["summaries/summary-0500.md"]
+    # new: the head (with the first batch of edges), the tail (with the last batch of rows),
+    # and the batch of rows and the batch of edges that the change falls in
+    assert len(_batches(after) - kept) <= 4
+    assert len(kept) >= len(_batches(before)) - 4 >= 25
+
+
+def test_a_cache_of_an_earlier_layout_is_read_by_a_full_scan_then_patched(tmp_path: Path) -> None:
+    root = tmp_path / "memory"
+    folder = _folder_of_facts(root, 30)
+    cache = root / ".provgraph" / "cache.json"
+    with trusted_cache():
+        Memory(root).refresh(now=T0)
+        earlier = orjson.loads(cache.read_bytes())
+        for key in ("row_batches", "memory_files", "others"):
+            del earlier[key]
+        cache.write_bytes(orjson.dumps(earlier))
+        folder.write("facts/fact-0010.md", b"Fact 10, corrected.\n", T0 + DAY)
+        scans = []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(provgraph.incremental, "reconcile", _counting(scans))
+            first = Memory(root).refresh(now=T0 + DAY)
+            folder.write("facts/fact-0020.md", b"Fact 20, corrected.\n", T0 + 2 * DAY)
+            second = Memory(root).refresh(now=T0 + 2 * DAY)
+    assert [entry.path for entry in first.stale] == ["summaries/summary-0010.md"]
+    assert [entry.path for entry in second.stale] == ["summaries/summary-0010.md", "summaries/summary-0020.md"]
+    assert scans == [["summaries/summary-0020.md"]]  # the first refresh scanned in full, the second patched
+    assert sorted(path.name for path in (root / ".provgraph").iterdir()) == ["cache.json", "flock"]
+
+
+def _counting(compared: list[list[str]]):  # type: ignore[no-untyped-def]
+    """``stamps.reconcile`` as the patch calls it, noting which derived files it compares."""
+
+    def reconcile(records, snapshot, now, restamp=frozenset()):  # type: ignore[no-untyped-def]
+        compared.append(sorted(snapshot.declarations))
+        return stamps.reconcile(records, snapshot, now, restamp)
+
+    return reconcile
+
+
+def test_the_memory_files_are_recorded_with_the_no_change_rules_listing_key(tmp_path: Path) -> None:
+    listing = {
+        f"notes/{name}.md": FileMeta(size, size * 7, size * 11, size * 13)
+        for size, name in enumerate(("b", "a", "é", "c"), 1)
+    }
+    found = memory_files(listing)
+    assert found is not None
+    paths, files = found
+    assert paths == sorted(listing)
+    assert files.listing_key == listing_key(listing)
+    assert memory_files({**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}) is None
+
+
+_PAYLOADS = st.lists(st.binary(min_size=1, max_size=6).filter(lambda data: b",\n" not in data), max_size=6)
+
+
+@given(_PAYLOADS, st.sampled_from((1, 2, 3, 5, 1 << 20)), st.binary(max_size=3))
+def test_the_batches_of_a_table_are_found_however_the_file_is_read_in_chunks(payloads, chunk, before) -> None:
+    """A patched refresh finds where each batch of the cache's tables is by reading the file
+    a chunk at a time: a break between batches may straddle two chunks."""
+    table = b"[" + codec.BATCH_BREAK.join(payloads) + b"]"
+    data = before + table
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codec, "_SCAN", chunk)
+        spans = codec._spans(lambda low, high: data[low:high], len(before), len(data), b"[", b"]")
+    assert [data[start:stop] for start, stop in spans] == payloads

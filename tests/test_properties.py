@@ -38,11 +38,13 @@ from scratch import scratch_folder
 
 import provgraph.api
 import provgraph.files
+import provgraph.lineage
 import provgraph.nochange
 import provgraph.scan
 from provgraph import EdgeStatus, Memory, Report, StaleEntry
 from provgraph.files import LocalFiles
-from provgraph.model import FileMeta
+from provgraph.lineage import propagate
+from provgraph.model import Edge, FileMeta
 from provgraph.nochange import listing_key
 from provgraph.render import status_document
 from provgraph.state import State, StateStore
@@ -833,3 +835,31 @@ def test_two_listings_have_one_digest_exactly_when_they_are_equal(one, other) ->
     """The no-change rule compares listings by their digest: it must not run two apart."""
     assert (listing_key(one) == listing_key(other)) == (one == other)
     assert listing_key(dict(reversed(list(one.items())))) == listing_key(one)
+
+
+_NAMES = st.sampled_from([f"f{number}.md" for number in range(12)])
+_EDGES = st.lists(
+    st.builds(
+        Edge,
+        source=_NAMES,
+        derived=_NAMES,
+        status=st.sampled_from(EdgeStatus),
+        stamped_at=st.just(1.0),
+        since=st.floats(0, 100),
+    ),
+    max_size=40,
+).map(lambda edges: tuple(sorted(edges, key=lambda edge: (edge.derived, edge.source))))
+
+
+@given(_EDGES, st.sampled_from((0, 1, 3)))
+def test_staleness_flows_the_same_whether_children_are_found_one_by_one_or_all_at_once(edges, lookups) -> None:
+    """``propagate`` looks a file's children up one by one while few are asked for, then
+    indexes every edge: where it switches never changes a stale entry, a cause or a chain."""
+    expected = propagate(edges)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(provgraph.lineage, "_LOOKUPS", lookups)
+        found = propagate(edges)
+    assert found == expected
+    assert [[cause.via for cause in entry.causes] for entry in found] == [
+        [cause.via for cause in entry.causes] for entry in expected
+    ]
