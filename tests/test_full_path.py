@@ -1,0 +1,67 @@
+"""The command's full run (a first scan, a changed folder) as a user starts it: a process of
+its own, which ends as soon as its answer is out and its state written, and which imports
+only what the answer needs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import PROVGRAPH
+
+STALE = 400
+"""Derived files made stale: enough that the answer is larger than a pipe holds at once."""
+
+
+def _imported(done: subprocess.CompletedProcess[str]) -> set[str]:
+    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def _folder(tmp_path: Path) -> Path:
+    root = tmp_path / "memory"
+    root.mkdir()
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes tea.\n")
+    for number in range(STALE):
+        (root / f"summary-{number:03}.md").write_text(f"---\nname: s{number}\nderived_from: facts.md\n---\nTea.\n")
+    return root
+
+
+def test_the_command_ends_with_its_exit_code_and_its_whole_output(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    subprocess.run([PROVGRAPH, "status", str(root)], check=True, capture_output=True, timeout=60)
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes coffee.\n")
+    status = subprocess.run([PROVGRAPH, "status", "--json", str(root)], capture_output=True, timeout=60)
+    check = subprocess.run([PROVGRAPH, "check", str(root)], capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert len(status.stdout) > 65536
+    assert json.loads(status.stdout)["counts"]["stale"] == STALE
+    assert check.returncode == 1
+    assert check.stdout.count("facts.md changed") == STALE
+    assert check.stderr == ""
+
+
+def test_a_full_run_that_warns_of_nothing_never_imports_logging(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--json", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "provgraph.scan" in _imported(done)
+    assert "logging" not in _imported(done)
+    assert json.loads(done.stdout)["counts"]["derived"] == STALE
+
+
+def test_a_warning_of_a_full_run_is_one_line_on_stderr(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    subprocess.run([PROVGRAPH, "status", str(root)], check=True, capture_output=True, timeout=60)
+    (root / "provgraph.lock").write_bytes(b"{not a lock at all")
+    done = subprocess.run([PROVGRAPH, "status", str(root)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"provgraph: warning: {root / 'provgraph.lock'} could not be read")
+    assert done.stdout.startswith(f"{STALE + 1} memory files, {STALE} derived")
