@@ -95,10 +95,14 @@ def scan(
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     unsettled: dict[str, tuple[str, ...]] = {}
-    for done, path in enumerate(sorted(listing)):
+    ordered = sorted(listing)
+    for done, path in enumerate(ordered):
         if progress is not None and done % _PROGRESS_EVERY == 0:
             progress(done, len(listing))
-        declaration = reader.declaration(path, listing[path], path in remembered)
+        is_remembered = path in remembered
+        declaration = reader.declaration(path, listing[path], is_remembered)
+        if declaration is NOTHING and not is_remembered:
+            continue  # most memory files: nothing declared, nothing to keep from before
         problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
         if path in reader.unsettled:
             unsettled[path] = remembered[path]
@@ -123,7 +127,7 @@ def scan(
     declarations = _drop_refused(declarations, reader.refused, problems)
     missing = any(state.sha256 is None for source, state in states.items() if source not in reader.refused)
     return Snapshot(
-        files=tuple(sorted(listing)),
+        files=tuple(ordered),
         declarations=declarations,
         derived_at={path: derived_at[path] for path in declarations.keys() | withheld.keys()},
         sources={source: state for source, state in states.items() if source not in reader.refused},
@@ -276,10 +280,11 @@ class _Reader:
             if remembered:
                 self.unsettled.add(path)
             return NOTHING
-        truncated = len(head) > FRONTMATTER_LIMIT
-        if not truncated and self._kept + len(head) <= _KEEP_BYTES:
+        size = len(head)
+        truncated = size > FRONTMATTER_LIMIT
+        if not truncated and self._kept + size <= _KEEP_BYTES:
             self._content[path] = head
-            self._kept += len(head)
+            self._kept += size
         declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, self.sources_heading)
         if remembered and not declaration.entries and (declaration.problems or frontmatter_incomplete(head)):
             self.unsettled.add(path)
@@ -343,10 +348,11 @@ class _Reader:
         if current is not None and current.sha256 is not None and current.meta == meta:
             return current.sha256  # hashed already in this scan
         old = self.previous.get(path)
-        if self._trusted(old, meta) and old is not None and old.sha256 is not None:
+        content = self._content.pop(path, None)  # hashed once, then let go of
+        if old is not None and old.sha256 is not None and self._trusted(old, meta):
             sha = old.sha256
-        elif path in self._content:
-            sha = hashlib.sha256(self._content[path]).hexdigest()
+        elif content is not None:
+            sha = hashlib.sha256(content).hexdigest()
         else:
             hasher = getattr(self.files, "sha256", None)
             sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()
