@@ -92,6 +92,7 @@ def scan(
     remembered = remembered or {}
     lookup = Lookup(listing, roots)
     reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
+    reader.names = {path: path for path in listing}
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     unsettled: dict[str, tuple[str, ...]] = {}
@@ -253,6 +254,10 @@ class _Reader:
         """Remembered derived files whose declaration could not be read this time."""
         self._content: dict[str, bytes] = {}
         self._kept = 0
+        self.names: dict[str, str] = {}
+        """Each listed path, as the listing holds it: a source resolved anew is kept as that
+        very string, not as a copy per declaration naming it (a large folder's sources are
+        named tens of thousands of times, and every edge, stamp and row holds its name)."""
 
     def _trusted(self, seen: Seen | None, meta: FileMeta) -> bool:
         return (
@@ -301,7 +306,8 @@ class _Reader:
         kept = seen.resolved if seen is not None and seen is self.previous.get(path) else None
         if kept is not None and not follows_listing(declaration.entries):
             return kept
-        resolved = resolve_entries(path, declaration.entries, lookup)
+        sources, refused = resolve_entries(path, declaration.entries, lookup)
+        resolved = tuple([self.names.get(source, source) for source in sources]), refused
         if seen is not None:
             self.seen[path] = Seen(seen.meta, seen.sha256, seen.declaration, resolved)  # _replace, without its cost
         return resolved

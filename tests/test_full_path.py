@@ -65,3 +65,21 @@ def test_a_warning_of_a_full_run_is_one_line_on_stderr(tmp_path: Path) -> None:
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"provgraph: warning: {root / 'provgraph.lock'} could not be read")
     assert done.stdout.startswith(f"{STALE + 1} memory files, {STALE} derived")
+
+
+def test_a_first_scan_holds_a_source_named_by_many_files_once(tmp_path: Path) -> None:
+    """A large folder's sources are named tens of thousands of times: each name is kept as the
+    listing's own string, not as one copy per declaration (the peak memory of a first scan)."""
+    from provgraph.files import LocalFiles
+    from provgraph.scan import scan
+
+    root = _folder(tmp_path)
+    (root / "notes").mkdir()
+    (root / "notes" / "linked.md").write_text("---\nderived_from: [Facts](../facts.md)\n---\n")
+    files = LocalFiles(root)
+    listing, problems = files.walk()
+    snapshot = scan(files, {}, 0, (listing, problems))
+    named = [sources[0] for sources in snapshot.declarations.values()]
+    assert len(named) == STALE + 1 and set(named) == {"facts.md"}
+    (listed,) = (path for path in listing if path == "facts.md")
+    assert all(name is listed for name in named)
