@@ -471,11 +471,26 @@ def _relative(root: Path, file: str) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     import argparse
+    import shutil
 
     from .api import DEFAULT_SOURCES_HEADING
 
+    width = shutil.get_terminal_size().columns - 2
+
+    class _Formatter(argparse.HelpFormatter):
+        """argparse's help, as wide as the terminal, which is asked once: argparse asks it
+        again (an environment lookup and a system call) for each of the dozens of
+        formatters it makes while the parsers are built, for every command run."""
+
+        def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24) -> None:
+            super().__init__(prog, indent_increment, max_help_position, width)
+
     class _Parser(argparse.ArgumentParser):
         """Reports a bad argument in one line (no usage dump), like every other error."""
+
+        def __init__(self, **options: Any) -> None:
+            options.setdefault("formatter_class", _Formatter)
+            super().__init__(**options)
 
         def error(self, message: str) -> NoReturn:
             from .render import safe_name

@@ -83,3 +83,13 @@ def test_a_first_scan_holds_a_source_named_by_many_files_once(tmp_path: Path) ->
     assert len(named) == STALE + 1 and set(named) == {"facts.md"}
     (listed,) = (path for path in listing if path == "facts.md")
     assert all(name is listed for name in named)
+
+
+def test_the_help_is_as_wide_as_the_terminal(run, tmp_path: Path) -> None:
+    """The parsers ask the terminal's width once, not once per option; the help still fits it."""
+    _, narrow, _ = run("status", "--help", cwd=tmp_path, env={"COLUMNS": "50"})
+    _, wide, _ = run("status", "--help", cwd=tmp_path, env={"COLUMNS": "200"})
+    assert len(narrow.splitlines()) > len(wide.splitlines())
+    assert max(map(len, wide.splitlines())) > 60
+    assert sorted(map(len, narrow.splitlines()))[-3] <= 50  # argparse cannot break one usage group
+    assert " ".join(narrow.split()) == " ".join(wide.split())
