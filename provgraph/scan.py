@@ -33,11 +33,13 @@ __all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
 
-_KEEP_BYTES = 16 * 1024 * 1024
-"""Small files read for their frontmatter are kept in memory up to this total,
-so that the ones that turn out to be sources are not read twice.  Past it, a
-source is read again to be hashed (from the page cache): a first scan of a
-large folder must not hold its contents."""
+_KEEP_BYTES = 32 * 1024 * 1024
+"""A folder whose small files (those read whole for their frontmatter) add up to no more
+than this is held in memory as it is read, so that the files that turn out to be sources
+are not read twice.  A larger folder holds none: each source is read again to be hashed
+(from the page cache).  Holding only its first files would spare few of its reads (most
+of its sources come later) and leave their bytes' room behind for the rest of the run:
+a first scan of a large folder must not hold its contents."""
 
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
@@ -93,6 +95,7 @@ def scan(
     lookup = Lookup(listing, roots)
     reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
     reader.names = {path: path for path in listing}
+    reader.keeps_bytes = sum(meta.size for meta in listing.values() if meta.size <= FRONTMATTER_LIMIT) <= _KEEP_BYTES
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     unsettled: dict[str, tuple[str, ...]] = {}
@@ -254,6 +257,8 @@ class _Reader:
         """Remembered derived files whose declaration could not be read this time."""
         self._content: dict[str, bytes] = {}
         self._kept = 0
+        self.keeps_bytes = True
+        """Whether the files read whole are kept until they are hashed (see ``_KEEP_BYTES``)."""
         self.names: dict[str, str] = {}
         """Each listed path, as the listing holds it: a source resolved anew is kept as that
         very string, not as a copy per declaration naming it (a large folder's sources are
@@ -287,7 +292,7 @@ class _Reader:
             return NOTHING
         size = len(head)
         truncated = size > FRONTMATTER_LIMIT
-        if not truncated and self._kept + size <= _KEEP_BYTES:
+        if not truncated and self.keeps_bytes and self._kept + size <= _KEEP_BYTES:
             self._content[path] = head
             self._kept += size
         declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, self.sources_heading)

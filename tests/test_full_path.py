@@ -93,3 +93,44 @@ def test_the_help_is_as_wide_as_the_terminal(run, tmp_path: Path) -> None:
     assert max(map(len, wide.splitlines())) > 60
     assert sorted(map(len, narrow.splitlines()))[-3] <= 50  # argparse cannot break one usage group
     assert " ".join(narrow.split()) == " ".join(wide.split())
+
+
+def _reads_per_file(files, monkeypatch) -> dict[str, int]:
+    """How many times each file is opened for reading by ``files`` (a ``LocalFiles``)."""
+    opened: dict[str, int] = {}
+    open_listed = files._open_listed
+
+    def counting(path: str):
+        opened[path] = opened.get(path, 0) + 1
+        return open_listed(path)
+
+    monkeypatch.setattr(files, "_open_listed", counting)
+    return opened
+
+
+def test_a_first_scan_of_a_folder_that_fits_in_memory_reads_each_file_once(tmp_path: Path, monkeypatch) -> None:
+    from provgraph.files import LocalFiles
+    from provgraph.scan import scan
+
+    root = _folder(tmp_path)
+    files = LocalFiles(root)
+    listing, problems = files.walk()
+    opened = _reads_per_file(files, monkeypatch)
+    snapshot = scan(files, {}, 0, (listing, problems))
+    assert snapshot.sources["facts.md"].sha256 is not None
+    assert opened == dict.fromkeys(listing, 1)
+
+
+def test_a_first_scan_of_a_larger_folder_holds_no_file_and_reads_its_sources_again(tmp_path: Path, monkeypatch) -> None:
+    import provgraph.scan
+    from provgraph.files import LocalFiles
+
+    root = _folder(tmp_path)
+    size = sum(path.stat().st_size for path in root.iterdir())
+    monkeypatch.setattr(provgraph.scan, "_KEEP_BYTES", size - 1)
+    files = LocalFiles(root)
+    listing, problems = files.walk()
+    opened = _reads_per_file(files, monkeypatch)
+    snapshot = provgraph.scan.scan(files, {}, 0, (listing, problems))
+    assert snapshot.sources["facts.md"].sha256 is not None
+    assert opened == {**dict.fromkeys(listing, 1), "facts.md": 2}
