@@ -94,8 +94,9 @@ def _leave(code: int) -> NoReturn:
     leaves this way; ``cli()`` returns as a library function should.  A reader that went
     away before the last flush is not an error of ours, as in ``cli``."""
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # no console at all (pythonw)
+                stream.flush()
     except BrokenPipeError:
         pass
     except OSError as error:
