@@ -470,13 +470,28 @@ def _relative(root: Path, file: str) -> str:
     return "/".join(parts)
 
 
+def _terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` gives it (``COLUMNS`` first, then
+    the terminal on stdout, else 80), without importing ``shutil``, which brings the
+    compression modules with it: the help is the only text the command wraps."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def _parser() -> argparse.ArgumentParser:
     import argparse
-    import shutil
 
     from .api import DEFAULT_SOURCES_HEADING
 
-    width = shutil.get_terminal_size().columns - 2
+    width = _terminal_columns() - 2
 
     class _Formatter(argparse.HelpFormatter):
         """argparse's help, as wide as the terminal, which is asked once: argparse asks it
