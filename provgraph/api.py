@@ -268,6 +268,7 @@ class Memory:
             problems=snapshot.problems,
         )
         seen, refused = dict(snapshot.seen), dict(snapshot.refused)
+        del snapshot  # what only the scan needed (its sources, its declarations) goes before the state is encoded
         conditions: nochange.Conditions | None = None
         if save:
             state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)

@@ -19,7 +19,6 @@ from .errors import ProvgraphError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
-    import logging
     from collections.abc import Callable, Sequence
     from datetime import datetime
     from pathlib import Path
@@ -30,9 +29,9 @@ if TYPE_CHECKING:
     from .model import Problem, Report
     from .nochange import Conditions
 
-# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``, ``logging``,
-# ``argparse``) only once the quick answer (``replay``) could not answer: an unchanged
-# folder is answered without the API, YAML, networkx or orjson.
+# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``, ``argparse``)
+# only once the quick answer (``replay``) could not answer: an unchanged folder is answered
+# without the API, YAML, networkx or orjson; ``logging`` waits for a warning (``log``).
 
 __all__ = ["cli", "main"]
 
@@ -73,33 +72,37 @@ def cli(*args: str) -> int:
 def main() -> None:
     """The console script: an unchanged folder gets the last answer of the same command
     (``replay``); otherwise the library's logged warnings become ``provgraph: warning:``
-    lines of a full run."""
+    lines of a full run (``logging`` itself is imported only if one is logged)."""
     from .replay import answer
 
     quick = answer(sys.argv[1:])
     if quick is not None:
         sys.exit(quick)
-    from .log import LOGGER
+    from .log import listening
 
-    handler = _warning_lines()
-    LOGGER.addHandler(handler)
-    try:
+    with listening(_warn):
         code = cli(*sys.argv[1:])  # takes over the walk the quick answer made (``walk.handed_over``)
-    finally:
-        LOGGER.removeHandler(handler)
-    sys.exit(code)
+    _leave(code)
 
 
-def _warning_lines() -> logging.Handler:
-    """A handler that shows each warning the library logs as one line on stderr, as every
-    other message (``logging`` is imported only by a full run)."""
-    import logging
+def _leave(code: int) -> NoReturn:
+    """End the process once its output is flushed, without the interpreter's teardown.
 
-    class WarningLines(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            _warn(record.getMessage())
-
-    return WarningLines(logging.WARNING)
+    By then every state file is written and closed (``cli`` has returned), and what is
+    left is freeing a scan's hundreds of thousands of objects one by one: about as long
+    as writing the state, for nothing, since the process ends.  Only the console script
+    leaves this way; ``cli()`` returns as a library function should.  A reader that went
+    away before the last flush is not an error of ours, as in ``cli``."""
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # no console at all (pythonw)
+                stream.flush()
+    except BrokenPipeError:
+        pass
+    except OSError as error:
+        _say("error", _os_message(error))
+        code = code or EXIT_ERROR
+    os._exit(code)
 
 
 def _now() -> datetime | None:
@@ -467,13 +470,43 @@ def _relative(root: Path, file: str) -> str:
     return "/".join(parts)
 
 
+def _terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` gives it (``COLUMNS`` first, then
+    the terminal on stdout, else 80), without importing ``shutil``, which brings the
+    compression modules with it: the help is the only text the command wraps."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
 def _parser() -> argparse.ArgumentParser:
     import argparse
 
     from .api import DEFAULT_SOURCES_HEADING
 
+    width = _terminal_columns() - 2
+
+    class _Formatter(argparse.HelpFormatter):
+        """argparse's help, as wide as the terminal, which is asked once: argparse asks it
+        again (an environment lookup and a system call) for each of the dozens of
+        formatters it makes while the parsers are built, for every command run."""
+
+        def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24) -> None:
+            super().__init__(prog, indent_increment, max_help_position, width)
+
     class _Parser(argparse.ArgumentParser):
         """Reports a bad argument in one line (no usage dump), like every other error."""
+
+        def __init__(self, **options: Any) -> None:
+            options.setdefault("formatter_class", _Formatter)
+            super().__init__(**options)
 
         def error(self, message: str) -> NoReturn:
             from .render import safe_name

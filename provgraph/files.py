@@ -14,6 +14,7 @@ import hashlib
 import os
 import stat as stat_module
 from collections.abc import Iterator
+from operator import attrgetter
 from pathlib import Path
 from typing import Protocol
 
@@ -91,7 +92,7 @@ class LocalFiles:
             paths, stats, rows = walk_in_order(os.fspath(self.root), self._real_root)
         else:
             self.walked_ns, (paths, stats, rows) = handed
-        found = dict(zip(paths, map(_meta, stats), strict=True))
+        found = dict(zip(paths, [_new_tuple(FileMeta, _STAT_FIELDS(info)) for info in stats], strict=True))
         problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
         self._listed, self._device = found, _device(self.root)
         return found, problems
@@ -214,6 +215,13 @@ def _device(root: Path) -> int | None:
         return os.stat(root).st_dev
     except OSError:
         return None
+
+
+_STAT_FIELDS = attrgetter("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino")
+_new_tuple = tuple.__new__
+"""How ``walk`` makes a ``FileMeta`` per file: ``FileMeta(...)`` runs a Python ``__new__``
+per call, and a first scan of a large folder makes one for every file (``namedtuple``'s
+own ``_make`` builds them this way)."""
 
 
 def _meta(info: os.stat_result) -> FileMeta:

@@ -33,11 +33,13 @@ __all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
 
-_KEEP_BYTES = 16 * 1024 * 1024
-"""Small files read for their frontmatter are kept in memory up to this total,
-so that the ones that turn out to be sources are not read twice.  Past it, a
-source is read again to be hashed (from the page cache): a first scan of a
-large folder must not hold its contents."""
+_KEEP_BYTES = 32 * 1024 * 1024
+"""A folder whose small files (those read whole for their frontmatter) add up to no more
+than this is held in memory as it is read, so that the files that turn out to be sources
+are not read twice.  A larger folder holds none: each source is read again to be hashed
+(from the page cache).  Holding only its first files would spare few of its reads (most
+of its sources come later) and leave their bytes' room behind for the rest of the run:
+a first scan of a large folder must not hold its contents."""
 
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
@@ -92,13 +94,19 @@ def scan(
     remembered = remembered or {}
     lookup = Lookup(listing, roots)
     reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
+    reader.names = {path: path for path in listing}
+    reader.keeps_bytes = sum(meta.size for meta in listing.values() if meta.size <= FRONTMATTER_LIMIT) <= _KEEP_BYTES
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     unsettled: dict[str, tuple[str, ...]] = {}
-    for done, path in enumerate(sorted(listing)):
+    ordered = sorted(listing)
+    for done, path in enumerate(ordered):
         if progress is not None and done % _PROGRESS_EVERY == 0:
             progress(done, len(listing))
-        declaration = reader.declaration(path, listing[path], path in remembered)
+        is_remembered = path in remembered
+        declaration = reader.declaration(path, listing[path], is_remembered)
+        if declaration is NOTHING and not is_remembered:
+            continue  # most memory files: nothing declared, nothing to keep from before
         problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
         if path in reader.unsettled:
             unsettled[path] = remembered[path]
@@ -123,7 +131,7 @@ def scan(
     declarations = _drop_refused(declarations, reader.refused, problems)
     missing = any(state.sha256 is None for source, state in states.items() if source not in reader.refused)
     return Snapshot(
-        files=tuple(sorted(listing)),
+        files=tuple(ordered),
         declarations=declarations,
         derived_at={path: derived_at[path] for path in declarations.keys() | withheld.keys()},
         sources={source: state for source, state in states.items() if source not in reader.refused},
@@ -249,6 +257,12 @@ class _Reader:
         """Remembered derived files whose declaration could not be read this time."""
         self._content: dict[str, bytes] = {}
         self._kept = 0
+        self.keeps_bytes = True
+        """Whether the files read whole are kept until they are hashed (see ``_KEEP_BYTES``)."""
+        self.names: dict[str, str] = {}
+        """Each listed path, as the listing holds it: a source resolved anew is kept as that
+        very string, not as a copy per declaration naming it (a large folder's sources are
+        named tens of thousands of times, and every edge, stamp and row holds its name)."""
 
     def _trusted(self, seen: Seen | None, meta: FileMeta) -> bool:
         return (
@@ -276,10 +290,11 @@ class _Reader:
             if remembered:
                 self.unsettled.add(path)
             return NOTHING
-        truncated = len(head) > FRONTMATTER_LIMIT
-        if not truncated and self._kept + len(head) <= _KEEP_BYTES:
+        size = len(head)
+        truncated = size > FRONTMATTER_LIMIT
+        if not truncated and self.keeps_bytes and self._kept + size <= _KEEP_BYTES:
             self._content[path] = head
-            self._kept += len(head)
+            self._kept += size
         declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, self.sources_heading)
         if remembered and not declaration.entries and (declaration.problems or frontmatter_incomplete(head)):
             self.unsettled.add(path)
@@ -296,7 +311,8 @@ class _Reader:
         kept = seen.resolved if seen is not None and seen is self.previous.get(path) else None
         if kept is not None and not follows_listing(declaration.entries):
             return kept
-        resolved = resolve_entries(path, declaration.entries, lookup)
+        sources, refused = resolve_entries(path, declaration.entries, lookup)
+        resolved = tuple([self.names.get(source, source) for source in sources]), refused
         if seen is not None:
             self.seen[path] = Seen(seen.meta, seen.sha256, seen.declaration, resolved)  # _replace, without its cost
         return resolved
@@ -343,10 +359,11 @@ class _Reader:
         if current is not None and current.sha256 is not None and current.meta == meta:
             return current.sha256  # hashed already in this scan
         old = self.previous.get(path)
-        if self._trusted(old, meta) and old is not None and old.sha256 is not None:
+        content = self._content.pop(path, None)  # hashed once, then let go of
+        if old is not None and old.sha256 is not None and self._trusted(old, meta):
             sha = old.sha256
-        elif path in self._content:
-            sha = hashlib.sha256(self._content[path]).hexdigest()
+        elif content is not None:
+            sha = hashlib.sha256(content).hexdigest()
         else:
             hasher = getattr(self.files, "sha256", None)
             sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()

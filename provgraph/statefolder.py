@@ -15,7 +15,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 import time
 from collections.abc import Iterable
@@ -117,7 +116,7 @@ def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes]
     """Replace ``name`` in the folder ``target`` atomically: a new temporary file in the
     state folder (its name ends with ``suffix``), written, synced, renamed over it.
     Nothing is left behind on failure."""
-    temporary = f"{name}.{secrets.token_hex(6)}{suffix}"
+    temporary = f"{name}.{os.urandom(6).hex()}{suffix}"  # what secrets.token_hex does, without its imports
     descriptor = os.open(temporary, _NEW, 0o644, dir_fd=folders.state)
     try:
         with os.fdopen(descriptor, "wb") as handle:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 
@@ -50,6 +51,7 @@ def test_the_console_script_shows_logged_warnings_as_lines_and_only_while_it_run
         return 0
 
     monkeypatch.setattr(provgraph.cli, "cli", command)
+    monkeypatch.setattr(provgraph.cli, "_leave", sys.exit)  # the script ends its process; here, a SystemExit
     monkeypatch.setattr("sys.argv", ["provgraph", "status"])
     with pytest.raises(SystemExit) as exit_:
         provgraph.cli.main()

@@ -1,0 +1,136 @@
+"""The command's full run (a first scan, a changed folder) as a user starts it: a process of
+its own, which ends as soon as its answer is out and its state written, and which imports
+only what the answer needs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import PROVGRAPH
+
+STALE = 400
+"""Derived files made stale: enough that the answer is larger than a pipe holds at once."""
+
+
+def _imported(done: subprocess.CompletedProcess[str]) -> set[str]:
+    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+
+
+def _folder(tmp_path: Path) -> Path:
+    root = tmp_path / "memory"
+    root.mkdir()
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes tea.\n")
+    for number in range(STALE):
+        (root / f"summary-{number:03}.md").write_text(f"---\nname: s{number}\nderived_from: facts.md\n---\nTea.\n")
+    return root
+
+
+def test_the_command_ends_with_its_exit_code_and_its_whole_output(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    subprocess.run([PROVGRAPH, "status", str(root)], check=True, capture_output=True, timeout=60)
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes coffee.\n")
+    status = subprocess.run([PROVGRAPH, "status", "--json", str(root)], capture_output=True, timeout=60)
+    check = subprocess.run([PROVGRAPH, "check", str(root)], capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert len(status.stdout) > 65536
+    assert json.loads(status.stdout)["counts"]["stale"] == STALE
+    assert check.returncode == 1
+    assert check.stdout.count("facts.md changed") == STALE
+    assert check.stderr == ""
+
+
+def test_a_full_run_that_warns_of_nothing_never_imports_logging(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--json", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "provgraph.scan" in _imported(done)
+    assert "logging" not in _imported(done)
+    assert json.loads(done.stdout)["counts"]["derived"] == STALE
+
+
+def test_a_warning_of_a_full_run_is_one_line_on_stderr(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    subprocess.run([PROVGRAPH, "status", str(root)], check=True, capture_output=True, timeout=60)
+    (root / "provgraph.lock").write_bytes(b"{not a lock at all")
+    done = subprocess.run([PROVGRAPH, "status", str(root)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"provgraph: warning: {root / 'provgraph.lock'} could not be read")
+    assert done.stdout.startswith(f"{STALE + 1} memory files, {STALE} derived")
+
+
+def test_a_first_scan_holds_a_source_named_by_many_files_once(tmp_path: Path) -> None:
+    """A large folder's sources are named tens of thousands of times: each name is kept as the
+    listing's own string, not as one copy per declaration (the peak memory of a first scan)."""
+    from provgraph.files import LocalFiles
+    from provgraph.scan import scan
+
+    root = _folder(tmp_path)
+    (root / "notes").mkdir()
+    (root / "notes" / "linked.md").write_text("---\nderived_from: [Facts](../facts.md)\n---\n")
+    files = LocalFiles(root)
+    listing, problems = files.walk()
+    snapshot = scan(files, {}, 0, (listing, problems))
+    named = [sources[0] for sources in snapshot.declarations.values()]
+    assert len(named) == STALE + 1 and set(named) == {"facts.md"}
+    (listed,) = (path for path in listing if path == "facts.md")
+    assert all(name is listed for name in named)
+
+
+def test_the_help_is_as_wide_as_the_terminal(run, tmp_path: Path) -> None:
+    """The parsers ask the terminal's width once, not once per option; the help still fits it."""
+    _, narrow, _ = run("status", "--help", cwd=tmp_path, env={"COLUMNS": "50"})
+    _, wide, _ = run("status", "--help", cwd=tmp_path, env={"COLUMNS": "200"})
+    assert len(narrow.splitlines()) > len(wide.splitlines())
+    assert max(map(len, wide.splitlines())) > 60
+    assert sorted(map(len, narrow.splitlines()))[-3] <= 50  # argparse cannot break one usage group
+    assert " ".join(narrow.split()) == " ".join(wide.split())
+
+
+def _reads_per_file(files, monkeypatch) -> dict[str, int]:
+    """How many times each file is opened for reading by ``files`` (a ``LocalFiles``)."""
+    opened: dict[str, int] = {}
+    open_listed = files._open_listed
+
+    def counting(path: str):
+        opened[path] = opened.get(path, 0) + 1
+        return open_listed(path)
+
+    monkeypatch.setattr(files, "_open_listed", counting)
+    return opened
+
+
+def test_a_first_scan_of_a_folder_that_fits_in_memory_reads_each_file_once(tmp_path: Path, monkeypatch) -> None:
+    from provgraph.files import LocalFiles
+    from provgraph.scan import scan
+
+    root = _folder(tmp_path)
+    files = LocalFiles(root)
+    listing, problems = files.walk()
+    opened = _reads_per_file(files, monkeypatch)
+    snapshot = scan(files, {}, 0, (listing, problems))
+    assert snapshot.sources["facts.md"].sha256 is not None
+    assert opened == dict.fromkeys(listing, 1)
+
+
+def test_a_first_scan_of_a_larger_folder_holds_no_file_and_reads_its_sources_again(tmp_path: Path, monkeypatch) -> None:
+    import provgraph.scan
+    from provgraph.files import LocalFiles
+
+    root = _folder(tmp_path)
+    size = sum(path.stat().st_size for path in root.iterdir())
+    monkeypatch.setattr(provgraph.scan, "_KEEP_BYTES", size - 1)
+    files = LocalFiles(root)
+    listing, problems = files.walk()
+    opened = _reads_per_file(files, monkeypatch)
+    snapshot = provgraph.scan.scan(files, {}, 0, (listing, problems))
+    assert snapshot.sources["facts.md"].sha256 is not None
+    assert opened == {**dict.fromkeys(listing, 1), "facts.md": 2}
