@@ -446,6 +446,33 @@ def test_a_lock_read_because_it_was_young_is_sealed_again_once_old_and_a_change_
     assert same_answers(root) == [False, False, False]
 
 
+def test_a_record_keeps_the_locks_bytes_only_while_its_metadata_cannot_prove_them(tmp_path) -> None:
+    """A run right after the lock was written keeps its bytes, to compare a young lock with;
+    a run that seals a lock older than the racy window keeps none (they would only be read
+    with the record at every answer), and its quick answer never opens the lock."""
+    root = memory_folder(tmp_path / "memory")  # its last run wrote the lock
+
+    def kept_lock_bytes() -> bytes:
+        fields = replay._unpack((root / ".provgraph" / "answer-status").read_bytes())
+        assert fields is not None and fields[4] == b"1"
+        return fields[6]
+
+    assert full_path("status", cwd=root).code == 0
+    assert kept_lock_bytes() == b"=" + (root / "provgraph.lock").read_bytes()
+    time.sleep(PAST_THE_RACY_WINDOW)
+    assert full_path("status", cwd=root).code == 0
+    assert kept_lock_bytes() == b""
+    done = subprocess.run(
+        [sys.executable, "-c", OPENED_LOCK, "status"],
+        cwd=root,
+        env={**os.environ, **SETTINGS},
+        capture_output=True,
+        text=True,
+    )
+    assert done.stderr.split() == ["0", "0"]  # answered, the lock unopened
+    assert same_answers(root)[0]  # ``status``, the full path's very answer
+
+
 def test_a_lock_is_sealed_again_only_when_old_enough_and_not_already_proven() -> None:
     from provgraph.nochange import RACY_WINDOW_NS, LockSeal, lock_as_sealed, renewed_seal
 
