@@ -19,7 +19,7 @@ from typing import Protocol
 
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
-from .nochange import RACY_WINDOW_NS, Sight  # the racy rule is the no-change rule's; the scan applies it too
+from .nochange import RACY_WINDOW_NS, Sight, metas_of  # the racy rule is the no-change rule's; the scan applies it too
 from .walk import handed_over, place, walk_in_order
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
@@ -88,10 +88,10 @@ class LocalFiles:
         handed = handed_over(os.fspath(self.root), self._real_root)
         if handed is None:
             self.walked_ns = None
-            paths, stats, rows = walk_in_order(os.fspath(self.root), self._real_root)
+            paths, numbers, rows = walk_in_order(os.fspath(self.root), self._real_root)
         else:
-            self.walked_ns, (paths, stats, rows) = handed
-        found = dict(zip(paths, map(_meta, stats), strict=True))
+            self.walked_ns, (paths, numbers, rows) = handed
+        found = dict(zip(paths, map(FileMeta._make, metas_of(numbers)), strict=True))
         problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
         self._listed, self._device = found, _device(self.root)
         return found, problems

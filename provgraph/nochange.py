@@ -28,7 +28,7 @@ checked again (``holds_as_proven``).
 Everything here is pure: how a source is looked at is passed in (``api`` asks its
 ``FileSource``, the command's quick answer ``walk.sight``).
 The module imports nothing but modules built into the interpreter (``marshal``,
-``_operator``): the command line's quick answer (``replay``) applies the same rule
+``itertools``): the command line's quick answer (``replay``) applies the same rule
 before anything else of provgraph is imported, and ``enum`` alone would cost it
 more than walking a small folder.
 """
@@ -36,18 +36,13 @@ more than walking a small folder.
 from __future__ import annotations
 
 import marshal
-
-try:
-    from _operator import attrgetter  # ``operator`` re-exports it, for 0.5 ms more
-except ImportError:  # pragma: no cover - an interpreter without the C module
-    from operator import attrgetter
+from itertools import chain
 
 from .lockname import LOCK_NAME, is_sync_copy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
-    from os import stat_result as StatResult
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from typing import ClassVar
 
 
@@ -60,7 +55,6 @@ __all__ = [
     "Look",
     "Sight",
     "Watched",
-    "columns_bytes",
     "decode_watched",
     "encode_watched",
     "holds",
@@ -69,8 +63,9 @@ __all__ = [
     "listing_bytes",
     "listing_key",
     "lock_as_sealed",
+    "metas_of",
+    "numbers_bytes",
     "renewed_seal",
-    "stat_columns",
     "watched_sources",
 ]
 
@@ -359,35 +354,30 @@ def listing_key(listing: Mapping[str, Meta]) -> str:
     return _sha256(listing_bytes(paths, list(map(listing.__getitem__, paths))))
 
 
-def listing_bytes(paths: Sequence[str], metas: Sequence[Meta]) -> bytes:
+def listing_bytes(paths: Sequence[str], metas: Iterable[Meta]) -> bytes:
     """Every path with its metadata (``metas[i]`` is that of ``paths[i]``), in this order:
-    ``columns_bytes`` of the metadata's columns."""
-    columns = [list(column) for column in zip(*metas, strict=True)] if metas else [[], [], [], []]
-    return columns_bytes(paths, columns)
+    ``numbers_bytes`` of the metadata's numbers."""
+    return numbers_bytes(paths, list(chain.from_iterable(metas)))
 
 
-def stat_columns(stats: Sequence[StatResult]) -> list[list[int]]:
-    """The metadata of a walk's stat results (``walk.walk_in_order``) as four columns, in
-    ``Meta``'s order: sizes, mtimes, ctimes, inodes.  Each is gathered by a loop in C,
-    and the numbers are the very objects the stat results hold: no tuple per file."""
-    return [list(map(getter, stats)) for getter in _STAT_COLUMNS]
+def numbers_bytes(paths: Sequence[str], numbers: list[int]) -> bytes:
+    """Every path with its metadata, four numbers a path in ``Meta``'s order (as
+    ``walk.walk_in_order`` gives them), in this order.
 
-
-def columns_bytes(paths: Sequence[str], columns: list[list[int]]) -> bytes:
-    """Every path with its metadata (``columns[k][i]`` is the ``k``-th number of
-    ``paths[i]``), in this order.
-
-    The count, the paths joined by NUL (a path holds none), then the four columns as
-    ``marshal`` writes them in its version 2 (no references between objects, so equal
+    The count, the paths joined by NUL (a path holds none), then the numbers as
+    ``marshal`` writes a list in its version 2 (no references between objects, so equal
     numbers give equal bytes whatever objects hold them; any integer, a huge inode too):
     two listings in the same order have the same bytes only if they are equal.  Built by
     C loops, without ``struct`` or a formatted number: the walk of a large folder would
     cost less than formatting its numbers as text."""
     names = "\0".join(paths).encode("utf-8", "surrogatepass")  # any code point, one way
-    return b"%d\0%s\0%s" % (len(paths), names, marshal.dumps(columns, 2))
+    return b"%d\0%s\0%s" % (len(paths), names, marshal.dumps(numbers, 2))
 
 
-_STAT_COLUMNS = tuple(map(attrgetter, ("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino")))
+def metas_of(numbers: list[int]) -> Iterator[Meta]:
+    """The numbers of a walk (``walk.walk_in_order``), four at a time: each file's ``Meta``."""
+    quads = iter(numbers)
+    return zip(quads, quads, quads, quads, strict=True)
 
 
 def _sha256(data: bytes) -> str:

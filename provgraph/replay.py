@@ -34,13 +34,13 @@ from .nochange import (
     Look,
     Sight,
     Watched,
-    columns_bytes,
     holds,
     holds_as_proven,
     is_sync_copy,
     lock_as_sealed,
+    metas_of,
+    numbers_bytes,
     renewed_seal,
-    stat_columns,
 )
 from .walk import hand_over, sight, walk_in_order
 
@@ -284,7 +284,7 @@ def _try_lock(state: int) -> int | None:
 def _holds(
     command: Command, conditions: Conditions, known: bytes | None, proof: bytes
 ) -> tuple[bytes, LockSeal | None] | None:
-    """When the no-change rule holds: the walk's listing as bytes (``columns_bytes`` in the
+    """When the no-change rule holds: the walk's listing as bytes (``numbers_bytes`` in the
     walk's order), and the lock's renewed seal if it earned one; else None.  With a
     ``proof`` (the bytes of a walk the rule held for, kept in the record) the listing is
     compared with it; else the rule is applied in full, and the bytes returned become
@@ -292,9 +292,8 @@ def _holds(
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     started_ns = wall_ns()
-    paths, stats, problems = walk_in_order(root, real_root)
-    columns, rows = stat_columns(stats), tuple(sorted(set(problems)))
-    listing = columns_bytes(paths, columns)
+    paths, numbers, problems = walk_in_order(root, real_root)
+    rows, listing = tuple(sorted(set(problems))), numbers_bytes(paths, numbers)
     renewed: list[LockSeal] = []
 
     def lock_holds(seal: LockSeal | None) -> bool:
@@ -306,10 +305,10 @@ def _holds(
     if proof:
         held = holds_as_proven(conditions, Glance(listing, rows, conditions.settings), proof, lock_holds, sight_of)
     else:
-        look = Look(dict(zip(paths, zip(*columns, strict=True), strict=True)), rows, conditions.settings)
+        look = Look(dict(zip(paths, metas_of(numbers), strict=True)), rows, conditions.settings)
         held = holds(conditions, look, lock_holds, sight_of)
     if not held:  # the full run that follows takes this walk over rather than walking again
-        hand_over(root, real_root, started_ns, (paths, stats, problems))
+        hand_over(root, real_root, started_ns, (paths, numbers, problems))
         return None
     return listing, renewed[0] if renewed else None
 
