@@ -27,8 +27,8 @@ checked again (``holds_as_proven``).
 
 Everything here is pure: how a source is looked at is passed in (``api`` asks its
 ``FileSource``, the command's quick answer ``walk.sight``).
-The module imports nothing but modules built into the interpreter (``marshal``,
-``itertools``): the command line's quick answer (``replay``) applies the same rule
+The module imports nothing but ``marshal``, built into the interpreter: the
+command line's quick answer (``replay``) applies the same rule
 before anything else of provgraph is imported, and ``enum`` alone would cost it
 more than walking a small folder.
 """
@@ -36,7 +36,6 @@ more than walking a small folder.
 from __future__ import annotations
 
 import marshal
-from itertools import chain
 
 from .lockname import LOCK_NAME, is_sync_copy
 
@@ -356,7 +355,10 @@ def listing_key(listing: Mapping[str, Meta]) -> str:
 
 def listing_bytes(paths: Sequence[str], metas: Iterable[Meta]) -> bytes:
     """Every path with its metadata (``metas[i]`` is that of ``paths[i]``), in this order:
-    ``numbers_bytes`` of the metadata's numbers."""
+    ``numbers_bytes`` of the metadata's numbers.  (``itertools`` is imported here: the
+    quick answer, which never calls this once its record holds a proof, does without.)"""
+    from itertools import chain
+
     return numbers_bytes(paths, list(chain.from_iterable(metas)))
 
 
