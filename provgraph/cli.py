@@ -70,14 +70,18 @@ def cli(*args: str) -> int:
 
 
 def main() -> None:
-    """The console script: an unchanged folder gets the last answer of the same command
-    (``replay``); otherwise the library's logged warnings become ``provgraph: warning:``
-    lines of a full run (``logging`` itself is imported only if one is logged)."""
-    from .replay import answer
+    """The command (``python -m provgraph``; the ``provgraph`` script starts at
+    ``replay.main``, without importing this module for the quick answer): an unchanged
+    folder gets the last answer of the same command (``replay``); otherwise ``full_run``."""
+    from .replay import main as command
 
-    quick = answer(sys.argv[1:])
-    if quick is not None:
-        sys.exit(quick)
+    command()
+
+
+def full_run() -> None:
+    """The command once the quick answer could not answer: the library's logged warnings
+    become ``provgraph: warning:`` lines of a full run (``logging`` itself is imported
+    only if one is logged)."""
     from .log import listening
 
     with listening(_warn):

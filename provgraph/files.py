@@ -14,13 +14,13 @@ import hashlib
 import os
 import stat as stat_module
 from collections.abc import Iterator
-from operator import attrgetter
+from itertools import repeat
 from pathlib import Path
 from typing import Protocol
 
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
-from .nochange import RACY_WINDOW_NS, Sight  # the racy rule is the no-change rule's; the scan applies it too
+from .nochange import RACY_WINDOW_NS, Sight, metas_of  # the racy rule is the no-change rule's; the scan applies it too
 from .walk import handed_over, place, walk_in_order
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
@@ -89,10 +89,10 @@ class LocalFiles:
         handed = handed_over(os.fspath(self.root), self._real_root)
         if handed is None:
             self.walked_ns = None
-            paths, stats, rows = walk_in_order(os.fspath(self.root), self._real_root)
+            paths, numbers, rows = walk_in_order(os.fspath(self.root), self._real_root)
         else:
-            self.walked_ns, (paths, stats, rows) = handed
-        found = dict(zip(paths, [_new_tuple(FileMeta, _STAT_FIELDS(info)) for info in stats], strict=True))
+            self.walked_ns, (paths, numbers, rows) = handed
+        found = dict(zip(paths, map(_new_tuple, repeat(FileMeta), metas_of(numbers)), strict=True))
         problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
         self._listed, self._device = found, _device(self.root)
         return found, problems
@@ -217,7 +217,6 @@ def _device(root: Path) -> int | None:
         return None
 
 
-_STAT_FIELDS = attrgetter("st_size", "st_mtime_ns", "st_ctime_ns", "st_ino")
 _new_tuple = tuple.__new__
 """How ``walk`` makes a ``FileMeta`` per file: ``FileMeta(...)`` runs a Python ``__new__``
 per call, and a first scan of a large folder makes one for every file (``namedtuple``'s

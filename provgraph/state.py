@@ -25,10 +25,12 @@ import hashlib
 import os
 import stat
 import threading
+from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property, partial
+from itertools import chain
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,9 +75,9 @@ from .nochange import (
     LockSeal,
     decode_watched,
     encode_watched,
-    listing_bytes,
     listing_key,
     lock_as_sealed,
+    numbers_bytes,
     watched_sources,
 )
 from .statefolder import (
@@ -696,20 +698,18 @@ class StateStore:
 def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFiles] | None:
     """The paths of ``listing`` sorted, and their record for the next cache
     (``incremental.MemoryFiles``); None when a number does not fit in 64 bits.  The files
-    are sorted and their metadata packed once, for that record and for the no-change
-    rule's ``listing_key`` (the sha256 of these very bytes)."""
+    are sorted and their numbers gathered once, for that record (packed, four 64-bit
+    numbers a file) and for the no-change rule's ``listing_key`` (the sha256 of
+    ``numbers_bytes`` of these very numbers)."""
     paths = sorted(listing)
-    data = listing_bytes(paths, list(map(listing.__getitem__, paths)))
-    numbers = len(data) - _META_BYTES * len(paths)
-    if not data.startswith(b"q"):  # written as text: too large a number
+    numbers = list(chain.from_iterable(map(listing.__getitem__, paths)))
+    try:
+        packed = array("q", numbers).tobytes()
+    except OverflowError:
         return None
-    with memoryview(data) as names:
-        digest = hashlib.sha256(names[:numbers]).hexdigest()
-    return paths, MemoryFiles(digest, data[numbers:], hashlib.sha256(data).hexdigest())
-
-
-_META_BYTES = 32
-"""A file's metadata in ``listing_bytes``: four 64-bit numbers."""
+    names = "\0".join(paths).encode("utf-8", "surrogatepass")  # as ``numbers_bytes`` writes them
+    key = hashlib.sha256(numbers_bytes(paths, numbers)).hexdigest()
+    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, key)
 
 
 def _others_after(

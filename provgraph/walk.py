@@ -20,8 +20,9 @@ __all__ = ["hand_over", "handed_over", "is_utf8", "place", "printable", "sight",
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 """The root is opened through a link, as it was named."""
 _FOLDER = _ROOT | os.O_NOFOLLOW
-Walked = tuple[list[str], list[os.stat_result], list[ProblemRow]]
-"""``walk_in_order``'s answer: each file's path, its stat at the same place, the problems."""
+Walked = tuple[list[str], list[int], list[ProblemRow]]
+"""``walk_in_order``'s answer: each file's path; what stat said of it, four numbers a file
+in the same order (size, mtime, ctime, inode: ``nochange.metas_of`` groups them); the problems."""
 
 UNREADABLE = "unreadable"
 OUTSIDE_ROOT = "outside-root"
@@ -30,10 +31,12 @@ OUTSIDE_ROOT = "outside-root"
 
 def walk_in_order(root: str, real_root: str) -> Walked:
     """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``):
-    two lists, each file's root-relative POSIX path and its stat in the order the folders
-    listed them, and the problems met.  The command's quick answer compares the walk's bytes in
-    this order with the bytes of a walk it proved unchanged (``nochange.holds_as_proven``):
-    no mapping, no tuple per file, no sort."""
+    each file's root-relative POSIX path in the order the folders listed them, the numbers
+    of its stat in the same order, and the problems met.  The command's quick answer
+    compares the walk's bytes in this order with the bytes of a walk it proved unchanged
+    (``nochange.holds_as_proven``): no mapping, no sort.  The numbers are taken from each
+    stat as it is made, and the stat let go: a walk of a large folder that kept them all
+    would fill memory a stat walk never touches, and go slower for it."""
     walker = _Walker(real_root)
     walker.pending.append(("", root))
     while walker.pending:
@@ -42,7 +45,7 @@ def walk_in_order(root: str, real_root: str) -> Walked:
             walker.folder(folder, prefix)
         except OSError as error:
             walker.problems.append((prefix.rstrip("/") or ".", UNREADABLE, _reason(error)))
-    return walker.paths, walker.stats, walker.problems
+    return walker.paths, walker.numbers, walker.problems
 
 
 _HANDED: dict[tuple[str, str], tuple[int, Walked]] = {}
@@ -68,13 +71,13 @@ def handed_over(root: str, real_root: str) -> tuple[int, Walked] | None:
 class _Walker:
     """What one walk has found so far, and the folders it has still to list."""
 
-    __slots__ = ("inside", "paths", "pending", "problems", "real_root", "stats")
+    __slots__ = ("inside", "numbers", "paths", "pending", "problems", "real_root")
 
     def __init__(self, real_root: str) -> None:
         self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
         self.paths: list[str] = []
-        self.stats: list[os.stat_result] = []
-        """The stat of the file at the same place in ``paths``."""
+        self.numbers: list[int] = []
+        """Four numbers for each file of ``paths``, in the same order (``Walked``)."""
         self.problems: list[ProblemRow] = []
         self.pending: list[tuple[str, str]] = []
 
@@ -85,7 +88,7 @@ class _Walker:
         The folder is listed through a descriptor, so that each file is stat'ed by its name
         in it rather than by a path the system resolves again from the root; a subfolder
         (never the root) that became a symlink since it was listed is not followed."""
-        add_path, add_stat = self.paths.append, self.stats.append
+        add_path, add_numbers = self.paths.append, self.numbers.extend
         descriptor = os.open(folder, _FOLDER if prefix else _ROOT)
         try:
             with os.scandir(descriptor) as entries:
@@ -96,7 +99,8 @@ class _Walker:
                     if name.endswith(".md") and name.isascii():
                         try:
                             if entry.is_file(follow_symlinks=False):
-                                add_stat(entry.stat(follow_symlinks=False))
+                                info = entry.stat(follow_symlinks=False)
+                                add_numbers((info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
                                 add_path(prefix + name)
                                 continue
                         except OSError:
@@ -106,7 +110,7 @@ class _Walker:
             os.close(descriptor)
 
     def found(self, path: str, info: os.stat_result) -> None:
-        self.stats.append(info)
+        self.numbers.extend((info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
         self.paths.append(path)
 
     def visit(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:

@@ -39,7 +39,8 @@ T1 = datetime(2026, 11, 17, 9, 0, tzinfo=UTC)
 T2 = datetime(2026, 11, 24, 9, 0, tzinfo=UTC)
 AGING_MARGIN = 0.3
 """Seconds waited beyond a racy window, so that a file's time is surely out of it."""
-PAST_THE_RACY_WINDOW = provgraph.nochange.RACY_WINDOW_NS / 1e9 + AGING_MARGIN
+RACY_WINDOW_NS = provgraph.nochange.RACY_WINDOW_NS
+PAST_THE_RACY_WINDOW = RACY_WINDOW_NS / 1e9 + AGING_MARGIN
 SETTINGS = {"PROVGRAPH_NOW": T2.isoformat(), "TZ": "UTC"}
 
 
@@ -467,6 +468,33 @@ def test_a_lock_read_because_it_was_young_is_sealed_again_once_old_and_a_change_
     assert same_answers(root)[0]
     another_clones_stamps(root)
     assert same_answers(root) == [False, False, False]
+
+
+def test_a_record_keeps_the_locks_bytes_only_while_its_metadata_cannot_prove_them(tmp_path) -> None:
+    """A run right after the lock was written keeps its bytes, to compare a young lock with;
+    a run that seals a lock older than the racy window keeps none (they would only be read
+    with the record at every answer), and its quick answer never opens the lock."""
+    root = memory_folder(tmp_path / "memory")  # its last run wrote the lock
+
+    def kept_lock_bytes() -> bytes:
+        fields = replay._unpack((root / ".provgraph" / "answer-status").read_bytes())
+        assert fields is not None and fields[4] == b"1"
+        return fields[6]
+
+    assert full_path("status", cwd=root).code == 0
+    assert kept_lock_bytes() == b"=" + (root / "provgraph.lock").read_bytes()
+    time.sleep(PAST_THE_RACY_WINDOW)
+    assert full_path("status", cwd=root).code == 0
+    assert kept_lock_bytes() == b""
+    done = subprocess.run(
+        [sys.executable, "-c", OPENED_LOCK, str(RACY_WINDOW_NS), "status"],
+        cwd=root,
+        env={**os.environ, **SETTINGS},
+        capture_output=True,
+        text=True,
+    )
+    assert done.stderr.split() == ["0", "0"]  # answered, the lock unopened
+    assert same_answers(root)[0]  # ``status``, the full path's very answer
 
 
 def test_a_lock_is_sealed_again_only_when_old_enough_and_not_already_proven() -> None:

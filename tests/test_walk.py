@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provgraph.files import LocalFiles
-from provgraph.nochange import Meta, listing_bytes
+from provgraph.nochange import Meta, listing_bytes, metas_of, numbers_bytes
 from provgraph.walk import walk_in_order
 
 
@@ -28,12 +28,26 @@ def _folder(root: Path) -> Path:
 
 def test_the_walk_in_order_lists_what_the_walk_lists_each_with_its_own_stat(tmp_path: Path) -> None:
     root = _folder(tmp_path / "memory")
-    paths, stats, problems = walk_in_order(str(root), str(root))
+    paths, numbers, problems = walk_in_order(str(root), str(root))
     listing, walk_problems = LocalFiles(root).walk()  # the walk a refresh makes
     assert sorted(paths) == sorted(listing) == ["a.md", "e.md", "notes/b.md", "notes/deep/c.md"]
-    assert dict(zip(paths, map(_meta, stats), strict=True)) == {path: tuple(meta) for path, meta in listing.items()}
+    assert len(numbers) == 4 * len(paths)
+    assert dict(zip(paths, metas_of(numbers), strict=True)) == {path: tuple(meta) for path, meta in listing.items()}
     assert all(_meta(os.stat(root / path)) == listing[path] for path in paths)
     assert problems == walk_problems == []
+
+
+def test_the_walks_bytes_built_from_its_numbers_are_those_of_its_listing(tmp_path: Path) -> None:
+    """The quick answer builds its proof from the walk's numbers as they come; the full
+    rule's digest from the listing's metadata: the same bytes for the same walk."""
+    root = _folder(tmp_path / "memory")
+    paths, numbers, _ = walk_in_order(str(root), str(root))
+    metas = list(metas_of(numbers))
+    assert metas == [_meta(os.stat(root / path)) for path in paths]
+    assert numbers_bytes(paths, numbers) == listing_bytes(paths, metas)
+    assert numbers_bytes([], []) == listing_bytes([], [])
+    with pytest.raises(ValueError):
+        list(metas_of(numbers[:-1]))  # a walk's numbers come four a file
 
 
 def test_a_folder_swapped_for_a_link_during_the_walk_is_not_followed(

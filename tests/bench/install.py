@@ -18,6 +18,7 @@ import hashlib
 import importlib.util
 import os
 import site
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -71,8 +72,14 @@ def installed(base: Path) -> Interpreter:
 
 
 def build_wheel(source: Path, folder: Path) -> Path:
-    """A pure-Python wheel of the package in ``source``: its files, metadata and console scripts."""
-    project = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    """A pure-Python wheel of the package in ``source``: its files, metadata and scripts.
+
+    The ``provgraph`` command is a script of its own (``script-files`` in pyproject.toml),
+    not an entry point, so it goes where a wheel's scripts go,
+    ``provgraph-<version>.data/scripts/``, executable, and pip rewrites its ``#!python``
+    line to the environment's interpreter, as it does for the wheel setuptools builds."""
+    configuration = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))
+    project = configuration["project"]
     name, version = project["name"], project["version"]
     info = f"{name}-{version}.dist-info"
     members = {
@@ -84,15 +91,24 @@ def build_wheel(source: Path, folder: Path) -> Path:
     metadata += [f"Requires-Dist: {requirement}\n" for requirement in project.get("dependencies", ())]
     members[f"{info}/METADATA"] = "".join(metadata).encode()
     members[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: tests.bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    scripts = "".join(f"{script} = {target}\n" for script, target in project.get("scripts", {}).items())
-    members[f"{info}/entry_points.txt"] = f"[console_scripts]\n{scripts}".encode()
+    for script in configuration.get("tool", {}).get("setuptools", {}).get("script-files", ()):
+        members[f"{name}-{version}.data/scripts/{Path(script).name}"] = (source / script).read_bytes()
     members[f"{info}/RECORD"] = _record(members, f"{info}/RECORD")
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
         for member, data in members.items():
-            archive.writestr(member, data)
+            archive.writestr(_entry(member), data)
     return wheel
+
+
+def _entry(member: str) -> zipfile.ZipInfo:
+    """A member of the wheel, a script executable: pip installs a file with the mode the
+    archive gives it."""
+    entry = zipfile.ZipInfo(member)
+    entry.compress_type = zipfile.ZIP_DEFLATED
+    entry.external_attr = (stat.S_IFREG | (0o755 if ".data/scripts/" in member else 0o644)) << 16
+    return entry
 
 
 def _record(members: dict[str, bytes], record: str) -> bytes:
