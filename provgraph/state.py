@@ -69,7 +69,7 @@ from .incremental import LockLines, MemoryFiles, Previous, Splice
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
-from .model import FileMeta, Problem, ProblemKind, Report
+from .model import FileMeta, Problem, ProblemKind, Report, column
 from .nochange import (
     Conditions,
     LockSeal,
@@ -664,7 +664,7 @@ class StateStore:
         assert isinstance(rows, RowTable), "the rows as ``previous`` read them"
         others = _others_after(rows, previous.others, updates, listing)
         stats = {path: _meta_of(row) for path, row in others.items()}
-        watched = watched_sources(map(_SOURCE, state.report.edges), listing, {}, stats)
+        watched = watched_sources(column(state.report.edges, "source"), listing, {}, stats)
         problems = tuple(problem.row for problem in state.walk_problems)
         key = listing_key(listing) if files is None else files.listing_key
         conditions = Conditions(seal, state.scan_started_ns, problems, key, watched, state.settings)
