@@ -58,6 +58,7 @@ __all__ = [
     "encode_seen",
     "lock_bytes",
     "optional_text",
+    "sized",
     "split_cache",
     "stream",
     "text",
@@ -287,12 +288,36 @@ _SCAN = 1 << 20
 """Bytes of a table searched for batch breaks at once."""
 
 
+def sized(parts: Iterator[bytes], sizes: list[int]) -> Iterator[bytes]:
+    """``parts`` as they come, the size of each added to ``sizes``: written beside a table
+    written in batches (``_batches``, ``_in_batches``), they say where its batches are."""
+    for part in parts:
+        sizes.append(len(part))
+        yield part
+
+
+def _sized_spans(start: int, end: int, sizes: object) -> list[tuple[int, int]] | None:
+    """Where the batches of the table from ``start`` to ``end`` are, from the sizes of the
+    parts it was written in (its opening, each batch with the break before it, its
+    closing); None when they do not add up to that table."""
+    if not isinstance(sizes, list) or len(sizes) < 2 or set(map(type, sizes)) != {int} or sum(sizes) != end - start:
+        return None
+    spans, position = [], start + sizes[0]
+    for index, size in enumerate(sizes[1:-1]):
+        skip = len(BATCH_BREAK) if index else 0
+        if size <= skip:
+            return None
+        spans.append((position + skip, position + size))
+        position += size
+    return spans
+
+
 def decode_edge_batches(data: bytes | bytearray, start: int, end: int, read: Span) -> tuple[EdgeTable, EdgeBatches]:
     """The edges of the table ``data[start:end]`` (``[...]``), parsed a batch at a time (a
     large table is never parsed as a whole beside its bytes) into columns (``EdgeTable``:
     a change reaches a handful of edges, whose objects alone are made), and where their
     batches are (``read`` reads those bytes again)."""
-    spans = _spans(read, start, end, b"[", b"]")
+    spans = _spans(lambda low, high: bytes(data[low:high]), start, end, b"[", b"]")  # searched where it is held
     edges = EdgeTable([], [], [], [], [], [])
     counts = []
     for span_start, span_stop in spans:
@@ -345,10 +370,14 @@ class RowTable(Mapping[str, list[Any]]):
     no row changed in as it was read.  A refresh after a small change so parses and
     encodes a few batches, whatever the size of the folder."""
 
-    def __init__(self, read: Span, start: int, end: int, firsts: list[str]) -> None:
+    def __init__(self, read: Span, start: int, end: int, firsts: list[str], sizes: object = None) -> None:
         """The table is from ``start`` to ``end`` (``{...}``), read by ``read`` a batch at a
-        time when asked for; ``firsts`` is each batch's first path."""
-        spans = _spans(read, start, end, b"{", b"}")
+        time when asked for; ``firsts`` is each batch's first path, ``sizes`` the size of
+        each part the table was written in (``sized``), which spare searching the table for
+        its batches (a large folder's table is most of the cache)."""
+        spans = _sized_spans(start, end, sizes) if sizes is not None else None
+        if spans is None:
+            spans = _spans(read, start, end, b"{", b"}")
         if len(spans) != len(firsts) or firsts != sorted(firsts) or not all(type(path) is str for path in firsts):
             raise Corrupt("the per-file table's batches are not the ones its index lists")
         self._read, self._spans, self._firsts = read, spans, firsts

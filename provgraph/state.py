@@ -56,6 +56,7 @@ from .codec import (
     encode_report,
     encode_seen,
     lock_bytes,
+    sized,
     split_cache,
     stream,
 )
@@ -505,7 +506,8 @@ class StateStore:
         if "row_batches" not in document or not self._patchable(document, settings, walk_problems):
             return None
         stored, self._tx.edges_read = _report_in_batches(head, report_at + len(REPORT), tables_at, read)
-        rows = RowTable(read, tables_at + len(TABLES), refused_at, document["row_batches"])
+        sizes = document.get("row_sizes")
+        rows = RowTable(read, tables_at + len(TABLES), refused_at, document["row_batches"], sizes)
         return document, stored, rows
 
     def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
@@ -869,9 +871,11 @@ def _entries(
     if report is None and state.report is not None:
         report = encode_report(state.report)
     yield "report", report
-    yield "seen", per_file.rows
+    sizes: list[int] = []
+    yield "seen", Chunks(sized(per_file.rows.parts, sizes))
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
     yield "row_batches", per_file.firsts
+    yield "row_sizes", sizes  # written by now: ``stream`` writes one entry after the other
     yield "memory_files", _encode_memory_files(per_file.memory)
     yield "others", per_file.others
     yield "lock_canonical", lock_canonical

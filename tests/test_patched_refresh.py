@@ -368,3 +368,40 @@ def test_a_damaged_edge_in_the_cache_is_refused_as_a_whole_batch(row: object) ->
     table = b"[" + orjson.dumps([good, row])[1:-1] + b"]"
     with pytest.raises((codec.Corrupt, KeyError, TypeError, ValueError)):
         codec.decode_edge_batches(table, 0, len(table), lambda low, high: table[low:high])
+
+
+@given(_PAYLOADS, st.binary(max_size=3))
+def test_the_batches_of_a_table_are_where_the_sizes_written_beside_it_say(payloads, before) -> None:
+    """The cache records the size of each part its per-file table was written in: a patched
+    refresh finds the batches from them, as it would by searching the table."""
+    sizes: list[int] = []
+    table = b"".join(codec.sized(codec._in_batches(b"{", iter(payloads), b"}"), sizes))
+    data = before + table
+    spans = codec._sized_spans(len(before), len(data), sizes)
+    assert spans == codec._spans(lambda low, high: data[low:high], len(before), len(data), b"{", b"}")
+    assert codec._sized_spans(len(before), len(data) + 1, sizes) is None
+    assert codec._sized_spans(len(before), len(data), [*sizes[:-1], "1"]) is None
+
+
+def test_a_patched_refresh_finds_the_rows_it_reads_without_searching_the_per_file_table(tmp_path: Path) -> None:
+    root = tmp_path / "memory"
+    folder = _folder_of_facts(root, 1200)
+    searched: list[bytes] = []
+    search = codec._spans
+
+    def spans(read, start, end, opening, closing):  # type: ignore[no-untyped-def]
+        searched.append(opening)
+        return search(read, start, end, opening, closing)
+
+    with trusted_cache(), _batches_of(50):
+        Memory(root).refresh(now=T0)
+        with full_scans_only():
+            Memory(root, state=tmp_path / "full").refresh(now=T0)
+        folder.write("facts/fact-0500.md", b"Fact 500, corrected.\n", T0 + DAY)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(codec, "_spans", spans)
+            report = Memory(root).refresh(now=T0 + DAY)
+        with full_scans_only():
+            assert Memory(root, state=tmp_path / "full").refresh(now=T0 + DAY) == report
+    assert [entry.path for entry in report.stale] == ["summaries/summary-0500.md"]
+    assert searched == [b"["]  # the last result's edges, held already; never the rows
