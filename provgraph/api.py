@@ -36,6 +36,7 @@ from .model import (
     Report,
     SourceState,
     StaleEntry,
+    column,
 )
 from .queries import Relative
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files
@@ -338,7 +339,7 @@ class Memory:
         if patch is None or (patch.lock_changed and lock is None):
             return None
         updates: dict[str, Seen | None] = dict(rescan.seen)
-        used = {edge.source for edge in patch.report.edges} if others else set()
+        used = set(column(patch.report.edges, "source")) if others else set()
         for path in others:
             if path not in used or (path in changed and path not in rescan.seen):
                 updates[path] = None  # no longer a source, or gone
@@ -479,7 +480,7 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
 
     Hints depend on which files exist, so they are worked out from the current
     listing on every refresh, the no-change path included, never stored."""
-    if EdgeStatus.MISSING not in map(attrgetter("status"), report.edges):  # a loop in C: edges are many
+    if EdgeStatus.MISSING not in column(report.edges, "status"):  # a loop in C: edges are many
         return report
     from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
 

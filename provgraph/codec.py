@@ -24,7 +24,7 @@ import orjson
 
 from .incremental import Splice
 from .lockfile import Record, encode_lock
-from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Stamp
+from .model import EDGE_COLUMNS, Edge, EdgeStatus, EdgeTable, FileMeta, Problem, ProblemKind, Report, Stamp, column
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
     from .declarations import Declaration
@@ -58,6 +58,7 @@ __all__ = [
     "encode_seen",
     "lock_bytes",
     "optional_text",
+    "sized",
     "split_cache",
     "stream",
     "text",
@@ -93,7 +94,7 @@ class StoredReport(NamedTuple):
 
     root: str
     file_count: int
-    edges: tuple[Edge, ...]
+    edges: Sequence[Edge]
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
 
@@ -217,8 +218,14 @@ def _spliced_batches(edges: Sequence[Edge], kept: EdgeBatches, spliced: list[Spl
 
 
 def _encoded_batches(edges: Sequence[Edge]) -> Iterator[bytes]:
+    """Rows as ``_edge_row`` writes them; an ``EdgeTable``'s straight from its columns (orjson
+    writes a tuple as an array and a status as its value), with no edge made."""
     for start in range(0, len(edges), _BATCH):
-        yield orjson.dumps(list(map(_edge_row, edges[start : start + _BATCH])))[1:-1]
+        batch = edges[start : start + _BATCH]
+        if type(batch) is EdgeTable:
+            yield orjson.dumps(list(zip(*(column(batch, name) for name in EDGE_COLUMNS), strict=True)))[1:-1]
+        else:
+            yield orjson.dumps(list(map(_edge_row, batch)))[1:-1]
 
 
 def _joined(head: bytes, middle: Iterator[bytes], tail: bytes) -> Iterator[bytes]:
@@ -281,20 +288,79 @@ _SCAN = 1 << 20
 """Bytes of a table searched for batch breaks at once."""
 
 
-def decode_edge_batches(
-    data: bytes | bytearray, start: int, end: int, read: Span
-) -> tuple[tuple[Edge, ...], EdgeBatches]:
+def sized(parts: Iterator[bytes], sizes: list[int]) -> Iterator[bytes]:
+    """``parts`` as they come, the size of each added to ``sizes``: written beside a table
+    written in batches (``_batches``, ``_in_batches``), they say where its batches are."""
+    for part in parts:
+        sizes.append(len(part))
+        yield part
+
+
+def _sized_spans(start: int, end: int, sizes: object) -> list[tuple[int, int]] | None:
+    """Where the batches of the table from ``start`` to ``end`` are, from the sizes of the
+    parts it was written in (its opening, each batch with the break before it, its
+    closing); None when they do not add up to that table."""
+    if not isinstance(sizes, list) or len(sizes) < 2 or set(map(type, sizes)) != {int} or sum(sizes) != end - start:
+        return None
+    spans, position = [], start + sizes[0]
+    for index, size in enumerate(sizes[1:-1]):
+        skip = len(BATCH_BREAK) if index else 0
+        if size <= skip:
+            return None
+        spans.append((position + skip, position + size))
+        position += size
+    return spans
+
+
+def decode_edge_batches(data: bytes | bytearray, start: int, end: int, read: Span) -> tuple[EdgeTable, EdgeBatches]:
     """The edges of the table ``data[start:end]`` (``[...]``), parsed a batch at a time (a
-    large table is never parsed as a whole beside its bytes), and where their batches are
-    (``read`` reads those bytes again)."""
-    spans = _spans(read, start, end, b"[", b"]")
-    edges: list[Edge] = []
+    large table is never parsed as a whole beside its bytes) into columns (``EdgeTable``:
+    a change reaches a handful of edges, whose objects alone are made), and where their
+    batches are (``read`` reads those bytes again)."""
+    spans = _spans(lambda low, high: bytes(data[low:high]), start, end, b"[", b"]")  # searched where it is held
+    edges = EdgeTable([], [], [], [], [], [])
     counts = []
     for span_start, span_stop in spans:
         before = len(edges)
-        edges += decode_edges(orjson.loads(b"[" + data[span_start:span_stop] + b"]"))
+        _add_edge_rows(edges, orjson.loads(b"[" + data[span_start:span_stop] + b"]"))
         counts.append(len(edges) - before)
-    return tuple(edges), EdgeBatches(read, tuple(spans), tuple(counts))
+    return edges, EdgeBatches(read, tuple(spans), tuple(counts))
+
+
+def _add_edge_rows(table: EdgeTable, rows: list[Any]) -> None:
+    """A batch of stored edges added to ``table``'s columns, each column checked as a whole
+    (as ``decode_edges`` checks each edge) in loops that run in C: no object per edge."""
+    if not rows:
+        return
+    if set(map(type, rows)) != {list} or set(map(len, rows)) != {6}:
+        raise Corrupt("an edge must hold two paths, a status, two dates and a hint")
+    source, derived, status, stamped_at, since, moved_to = zip(*rows, strict=True)
+    if not set(map(type, source)) | set(map(type, derived)) <= {str}:
+        raise Corrupt("an edge must join two paths")
+    if not set(map(type, moved_to)) <= _OPTIONAL_TEXT:
+        raise Corrupt("an edge's hint must be text")
+    table.source += source
+    table.derived += derived
+    table.status += map(_EDGE_STATUS.__getitem__, status)
+    table.stamped_at += _dates(stamped_at)
+    table.since += _dates(since)
+    table.moved_to += moved_to
+
+
+def _dates(values: tuple[Any, ...]) -> Sequence[float | None]:
+    """Optional dates, checked as a whole when they are what is written (floats in range),
+    else each converted (``date``) or refused."""
+    given = [value for value in values if value is not None]
+    if set(map(type, given)) <= {float} and all(map(math.isfinite, given)) and _in_range(given):
+        return values
+    return [None if value is None else date(value) for value in values]
+
+
+def _in_range(dates: list[float]) -> bool:
+    return not dates or (min(dates) >= 0.0 and max(dates) <= _LATEST)
+
+
+_OPTIONAL_TEXT = {str, type(None)}
 
 
 class RowTable(Mapping[str, list[Any]]):
@@ -304,10 +370,14 @@ class RowTable(Mapping[str, list[Any]]):
     no row changed in as it was read.  A refresh after a small change so parses and
     encodes a few batches, whatever the size of the folder."""
 
-    def __init__(self, read: Span, start: int, end: int, firsts: list[str]) -> None:
+    def __init__(self, read: Span, start: int, end: int, firsts: list[str], sizes: object = None) -> None:
         """The table is from ``start`` to ``end`` (``{...}``), read by ``read`` a batch at a
-        time when asked for; ``firsts`` is each batch's first path."""
-        spans = _spans(read, start, end, b"{", b"}")
+        time when asked for; ``firsts`` is each batch's first path, ``sizes`` the size of
+        each part the table was written in (``sized``), which spare searching the table for
+        its batches (a large folder's table is most of the cache)."""
+        spans = _sized_spans(start, end, sizes) if sizes is not None else None
+        if spans is None:
+            spans = _spans(read, start, end, b"{", b"}")
         if len(spans) != len(firsts) or firsts != sorted(firsts) or not all(type(path) is str for path in firsts):
             raise Corrupt("the per-file table's batches are not the ones its index lists")
         self._read, self._spans, self._firsts = read, spans, firsts

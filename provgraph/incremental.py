@@ -22,7 +22,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import chain, compress, repeat
+from itertools import compress, repeat
 from operator import attrgetter, is_
 from typing import Any, NamedTuple
 
@@ -30,7 +30,7 @@ import orjson
 
 from .lineage import find_cycles, propagate
 from .lockfile import HEADER, Record, decode_stamps, encode_lock
-from .model import Edge, EdgeStatus, FileMeta, Problem, Report, Snapshot, SourceState
+from .model import Edge, EdgeStatus, EdgeTable, FileMeta, Problem, Report, Snapshot, SourceState, column
 from .stamps import Derivation, reconcile
 
 __all__ = [
@@ -84,7 +84,8 @@ class Previous:
     memory_files: MemoryFiles
     others: tuple[str, ...]
     """The files the rows hold that are not memory files (sources of another kind)."""
-    edges: tuple[Edge, ...]
+    edges: Sequence[Edge]
+    """The last result's edges, sorted by derived file then source (``EdgeTable`` as read)."""
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
     walk_problems: tuple[Problem, ...]
@@ -211,27 +212,27 @@ def _differing(before: bytes, now: bytes) -> Iterator[int]:
 
 
 def affected(
-    edges: tuple[Edge, ...], changed: Set[str], declaring: Collection[str], listing: Mapping[str, FileMeta]
+    edges: Sequence[Edge], changed: Set[str], declaring: Collection[str], listing: Mapping[str, FileMeta]
 ) -> set[str] | None:
     """The derived files to compare again: those among ``declaring`` (changed files that
     declare now or held stamps), those with an edge from or to a changed file, and those
     with a missing source (where its content went may be a file that changed).  None when
     an edge belongs to a file that is not listed (one kept while it could not be read).
 
-    Every edge is looked at, by loops that run in C (``map``, ``compress``): a large
-    folder has a hundred thousand edges, of which a change reaches a handful."""
-    derived = set(map(_derived, edges))
+    Every edge is looked at, by loops that run in C over its columns (``map``,
+    ``compress``): a large folder has a hundred thousand edges, of which a change reaches
+    a handful."""
+    derived_files = list(column(edges, "derived"))
+    derived = set(derived_files)
     if not listing.keys() >= derived:
         return None
     found = set(declaring) | (derived & changed)
-    found.update(map(_derived, compress(edges, map(changed.__contains__, map(_source, edges)))))
-    found.update(map(_derived, compress(edges, map(is_, map(_status, edges), repeat(EdgeStatus.MISSING)))))
+    found.update(compress(derived_files, map(changed.__contains__, column(edges, "source"))))
+    found.update(compress(derived_files, map(is_, column(edges, "status"), repeat(EdgeStatus.MISSING))))
     return found
 
 
 _derived = attrgetter("derived")
-_source = attrgetter("source")
-_status = attrgetter("status")
 
 
 def declared(path: str, row: Row) -> Declared:
@@ -305,15 +306,15 @@ def patch_report(
         contents=contents,
     )
     updated, new_edges = reconcile(records, snapshot, now.timestamp())
-    edges_tuple, old_edges, spliced = _spliced(previous.edges, compared, new_edges)
-    cycles = previous.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges_tuple)
+    edges, old_edges, spliced = _spliced(previous.edges, compared, new_edges)
+    cycles = previous.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges)
     kept = (problem for problem in previous.problems if _still_declared(problem, previous.rows, changed))
     report = Report(
         root=previous.root,
         scanned_at=now,
         file_count=len(listing),
-        edges=edges_tuple,
-        stale=propagate(edges_tuple),
+        edges=edges,
+        stale=propagate(edges),
         cycles=cycles,
         problems=tuple(sorted({*kept, *problems, *previous.walk_problems}, key=_problem_order)),
     )
@@ -332,12 +333,14 @@ def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]
 
 
 def _spliced(
-    edges: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]
-) -> tuple[tuple[Edge, ...], list[Edge], tuple[Splice, ...]]:
+    edges: Sequence[Edge], compared: Collection[str], new_edges: tuple[Edge, ...]
+) -> tuple[EdgeTable, list[Edge], tuple[Splice, ...]]:
     """``edges`` (sorted by derived file, then source) with the edges of the ``compared``
     files replaced by ``new_edges`` (theirs, sorted alike), the edges replaced, and where.
-    A file's edges are consecutive, so each file's place is found by a binary search and
-    its new edges go there; the rest is copied as it is."""
+    A file's edges are consecutive, so each file's place is found by a binary search in
+    the column of derived files and its new edges go there; the rest is copied as it is,
+    column by column (no object is made for an edge the change does not reach)."""
+    derived = edges.derived if type(edges) is EdgeTable else list(map(_derived, edges))
     fresh: dict[str, list[Edge]] = {}
     for edge in new_edges:
         fresh.setdefault(edge.derived, []).append(edge)
@@ -346,8 +349,8 @@ def _spliced(
     spliced = []
     position = 0
     for path in sorted(compared):
-        start = bisect_left(edges, path, lo=position, key=_derived)
-        end = bisect_right(edges, path, lo=start, key=_derived)
+        start = bisect_left(derived, path, lo=position)
+        end = bisect_right(derived, path, lo=start)
         new = fresh.get(path, ())
         parts += (edges[position:start], new)
         replaced += edges[start:end]
@@ -355,7 +358,7 @@ def _spliced(
             spliced.append(Splice(start, end, len(new)))
         position = end
     parts.append(edges[position:])
-    return tuple(chain.from_iterable(parts)), replaced, tuple(spliced)
+    return EdgeTable.joined(parts), replaced, tuple(spliced)
 
 
 def _problem_order(problem: Problem) -> tuple[str, str, str]:

@@ -11,12 +11,12 @@ check found one, and to hand out the graph itself (``to_networkx``).
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import compress, repeat
-from operator import attrgetter, is_not
+from operator import is_not
 from typing import TYPE_CHECKING
 
-from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry
+from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, column
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -24,16 +24,17 @@ if TYPE_CHECKING:
 __all__ = ["children_of", "find_cycles", "node_statuses", "propagate", "to_networkx"]
 
 
-def children_of(edges: Iterable[Edge]) -> dict[str, list[str]]:
+def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
     """Source -> sorted derived files.  Lists, sorted in place: a report's edges come
-    sorted by derived file, so most are sorted already, and a repeated edge is rare."""
+    sorted by derived file, so most are sorted already, and a repeated edge is rare.
+    Read from the columns of source and derived files (no edge is made of an ``EdgeTable``)."""
     children: dict[str, list[str]] = {}
-    for edge in edges:
-        kids = children.get(edge.source)
+    for source, derived in zip(column(edges, "source"), column(edges, "derived"), strict=True):
+        kids = children.get(source)
         if kids is None:
-            children[edge.source] = [edge.derived]
+            children[source] = [derived]
         else:
-            kids.append(edge.derived)
+            kids.append(derived)
     for source, kids in children.items():
         if len(kids) > 1:
             kids.sort()
@@ -42,7 +43,7 @@ def children_of(edges: Iterable[Edge]) -> dict[str, list[str]]:
     return children
 
 
-def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
+def propagate(edges: Sequence[Edge]) -> tuple[StaleEntry, ...]:
     """Every file reachable from a changed or missing edge, with its root causes.
 
     Causes are grouped by (origin, kind): one BFS from all the targets of the
@@ -52,7 +53,8 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     with the number of causes, never with the length of their chains.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
-    broken_edges = list(compress(edges, map(is_not, map(_status, edges), repeat(EdgeStatus.CLEAN))))
+    broken_at = compress(range(len(edges)), map(is_not, column(edges, "status"), repeat(EdgeStatus.CLEAN)))
+    broken_edges = list(map(edges.__getitem__, broken_at))  # an edge made only where one is broken
     for edge in broken_edges:
         groups[(edge.source, edge.status)].append(edge)
     if not groups:
@@ -75,8 +77,6 @@ def propagate(edges: tuple[Edge, ...]) -> tuple[StaleEntry, ...]:
     )
 
 
-_status = attrgetter("status")
-_source = attrgetter("source")
 _LOOKUPS = 64
 """Children looked up one by one before ``_Children`` indexes them all: a lookup scans the
 sources in C, a whole index is a loop in Python over every edge, some fifty times its cost."""
@@ -87,7 +87,7 @@ class _Children(Mapping[str, list[str]]):
     change deep in a large lineage reaches a handful of files, and an index of every
     edge would cost more than the whole walk from them."""
 
-    def __init__(self, edges: tuple[Edge, ...]) -> None:
+    def __init__(self, edges: Sequence[Edge]) -> None:
         self._edges = edges
         self._sources: list[str] | None = None
         self._found: dict[str, list[str]] = {}
@@ -108,7 +108,7 @@ class _Children(Mapping[str, list[str]]):
     def _scanned(self, source: str) -> list[str]:
         """The derived files of ``source``'s edges, sorted, each once."""
         if self._sources is None:
-            self._sources = list(map(_source, self._edges))
+            self._sources = list(column(self._edges, "source"))
         sources, at = self._sources, -1
         found: set[str] = set()
         while True:
@@ -161,7 +161,7 @@ def _earliest(children: Mapping[str, list[str]], broken: list[Edge]) -> dict[str
     return earliest
 
 
-def find_cycles(edges: tuple[Edge, ...]) -> tuple[tuple[str, ...], ...]:
+def find_cycles(edges: Sequence[Edge]) -> tuple[tuple[str, ...], ...]:
     """One cycle per knot of mutually derived files, in derivation order.
 
     Each cycle starts at its alphabetically first file and is the shortest
@@ -220,7 +220,7 @@ def _shortest_cycle(children: Mapping[str, list[str]], component: set[str], star
     raise AssertionError("a strongly connected component always closes a cycle")
 
 
-def node_statuses(edges: tuple[Edge, ...], stale: Iterable[StaleEntry]) -> dict[str, NodeStatus]:
+def node_statuses(edges: Sequence[Edge], stale: Iterable[StaleEntry]) -> dict[str, NodeStatus]:
     """Each file in the lineage: missing, stale, fresh (derived) or source."""
     stale_paths = {entry.path for entry in stale}
     statuses: dict[str, NodeStatus] = {}
@@ -233,7 +233,7 @@ def node_statuses(edges: tuple[Edge, ...], stale: Iterable[StaleEntry]) -> dict[
 
 
 def to_networkx(
-    edges: tuple[Edge, ...], stale: tuple[StaleEntry, ...], cycles: tuple[tuple[str, ...], ...]
+    edges: Sequence[Edge], stale: tuple[StaleEntry, ...], cycles: tuple[tuple[str, ...], ...]
 ) -> nx.DiGraph:
     """The lineage as a networkx DiGraph, source -> derived, with attributes.
 

@@ -8,14 +8,17 @@ module touches the disk or the clock.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, NamedTuple, TypeVar
+from operator import attrgetter
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 __all__ = [
+    "EDGE_COLUMNS",
     "Cause",
     "Edge",
+    "EdgeTable",
     "EdgeStatus",
     "Explanation",
     "FileLineage",
@@ -29,6 +32,7 @@ __all__ = [
     "SourceState",
     "StaleEntry",
     "Stamp",
+    "column",
 ]
 
 
@@ -173,6 +177,85 @@ class Edge:
     ``facts.md``, another case, the one file of that name elsewhere).  A hint, never applied."""
 
 
+class EdgeTable(Sequence[Edge]):
+    """Edges kept as columns, one list per field of ``Edge`` (``did_you_mean`` aside, which
+    is never stored), an ``Edge`` made only for one asked for.
+
+    Why: a refresh after a small change reads the last result's edges, a hundred thousand
+    in a large folder, and looks at most of them only through a field or two (which
+    sources changed, which are missing, which files are derived), in loops that run in C
+    over a column.  An object for each would cost more than the rest of the refresh.
+    Equal to the tuple of the same edges, and hashed like it."""
+
+    __slots__ = ("source", "derived", "status", "stamped_at", "since", "moved_to", "_made")
+
+    def __init__(
+        self,
+        source: list[str],
+        derived: list[str],
+        status: list[EdgeStatus],
+        stamped_at: list[float | None],
+        since: list[float | None],
+        moved_to: list[str | None],
+    ) -> None:
+        self.source, self.derived, self.status = source, derived, status
+        self.stamped_at, self.since, self.moved_to = stamped_at, since, moved_to
+        self._made: tuple[Edge, ...] | None = None
+
+    @classmethod
+    def joined(cls, parts: Iterable[Sequence[Edge]]) -> EdgeTable:
+        """The edges of ``parts`` one after the other: a table's columns are copied as
+        they are, other edges are taken apart into them."""
+        table = cls([], [], [], [], [], [])
+        for part in parts:
+            for name in EDGE_COLUMNS:
+                getattr(table, name).extend(column(part, name))
+        return table
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    @overload
+    def __getitem__(self, index: int) -> Edge: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> EdgeTable: ...
+
+    def __getitem__(self, index: int | slice) -> Edge | EdgeTable:
+        if isinstance(index, slice):
+            return EdgeTable(*(getattr(self, name)[index] for name in EDGE_COLUMNS))
+        if self._made is not None:
+            return self._made[index]
+        return Edge(*(getattr(self, name)[index] for name in EDGE_COLUMNS))
+
+    def __iter__(self) -> Iterator[Edge]:
+        """Every edge, made once and then kept: who reads them all reads them again."""
+        if self._made is None:
+            self._made = tuple(map(Edge, *(getattr(self, name) for name in EDGE_COLUMNS)))
+        return iter(self._made)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EdgeTable):
+            return all(getattr(self, name) == getattr(other, name) for name in EDGE_COLUMNS)
+        return isinstance(other, tuple) and len(other) == len(self) and tuple(self) == other
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"EdgeTable({tuple(self)!r})"
+
+
+EDGE_COLUMNS = ("source", "derived", "status", "stamped_at", "since", "moved_to")
+"""The fields of ``Edge`` an ``EdgeTable`` keeps, in the order the cache stores them."""
+
+
+def column(edges: Sequence[Edge], name: str) -> Iterable[Any]:
+    """One field of every edge (``source``, ``derived``, ``status``, ...): an ``EdgeTable``'s
+    column as it is, else the field of each edge, in a loop that runs in C."""
+    return getattr(edges, name) if type(edges) is EdgeTable else map(attrgetter(name), edges)
+
+
 @dataclass(frozen=True, slots=True)
 class Cause:
     """Why a stale file is stale: a changed or missing origin and the chain from it.
@@ -230,7 +313,8 @@ class Report:
     scanned_at: datetime
     file_count: int
     """How many memory files the scan listed."""
-    edges: tuple[Edge, ...]
+    edges: Sequence[Edge]
+    """A tuple, or after a refresh that patched the last result an ``EdgeTable``."""
     stale: tuple[StaleEntry, ...]
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
@@ -238,7 +322,7 @@ class Report:
     @property
     def derived(self) -> tuple[str, ...]:
         """Paths of the files that declare at least one source, sorted."""
-        return tuple(sorted({edge.derived for edge in self.edges}))
+        return tuple(sorted(set(column(self.edges, "derived"))))
 
     @property
     def ok(self) -> bool:

@@ -56,6 +56,7 @@ from .codec import (
     encode_report,
     encode_seen,
     lock_bytes,
+    sized,
     split_cache,
     stream,
 )
@@ -69,7 +70,7 @@ from .incremental import LockLines, MemoryFiles, Previous, Splice
 from .lineage import propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
-from .model import FileMeta, Problem, ProblemKind, Report
+from .model import FileMeta, Problem, ProblemKind, Report, column
 from .nochange import (
     Conditions,
     LockSeal,
@@ -505,7 +506,8 @@ class StateStore:
         if "row_batches" not in document or not self._patchable(document, settings, walk_problems):
             return None
         stored, self._tx.edges_read = _report_in_batches(head, report_at + len(REPORT), tables_at, read)
-        rows = RowTable(read, tables_at + len(TABLES), refused_at, document["row_batches"])
+        sizes = document.get("row_sizes")
+        rows = RowTable(read, tables_at + len(TABLES), refused_at, document["row_batches"], sizes)
         return document, stored, rows
 
     def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
@@ -664,7 +666,7 @@ class StateStore:
         assert isinstance(rows, RowTable), "the rows as ``previous`` read them"
         others = _others_after(rows, previous.others, updates, listing)
         stats = {path: _meta_of(row) for path, row in others.items()}
-        watched = watched_sources(map(_SOURCE, state.report.edges), listing, {}, stats)
+        watched = watched_sources(column(state.report.edges, "source"), listing, {}, stats)
         problems = tuple(problem.row for problem in state.walk_problems)
         key = listing_key(listing) if files is None else files.listing_key
         conditions = Conditions(seal, state.scan_started_ns, problems, key, watched, state.settings)
@@ -869,9 +871,11 @@ def _entries(
     if report is None and state.report is not None:
         report = encode_report(state.report)
     yield "report", report
-    yield "seen", per_file.rows
+    sizes: list[int] = []
+    yield "seen", Chunks(sized(per_file.rows.parts, sizes))
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
     yield "row_batches", per_file.firsts
+    yield "row_sizes", sizes  # written by now: ``stream`` writes one entry after the other
     yield "memory_files", _encode_memory_files(per_file.memory)
     yield "others", per_file.others
     yield "lock_canonical", lock_canonical

@@ -34,8 +34,8 @@ from test_fast_paths import Counting
 from test_incremental import Form, trusted_cache
 
 import provgraph.incremental
-from provgraph import Memory, Report, codec, stamps
-from provgraph.model import FileMeta
+from provgraph import Memory, Report, codec, model, render, stamps
+from provgraph.model import EdgeStatus, FileMeta
 from provgraph.nochange import listing_key
 from provgraph.state import StateStore, memory_files
 
@@ -296,3 +296,112 @@ def test_the_batches_of_a_table_are_found_however_the_file_is_read_in_chunks(pay
         patch.setattr(codec, "_SCAN", chunk)
         spans = codec._spans(lambda low, high: data[low:high], len(before), len(data), b"[", b"]")
     assert [data[start:stop] for start, stop in spans] == payloads
+
+
+def test_a_patched_refresh_makes_an_edge_only_for_the_edges_the_change_reaches(tmp_path: Path) -> None:
+    """The last result's edges are read as columns (``EdgeTable``): a change reaches a few of
+    them, and the status is printed (and the cache written) without an object per edge."""
+    root = tmp_path / "memory"
+    folder = _folder_of_facts(root, 2000)
+    made: list[object] = []
+
+    class CountedEdge(model.Edge):
+        __slots__ = ()
+
+        def __init__(self, *fields: object) -> None:
+            made.append(fields)
+            super().__init__(*fields)  # type: ignore[arg-type]
+
+    with trusted_cache():
+        Memory(root).refresh(now=T0)
+        folder.write("facts/fact-0500.md", b"Fact 500, corrected.\n", T0 + DAY)
+        with pytest.MonkeyPatch.context() as patch:
+            for module in (model, codec, stamps):
+                patch.setattr(module, "Edge", CountedEdge)
+            report = Memory(root).refresh(now=T0 + DAY)
+            shown = render.status_json(report)
+    assert len(report.edges) == 200 and isinstance(report.edges, model.EdgeTable)
+    assert [entry.path for entry in report.stale] == ["summaries/summary-0500.md"]
+    assert orjson.loads(shown)["counts"]["derived"] == 200
+    assert len(made) <= 3, made  # the changed edge as compared, as it was, and as it is propagated
+
+
+_DATE = st.one_of(st.none(), st.floats(0, 253402300799.0), st.integers(0, 2**31))
+_EDGE_ROW = st.tuples(
+    st.sampled_from(PATHS),
+    st.sampled_from(PATHS),
+    st.sampled_from([status.value for status in EdgeStatus]),
+    _DATE,
+    _DATE,
+    st.one_of(st.none(), st.sampled_from(PATHS)),
+)
+
+
+@given(st.lists(st.lists(_EDGE_ROW, max_size=4), max_size=4))
+def test_edges_read_as_columns_are_the_edges_read_one_by_one(batches) -> None:
+    """Each batch's columns are checked as a whole: what they hold is what ``decode_edges``
+    makes of each row (whole-number dates included), and the table equals that tuple."""
+    batches = [batch for batch in batches if batch]
+    table = b"[" + codec.BATCH_BREAK.join(orjson.dumps(batch)[1:-1] for batch in batches) + b"]"
+    edges, kept = codec.decode_edge_batches(table, 0, len(table), lambda low, high: table[low:high])
+    expected = codec.decode_edges([list(row) for batch in batches for row in batch])
+    assert edges == expected and expected == edges and hash(edges) == hash(expected)
+    assert tuple(edges[index] for index in range(len(edges))) == expected == tuple(edges)
+    assert edges[1:3] == expected[1:3] and model.EdgeTable.joined([edges[:1], expected[1:]]) == expected
+    assert kept.counts == tuple(map(len, batches))
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        ["a.md", "b.md", "clean", 1.0, None],
+        ["a.md", 2, "clean", 1.0, None, None],
+        ["a.md", "b.md", "fresh", 1.0, None, None],
+        ["a.md", "b.md", "clean", -1.0, None, None],
+        ["a.md", "b.md", "changed", 1.0, 1e12, None],
+        ["a.md", "b.md", "missing", 1.0, 2.0, 3],
+        "a.md",
+    ],
+)
+def test_a_damaged_edge_in_the_cache_is_refused_as_a_whole_batch(row: object) -> None:
+    good = ["c.md", "d.md", "clean", 1.0, None, None]
+    table = b"[" + orjson.dumps([good, row])[1:-1] + b"]"
+    with pytest.raises((codec.Corrupt, KeyError, TypeError, ValueError)):
+        codec.decode_edge_batches(table, 0, len(table), lambda low, high: table[low:high])
+
+
+@given(_PAYLOADS, st.binary(max_size=3))
+def test_the_batches_of_a_table_are_where_the_sizes_written_beside_it_say(payloads, before) -> None:
+    """The cache records the size of each part its per-file table was written in: a patched
+    refresh finds the batches from them, as it would by searching the table."""
+    sizes: list[int] = []
+    table = b"".join(codec.sized(codec._in_batches(b"{", iter(payloads), b"}"), sizes))
+    data = before + table
+    spans = codec._sized_spans(len(before), len(data), sizes)
+    assert spans == codec._spans(lambda low, high: data[low:high], len(before), len(data), b"{", b"}")
+    assert codec._sized_spans(len(before), len(data) + 1, sizes) is None
+    assert codec._sized_spans(len(before), len(data), [*sizes[:-1], "1"]) is None
+
+
+def test_a_patched_refresh_finds_the_rows_it_reads_without_searching_the_per_file_table(tmp_path: Path) -> None:
+    root = tmp_path / "memory"
+    folder = _folder_of_facts(root, 1200)
+    searched: list[bytes] = []
+    search = codec._spans
+
+    def spans(read, start, end, opening, closing):  # type: ignore[no-untyped-def]
+        searched.append(opening)
+        return search(read, start, end, opening, closing)
+
+    with trusted_cache(), _batches_of(50):
+        Memory(root).refresh(now=T0)
+        with full_scans_only():
+            Memory(root, state=tmp_path / "full").refresh(now=T0)
+        folder.write("facts/fact-0500.md", b"Fact 500, corrected.\n", T0 + DAY)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(codec, "_spans", spans)
+            report = Memory(root).refresh(now=T0 + DAY)
+        with full_scans_only():
+            assert Memory(root, state=tmp_path / "full").refresh(now=T0 + DAY) == report
+    assert [entry.path for entry in report.stale] == ["summaries/summary-0500.md"]
+    assert searched == [b"["]  # the last result's edges, held already; never the rows
