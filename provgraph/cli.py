@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from .model import Problem, Report
     from .nochange import Conditions
 
+    _Sub = argparse.ArgumentParser
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
 # The command imports the rest of provgraph (and ``pathlib``, ``contextlib``, ``argparse``)
 # only once the quick answer (``replay``) could not answer: an unchanged folder is answered
 # without the API, YAML, networkx or orjson; ``logging`` waits for a warning (``log``).
@@ -46,7 +49,7 @@ class UsageError(ProvgraphError):
 
 def cli(*args: str) -> int:
     """Run the command line with ``args`` and return the exit code."""
-    parser = _parser()
+    parser = _parser(_wanted_command(args))
     try:
         options = parser.parse_args(args)
     except SystemExit as exit_:
@@ -490,10 +493,32 @@ def _terminal_columns() -> int:
     return columns or 80
 
 
-def _parser() -> argparse.ArgumentParser:
-    import argparse
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with ``only`` (a command's name), the parser of that command
+    alone.  Every parser argparse makes looks up the translations of its headings and of
+    ``-h`` (a search for ``.mo`` files each time): building the dozen parsers of every
+    command took longer than the run of the one that was asked for.  The help that lists
+    every command (``provgraph --help``, or no command, or a name that is none) builds them all."""
+    parser = _parser_class()(
+        prog="provgraph",
+        description="Tell which memory files were derived from files that changed afterwards.",
+    )
+    parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
+    commands = parser.add_subparsers(metavar="COMMAND", required=True)
+    for name, add in _COMMAND_PARSERS.items():
+        if only is None or name == only:
+            add(commands)
+    return parser
 
-    from .api import DEFAULT_SOURCES_HEADING
+
+def _wanted_command(args: Sequence[str]) -> str | None:
+    """The command ``args`` run when its name comes first, the only place argparse takes it
+    (the parser's own options, ``--help`` and ``--version``, end the run); None otherwise."""
+    return args[0] if args and args[0] in _COMMAND_PARSERS else None
+
+
+def _parser_class() -> type[argparse.ArgumentParser]:
+    import argparse
 
     width = _terminal_columns() - 2
 
@@ -517,55 +542,73 @@ def _parser() -> argparse.ArgumentParser:
 
             self.exit(EXIT_ERROR, f"{self.prog}: error: {safe_name(message)} (see '{self.prog} --help')\n")
 
-    common = _Parser(add_help=False)
-    common.add_argument(
+    return _Parser
+
+
+def _add_common(sub: argparse.ArgumentParser) -> None:
+    """The options every command takes, right after ``-h`` (added to each parser rather than
+    through a parent parser, which would be one more parser to build)."""
+    from .api import DEFAULT_SOURCES_HEADING
+
+    sub.add_argument(
         "--state",
         metavar="DIR",
         help="folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, "
         "the cache in ROOT/.provgraph/)",
     )
-    common.add_argument(
+    sub.add_argument(
         "--sources-heading",
         nargs="?",
         const=DEFAULT_SOURCES_HEADING,
         metavar="HEADING",
         help=f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')",
     )
-    common.add_argument(
+    sub.add_argument(
         "--no-cache", action="store_true", help="read and hash every file, trusting no recorded size and times"
     )
-    parser = _Parser(
-        prog="provgraph",
-        description="Tell which memory files were derived from files that changed afterwards.",
-    )
-    parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
-    commands = parser.add_subparsers(metavar="COMMAND", required=True)
 
-    def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[common], help=help, description=help)
-        sub.set_defaults(run=run, command=name)
-        return sub
 
-    def rooted(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("root", nargs="?", default=".", metavar="ROOT", help="memory folder (default: .)")
+def _command(commands: _Commands, name: str, run: Callable[[argparse.Namespace], int], help: str) -> _Sub:
+    sub = commands.add_parser(name, help=help, description=help)
+    _add_common(sub)
+    sub.set_defaults(run=run, command=name)
+    return sub
 
-    status = command("status", _status, "scan, update state, report stale files, cycles and problems")
-    rooted(status)
+
+def _rooted(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("root", nargs="?", default=".", metavar="ROOT", help="memory folder (default: .)")
+
+
+def _status_parser(commands: _Commands) -> None:
+    status = _command(commands, "status", _status, "scan, update state, report stale files, cycles and problems")
+    _rooted(status)
     status.add_argument("--json", action="store_true", help="one JSON object (schema version 2)")
-    check = command(
-        "check", _check, "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)"
+
+
+def _check_parser(commands: _Commands) -> None:
+    check = _command(
+        commands,
+        "check",
+        _check,
+        "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)",
     )
-    rooted(check)
+    _rooted(check)
     check.add_argument(
         "--allow-broken",
         action="store_true",
         help="do not fail on bad-frontmatter or bad-entry problems (stale files and cycles still fail)",
     )
-    why = command("why", _why, "explain one file: its sources, each cause and its chain")
+
+
+def _why_parser(commands: _Commands) -> None:
+    why = _command(commands, "why", _why, "explain one file: its sources, each cause and its chain")
     why.add_argument("file", metavar="FILE")
     why.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")
     why.add_argument("--json", action="store_true", help="one JSON object")
-    lineage = command("lineage", _lineage, "one file's status and sources, and every file derived from it")
+
+
+def _lineage_parser(commands: _Commands) -> None:
+    lineage = _command(commands, "lineage", _lineage, "one file's status and sources, and every file derived from it")
     lineage.add_argument("file", metavar="FILE")
     lineage.add_argument(
         "--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)"
@@ -574,35 +617,63 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument(
         "--max-lines", type=int, default=20, metavar="N", help="derived files listed at most (default 20)"
     )
-    stamp = command("stamp", _stamp, "record that derived files were just re-derived from their sources")
+
+
+def _stamp_parser(commands: _Commands) -> None:
+    stamp = _command(commands, "stamp", _stamp, "record that derived files were just re-derived from their sources")
     stamp.add_argument("files", nargs="+", metavar="FILE")
     stamp.add_argument(
         "--root",
         help="memory root, to which FILEs are then relative (default: nearest folder above FILE with .provgraph/ "
         "or MEMORY.md)",
     )
-    graph = command("graph", _graph, "export the lineage graph with each node's status")
-    rooted(graph)
+
+
+def _graph_parser(commands: _Commands) -> None:
+    graph = _command(commands, "graph", _graph, "export the lineage graph with each node's status")
+    _rooted(graph)
     graph.add_argument("--format", choices=("json", "dot", "mermaid"), default="json")
-    prompt = command(
-        "prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)"
+
+
+def _prompt_parser(commands: _Commands) -> None:
+    prompt = _command(
+        commands, "prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)"
     )
-    rooted(prompt)
+    _rooted(prompt)
     prompt.add_argument(
         "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
     )
+
+
+def _hook_parser(commands: _Commands) -> None:
     hook = commands.add_parser("hook", help="print hook output for an agent framework")
     frameworks = hook.add_subparsers(metavar="FRAMEWORK", required=True)
     claude = frameworks.add_parser(
         "claude-code",
-        parents=[common],
         help="Claude Code hook: answers the event on stdin (SessionStart, PostToolUse), or prints nothing",
     )
+    _add_common(claude)
     claude.set_defaults(run=_hook)
-    rooted(claude)
+    _rooted(claude)
     claude.add_argument("--settings", action="store_true", help="print the settings JSON that installs the hooks")
     claude.add_argument(
         "--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N", help="stale files listed at most (default 20)"
     )
-    command("demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
-    return parser
+
+
+def _demo_parser(commands: _Commands) -> None:
+    _command(commands, "demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
+
+
+_COMMAND_PARSERS: dict[str, Callable[[_Commands], None]] = {
+    "status": _status_parser,
+    "check": _check_parser,
+    "why": _why_parser,
+    "lineage": _lineage_parser,
+    "stamp": _stamp_parser,
+    "graph": _graph_parser,
+    "prompt": _prompt_parser,
+    "hook": _hook_parser,
+    "demo": _demo_parser,
+}
+"""Each command's parser, in the order ``provgraph --help`` lists them."""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import PROVGRAPH
 
 STALE = 400
@@ -93,6 +94,41 @@ def test_the_help_is_as_wide_as_the_terminal(run, tmp_path: Path) -> None:
     assert max(map(len, wide.splitlines())) > 60
     assert sorted(map(len, narrow.splitlines()))[-3] <= 50  # argparse cannot break one usage group
     assert " ".join(narrow.split()) == " ".join(wide.split())
+
+
+COMMAND_LINES = [
+    ["status", "--json", "--no-cache", "memory"],
+    ["check", "--allow-broken", "--state", "elsewhere"],
+    ["why", "notes/a.md", "--root", "memory", "--json"],
+    ["lineage", "a.md", "--max-lines", "3", "--sources-heading"],
+    ["stamp", "a.md", "b.md", "--sources-heading", "## Provenance"],
+    ["graph", "--format", "dot"],
+    ["prompt", "memory", "--max-lines", "5"],
+    ["hook", "claude-code", "--settings", "memory"],
+    ["demo"],
+]
+
+
+@pytest.mark.parametrize("args", COMMAND_LINES, ids=lambda args: args[0])
+def test_a_command_parsed_by_its_own_parser_reads_as_with_every_parser(args: list[str]) -> None:
+    """The command builds only the parser of the command it runs: what it reads from the
+    arguments is what the parser of every command reads."""
+    from provgraph.cli import _parser, _wanted_command
+
+    assert _wanted_command(args) == args[0]
+    assert vars(_parser(args[0]).parse_args(args)) == vars(_parser().parse_args(args))
+
+
+def test_the_help_without_a_command_lists_every_command(run, tmp_path: Path) -> None:
+    code, help, _ = run("--help", cwd=tmp_path)
+    _, none, error = run(cwd=tmp_path)
+    _, _, unknown = run("statu", cwd=tmp_path)
+    assert code == 0 and none == ""
+    commands = help.split("COMMAND\n", 2)[-1].splitlines()
+    listed = [line.split()[0] for line in commands if line.startswith("    ") and line[4] != " "]
+    assert listed == ["status", "check", "why", "lineage", "stamp", "graph", "prompt", "hook", "demo"]
+    assert "the following arguments are required: COMMAND" in error
+    assert "invalid choice: 'statu'" in unknown and "'demo'" in unknown
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:
