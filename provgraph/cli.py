@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
     from pathlib import Path
+    from types import SimpleNamespace
     from typing import Any, NoReturn, TextIO
 
     from .api import Memory
@@ -31,10 +32,13 @@ if TYPE_CHECKING:
 
     _Sub = argparse.ArgumentParser
     _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+    Options = argparse.Namespace | SimpleNamespace
+    """What a command reads from its arguments: argparse's, or the same attributes read without it."""
 
-# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``, ``argparse``)
-# only once the quick answer (``replay``) could not answer: an unchanged folder is answered
-# without the API, YAML, networkx or orjson; ``logging`` waits for a warning (``log``).
+# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``) only once the
+# quick answer (``replay``) could not answer: an unchanged folder is answered without the API,
+# YAML, networkx or orjson; ``logging`` waits for a warning (``log``), and ``argparse`` for a
+# command line that the quick answer does not read (``_without_argparse``).
 
 __all__ = ["cli", "main"]
 
@@ -49,14 +53,12 @@ class UsageError(ProvgraphError):
 
 def cli(*args: str) -> int:
     """Run the command line with ``args`` and return the exit code."""
-    parser = _parser(_wanted_command(args))
-    try:
-        options = parser.parse_args(args)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+    options = _read_arguments(args)
+    if isinstance(options, int):
+        return options  # --help, --version, or a bad argument (said on stderr)
     try:
         with _CollectorPaused():
-            run: Callable[[argparse.Namespace], int] = options.run
+            run: Callable[[Options], int] = options.run
             return run(options)
     except ProvgraphError as error:
         _say_error(error)
@@ -165,7 +167,7 @@ def _os_message(error: OSError) -> str:
 # -- commands ----------------------------------------------------------------
 
 
-def _status(options: argparse.Namespace) -> int:
+def _status(options: Options) -> int:
     from .render import status_json, status_text
 
     memory = _open(options)
@@ -177,7 +179,7 @@ def _status(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check(options: argparse.Namespace) -> int:
+def _check(options: Options) -> int:
     """Exit 1 on a stale file, a cycle, or (unless ``--allow-broken``) a declaration that
     could not be read: a typo in ``derived_from`` must not pass CI quietly."""
     from .render import status_text
@@ -194,7 +196,7 @@ def _check(options: argparse.Namespace) -> int:
     return EXIT_STALE
 
 
-def _remember(options: argparse.Namespace, memory: Memory, conditions: Conditions | None, text: str, code: int) -> None:
+def _remember(options: Options, memory: Memory, conditions: Conditions | None, text: str, code: int) -> None:
     """Keep what was printed for the quick answer of the next identical command, when the
     state was saved (a refresh that could not take the lock saves nothing)."""
     from . import replay
@@ -218,7 +220,7 @@ def broken_declarations(report: Report) -> tuple[Problem, ...]:
     return tuple(problem for problem in report.problems if problem.kind in broken)
 
 
-def _why(options: argparse.Namespace) -> int:
+def _why(options: Options) -> int:
     from .render import explanation_document, explanation_text, safe_name
 
     root, (path,) = _locate(options, [options.file])
@@ -240,7 +242,7 @@ def _print_json(document: dict[str, Any]) -> None:
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _lineage(options: argparse.Namespace) -> int:
+def _lineage(options: Options) -> int:
     """What an agent's ``memory_lineage`` tool answers for the same file, word for word (or as data)."""
     from .answers import lineage_document, lineage_text
 
@@ -254,7 +256,7 @@ def _lineage(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _stamp(options: argparse.Namespace) -> int:
+def _stamp(options: Options) -> int:
     from .render import safe_name, summary_line
 
     root, paths = _locate(options, options.files)
@@ -266,7 +268,7 @@ def _stamp(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _graph(options: argparse.Namespace) -> int:
+def _graph(options: Options) -> int:
     from . import render
 
     report = _open(options).refresh(now=_now())
@@ -275,7 +277,7 @@ def _graph(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _prompt(options: argparse.Namespace) -> int:
+def _prompt(options: Options) -> int:
     from .render import prompt_block
 
     report = _open(options).refresh(now=_now())
@@ -283,7 +285,7 @@ def _prompt(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _hook(options: argparse.Namespace) -> int:
+def _hook(options: Options) -> int:
     """Claude Code's hook: the event on stdin decides the answer (see ``integrations.claude_code``)."""
     from .integrations import claude_code
 
@@ -311,7 +313,7 @@ def _hook(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
+def _hook_tool_use(options: Options, event: HookEvent) -> None:
     from pathlib import Path
 
     from .integrations import claude_code
@@ -357,7 +359,7 @@ def _stdin_event() -> bytes:
         return b""
 
 
-def _demo(options: argparse.Namespace) -> int:
+def _demo(options: Options) -> int:
     from .demo import run_demo
 
     return run_demo(sys.stdout)
@@ -366,20 +368,20 @@ def _demo(options: argparse.Namespace) -> int:
 # -- helpers -----------------------------------------------------------------
 
 
-def _more_hint(report: Report, options: argparse.Namespace) -> str:
+def _more_hint(report: Report, options: Options) -> str:
     from .shell import status_command
 
     return f"run `{status_command(report.root, _printed_options(options))}` to list them all"
 
 
-def _printed_options(options: argparse.Namespace) -> tuple[str, ...]:
+def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
     from .shell import command_options
 
     return command_options(options.state, _sources_heading(options))
 
 
-def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
+def _open(options: Options, root: Path | None = None) -> Memory:
     from pathlib import Path
 
     from .api import Memory
@@ -398,7 +400,7 @@ def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
     )
 
 
-def _sources_heading(options: argparse.Namespace) -> str | None:
+def _sources_heading(options: Options) -> str | None:
     """``--sources-heading``: None when not given; a Markdown heading otherwise."""
     heading = getattr(options, "sources_heading", None)
     if heading is not None and not heading.lstrip().startswith("#"):
@@ -444,7 +446,7 @@ class Progress:
             self._shown = 0
 
 
-def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, list[str]]:
+def _locate(options: Options, files: Sequence[str]) -> tuple[Path, list[str]]:
     """The memory root of ``files`` and their root-relative POSIX paths."""
     from pathlib import Path
 
@@ -491,6 +493,41 @@ def _terminal_columns() -> int:
         except (AttributeError, ValueError, OSError):
             columns = 0
     return columns or 80
+
+
+def _read_arguments(args: Sequence[str]) -> Options | int:
+    """The options ``args`` give, or the exit code of a run that ended while they were read."""
+    options = _without_argparse(args)
+    if options is not None:
+        return options
+    try:
+        return _parser(_wanted_command(args)).parse_args(args)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
+
+
+def _without_argparse(args: Sequence[str]) -> SimpleNamespace | None:
+    """The options of a command line that the quick answer reads (``replay.parse``: ``status``
+    or ``check``, its flag, ROOT, ``--state`` and ``--sources-heading``, spelt as the help
+    shows them), exactly as argparse would give them, or None for any other.  Those are the
+    command lines that run most, and reading them this way spares a full run importing
+    argparse, gettext and locale and building a parser: a few milliseconds each time."""
+    from types import SimpleNamespace
+
+    from .replay import parse
+
+    command = parse(args)
+    if command is None or "" in args:  # argparse keeps an empty ROOT as it is; the quick answer reads "."
+        return None
+    name, _, flag = command.name.partition(" ")
+    options = SimpleNamespace(
+        state=command.state, sources_heading=command.heading, no_cache=False, root=command.root, command=name
+    )
+    if name == "status":
+        options.run, options.json = _status, bool(flag)
+    else:
+        options.run, options.allow_broken = _check, bool(flag)
+    return options
 
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -568,7 +605,7 @@ def _add_common(sub: argparse.ArgumentParser) -> None:
     )
 
 
-def _command(commands: _Commands, name: str, run: Callable[[argparse.Namespace], int], help: str) -> _Sub:
+def _command(commands: _Commands, name: str, run: Callable[[Options], int], help: str) -> _Sub:
     sub = commands.add_parser(name, help=help, description=help)
     _add_common(sub)
     sub.set_defaults(run=run, command=name)
