@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
     from pathlib import Path
+    from types import SimpleNamespace
     from typing import Any, NoReturn, TextIO
 
     from .api import Memory
@@ -29,9 +30,15 @@ if TYPE_CHECKING:
     from .model import Problem, Report
     from .nochange import Conditions
 
-# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``, ``argparse``)
-# only once the quick answer (``replay``) could not answer: an unchanged folder is answered
-# without the API, YAML, networkx or orjson; ``logging`` waits for a warning (``log``).
+    _Sub = argparse.ArgumentParser
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+    Options = argparse.Namespace | SimpleNamespace
+    """What a command reads from its arguments: argparse's, or the same attributes read without it."""
+
+# The command imports the rest of provgraph (and ``pathlib``, ``contextlib``) only once the
+# quick answer (``replay``) could not answer: an unchanged folder is answered without the API,
+# YAML, networkx or orjson; ``logging`` waits for a warning (``log``), and ``argparse`` for a
+# command line that the quick answer does not read (``_without_argparse``).
 
 __all__ = ["cli", "main"]
 
@@ -46,14 +53,12 @@ class UsageError(ProvgraphError):
 
 def cli(*args: str) -> int:
     """Run the command line with ``args`` and return the exit code."""
-    parser = _parser()
-    try:
-        options = parser.parse_args(args)
-    except SystemExit as exit_:
-        return int(exit_.code or 0)
+    options = _read_arguments(args)
+    if isinstance(options, int):
+        return options  # --help, --version, or a bad argument (said on stderr)
     try:
         with _CollectorPaused():
-            run: Callable[[argparse.Namespace], int] = options.run
+            run: Callable[[Options], int] = options.run
             return run(options)
     except ProvgraphError as error:
         _say_error(error)
@@ -162,7 +167,7 @@ def _os_message(error: OSError) -> str:
 # -- commands ----------------------------------------------------------------
 
 
-def _status(options: argparse.Namespace) -> int:
+def _status(options: Options) -> int:
     from .render import status_json, status_text
 
     memory = _open(options)
@@ -174,7 +179,7 @@ def _status(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check(options: argparse.Namespace) -> int:
+def _check(options: Options) -> int:
     """Exit 1 on a stale file, a cycle, or (unless ``--allow-broken``) a declaration that
     could not be read: a typo in ``derived_from`` must not pass CI quietly."""
     from .render import status_text
@@ -191,7 +196,7 @@ def _check(options: argparse.Namespace) -> int:
     return EXIT_STALE
 
 
-def _remember(options: argparse.Namespace, memory: Memory, conditions: Conditions | None, text: str, code: int) -> None:
+def _remember(options: Options, memory: Memory, conditions: Conditions | None, text: str, code: int) -> None:
     """Keep what was printed for the quick answer of the next identical command, when the
     state was saved (a refresh that could not take the lock saves nothing)."""
     from . import replay
@@ -215,7 +220,7 @@ def broken_declarations(report: Report) -> tuple[Problem, ...]:
     return tuple(problem for problem in report.problems if problem.kind in broken)
 
 
-def _why(options: argparse.Namespace) -> int:
+def _why(options: Options) -> int:
     from .render import explanation_document, explanation_text, safe_name
 
     root, (path,) = _locate(options, [options.file])
@@ -237,7 +242,7 @@ def _print_json(document: dict[str, Any]) -> None:
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
-def _lineage(options: argparse.Namespace) -> int:
+def _lineage(options: Options) -> int:
     """What an agent's ``memory_lineage`` tool answers for the same file, word for word (or as data)."""
     from .answers import lineage_document, lineage_text
 
@@ -251,7 +256,7 @@ def _lineage(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _stamp(options: argparse.Namespace) -> int:
+def _stamp(options: Options) -> int:
     from .render import safe_name, summary_line
 
     root, paths = _locate(options, options.files)
@@ -263,7 +268,7 @@ def _stamp(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _graph(options: argparse.Namespace) -> int:
+def _graph(options: Options) -> int:
     from . import render
 
     report = _open(options).refresh(now=_now())
@@ -272,7 +277,7 @@ def _graph(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _prompt(options: argparse.Namespace) -> int:
+def _prompt(options: Options) -> int:
     from .render import prompt_block
 
     report = _open(options).refresh(now=_now())
@@ -280,7 +285,7 @@ def _prompt(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _hook(options: argparse.Namespace) -> int:
+def _hook(options: Options) -> int:
     """Claude Code's hook: the event on stdin decides the answer (see ``integrations.claude_code``)."""
     from .integrations import claude_code
 
@@ -308,7 +313,7 @@ def _hook(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _hook_tool_use(options: argparse.Namespace, event: HookEvent) -> None:
+def _hook_tool_use(options: Options, event: HookEvent) -> None:
     from pathlib import Path
 
     from .integrations import claude_code
@@ -354,7 +359,7 @@ def _stdin_event() -> bytes:
         return b""
 
 
-def _demo(options: argparse.Namespace) -> int:
+def _demo(options: Options) -> int:
     from .demo import run_demo
 
     return run_demo(sys.stdout)
@@ -363,20 +368,20 @@ def _demo(options: argparse.Namespace) -> int:
 # -- helpers -----------------------------------------------------------------
 
 
-def _more_hint(report: Report, options: argparse.Namespace) -> str:
+def _more_hint(report: Report, options: Options) -> str:
     from .shell import status_command
 
     return f"run `{status_command(report.root, _printed_options(options))}` to list them all"
 
 
-def _printed_options(options: argparse.Namespace) -> tuple[str, ...]:
+def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
     from .shell import command_options
 
     return command_options(options.state, _sources_heading(options))
 
 
-def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
+def _open(options: Options, root: Path | None = None) -> Memory:
     from pathlib import Path
 
     from .api import Memory
@@ -395,7 +400,7 @@ def _open(options: argparse.Namespace, root: Path | None = None) -> Memory:
     )
 
 
-def _sources_heading(options: argparse.Namespace) -> str | None:
+def _sources_heading(options: Options) -> str | None:
     """``--sources-heading``: None when not given; a Markdown heading otherwise."""
     heading = getattr(options, "sources_heading", None)
     if heading is not None and not heading.lstrip().startswith("#"):
@@ -441,7 +446,7 @@ class Progress:
             self._shown = 0
 
 
-def _locate(options: argparse.Namespace, files: Sequence[str]) -> tuple[Path, list[str]]:
+def _locate(options: Options, files: Sequence[str]) -> tuple[Path, list[str]]:
     """The memory root of ``files`` and their root-relative POSIX paths."""
     from pathlib import Path
 
@@ -490,10 +495,67 @@ def _terminal_columns() -> int:
     return columns or 80
 
 
-def _parser() -> argparse.ArgumentParser:
-    import argparse
+def _read_arguments(args: Sequence[str]) -> Options | int:
+    """The options ``args`` give, or the exit code of a run that ended while they were read."""
+    options = _without_argparse(args)
+    if options is not None:
+        return options
+    try:
+        return _parser(_wanted_command(args)).parse_args(args)
+    except SystemExit as exit_:
+        return int(exit_.code or 0)
 
-    from .api import DEFAULT_SOURCES_HEADING
+
+def _without_argparse(args: Sequence[str]) -> SimpleNamespace | None:
+    """The options of a command line that the quick answer reads (``replay.parse``: ``status``
+    or ``check``, its flag, ROOT, ``--state`` and ``--sources-heading``, spelt as the help
+    shows them), exactly as argparse would give them, or None for any other.  Those are the
+    command lines that run most, and reading them this way spares a full run importing
+    argparse, gettext and locale and building a parser: a few milliseconds each time."""
+    from types import SimpleNamespace
+
+    from .replay import parse
+
+    command = parse(args)
+    if command is None or "" in args:  # argparse keeps an empty ROOT as it is; the quick answer reads "."
+        return None
+    name, _, flag = command.name.partition(" ")
+    options = SimpleNamespace(
+        state=command.state, sources_heading=command.heading, no_cache=False, root=command.root, command=name
+    )
+    if name == "status":
+        options.run, options.json = _status, bool(flag)
+    else:
+        options.run, options.allow_broken = _check, bool(flag)
+    return options
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command's parser; with ``only`` (a command's name), the parser of that command
+    alone.  Every parser argparse makes looks up the translations of its headings and of
+    ``-h`` (a search for ``.mo`` files each time): building the dozen parsers of every
+    command took longer than the run of the one that was asked for.  The help that lists
+    every command (``provgraph --help``, or no command, or a name that is none) builds them all."""
+    parser = _parser_class()(
+        prog="provgraph",
+        description="Tell which memory files were derived from files that changed afterwards.",
+    )
+    parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
+    commands = parser.add_subparsers(metavar="COMMAND", required=True)
+    for name, add in _COMMAND_PARSERS.items():
+        if only is None or name == only:
+            add(commands)
+    return parser
+
+
+def _wanted_command(args: Sequence[str]) -> str | None:
+    """The command ``args`` run when its name comes first, the only place argparse takes it
+    (the parser's own options, ``--help`` and ``--version``, end the run); None otherwise."""
+    return args[0] if args and args[0] in _COMMAND_PARSERS else None
+
+
+def _parser_class() -> type[argparse.ArgumentParser]:
+    import argparse
 
     width = _terminal_columns() - 2
 
@@ -517,55 +579,73 @@ def _parser() -> argparse.ArgumentParser:
 
             self.exit(EXIT_ERROR, f"{self.prog}: error: {safe_name(message)} (see '{self.prog} --help')\n")
 
-    common = _Parser(add_help=False)
-    common.add_argument(
+    return _Parser
+
+
+def _add_common(sub: argparse.ArgumentParser) -> None:
+    """The options every command takes, right after ``-h`` (added to each parser rather than
+    through a parent parser, which would be one more parser to build)."""
+    from .api import DEFAULT_SOURCES_HEADING
+
+    sub.add_argument(
         "--state",
         metavar="DIR",
         help="folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, "
         "the cache in ROOT/.provgraph/)",
     )
-    common.add_argument(
+    sub.add_argument(
         "--sources-heading",
         nargs="?",
         const=DEFAULT_SOURCES_HEADING,
         metavar="HEADING",
         help=f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')",
     )
-    common.add_argument(
+    sub.add_argument(
         "--no-cache", action="store_true", help="read and hash every file, trusting no recorded size and times"
     )
-    parser = _Parser(
-        prog="provgraph",
-        description="Tell which memory files were derived from files that changed afterwards.",
-    )
-    parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
-    commands = parser.add_subparsers(metavar="COMMAND", required=True)
 
-    def command(name: str, run: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[common], help=help, description=help)
-        sub.set_defaults(run=run, command=name)
-        return sub
 
-    def rooted(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("root", nargs="?", default=".", metavar="ROOT", help="memory folder (default: .)")
+def _command(commands: _Commands, name: str, run: Callable[[Options], int], help: str) -> _Sub:
+    sub = commands.add_parser(name, help=help, description=help)
+    _add_common(sub)
+    sub.set_defaults(run=run, command=name)
+    return sub
 
-    status = command("status", _status, "scan, update state, report stale files, cycles and problems")
-    rooted(status)
+
+def _rooted(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("root", nargs="?", default=".", metavar="ROOT", help="memory folder (default: .)")
+
+
+def _status_parser(commands: _Commands) -> None:
+    status = _command(commands, "status", _status, "scan, update state, report stale files, cycles and problems")
+    _rooted(status)
     status.add_argument("--json", action="store_true", help="one JSON object (schema version 2)")
-    check = command(
-        "check", _check, "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)"
+
+
+def _check_parser(commands: _Commands) -> None:
+    check = _command(
+        commands,
+        "check",
+        _check,
+        "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)",
     )
-    rooted(check)
+    _rooted(check)
     check.add_argument(
         "--allow-broken",
         action="store_true",
         help="do not fail on bad-frontmatter or bad-entry problems (stale files and cycles still fail)",
     )
-    why = command("why", _why, "explain one file: its sources, each cause and its chain")
+
+
+def _why_parser(commands: _Commands) -> None:
+    why = _command(commands, "why", _why, "explain one file: its sources, each cause and its chain")
     why.add_argument("file", metavar="FILE")
     why.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")
     why.add_argument("--json", action="store_true", help="one JSON object")
-    lineage = command("lineage", _lineage, "one file's status and sources, and every file derived from it")
+
+
+def _lineage_parser(commands: _Commands) -> None:
+    lineage = _command(commands, "lineage", _lineage, "one file's status and sources, and every file derived from it")
     lineage.add_argument("file", metavar="FILE")
     lineage.add_argument(
         "--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)"
@@ -574,35 +654,63 @@ def _parser() -> argparse.ArgumentParser:
     lineage.add_argument(
         "--max-lines", type=int, default=20, metavar="N", help="derived files listed at most (default 20)"
     )
-    stamp = command("stamp", _stamp, "record that derived files were just re-derived from their sources")
+
+
+def _stamp_parser(commands: _Commands) -> None:
+    stamp = _command(commands, "stamp", _stamp, "record that derived files were just re-derived from their sources")
     stamp.add_argument("files", nargs="+", metavar="FILE")
     stamp.add_argument(
         "--root",
         help="memory root, to which FILEs are then relative (default: nearest folder above FILE with .provgraph/ "
         "or MEMORY.md)",
     )
-    graph = command("graph", _graph, "export the lineage graph with each node's status")
-    rooted(graph)
+
+
+def _graph_parser(commands: _Commands) -> None:
+    graph = _command(commands, "graph", _graph, "export the lineage graph with each node's status")
+    _rooted(graph)
     graph.add_argument("--format", choices=("json", "dot", "mermaid"), default="json")
-    prompt = command(
-        "prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)"
+
+
+def _prompt_parser(commands: _Commands) -> None:
+    prompt = _command(
+        commands, "prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)"
     )
-    rooted(prompt)
+    _rooted(prompt)
     prompt.add_argument(
         "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
     )
+
+
+def _hook_parser(commands: _Commands) -> None:
     hook = commands.add_parser("hook", help="print hook output for an agent framework")
     frameworks = hook.add_subparsers(metavar="FRAMEWORK", required=True)
     claude = frameworks.add_parser(
         "claude-code",
-        parents=[common],
         help="Claude Code hook: answers the event on stdin (SessionStart, PostToolUse), or prints nothing",
     )
+    _add_common(claude)
     claude.set_defaults(run=_hook)
-    rooted(claude)
+    _rooted(claude)
     claude.add_argument("--settings", action="store_true", help="print the settings JSON that installs the hooks")
     claude.add_argument(
         "--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N", help="stale files listed at most (default 20)"
     )
-    command("demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
-    return parser
+
+
+def _demo_parser(commands: _Commands) -> None:
+    _command(commands, "demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
+
+
+_COMMAND_PARSERS: dict[str, Callable[[_Commands], None]] = {
+    "status": _status_parser,
+    "check": _check_parser,
+    "why": _why_parser,
+    "lineage": _lineage_parser,
+    "stamp": _stamp_parser,
+    "graph": _graph_parser,
+    "prompt": _prompt_parser,
+    "hook": _hook_parser,
+    "demo": _demo_parser,
+}
+"""Each command's parser, in the order ``provgraph --help`` lists them."""

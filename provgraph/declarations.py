@@ -32,6 +32,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import AnyStr
 from urllib.parse import unquote
 
 from .model import Problem, ProblemKind
@@ -46,32 +47,58 @@ __all__ = [
     "resolve_entries",
 ]
 
+
+class _CompiledOnFirstUse:
+    """A regular expression compiled when it is first used.  Compiling the reader's 28
+    patterns took longer than importing the rest of the module, on every run, though a
+    folder in the common forms uses 11 of them at most (``_common_declaration``).  The
+    first method looked up compiles the pattern and keeps its methods as attributes of
+    this object, so that later calls find them as directly as on the pattern itself."""
+
+    _METHODS = ("match", "fullmatch", "search", "findall", "finditer", "sub", "split")
+
+    def __init__(self, pattern: str | bytes, flags: int = 0) -> None:
+        self.pattern = pattern
+        self._flags = flags
+
+    def __getattr__(self, name: str) -> object:
+        compiled = re.compile(self.pattern, self._flags)
+        for method in self._METHODS:
+            setattr(self, method, getattr(compiled, method))
+        return getattr(compiled, name)
+
+
+def _on_first_use(pattern: AnyStr, flags: int = 0) -> re.Pattern[AnyStr]:
+    """A pattern to the type checker, compiled on its first use (``_CompiledOnFirstUse``)."""
+    return _CompiledOnFirstUse(pattern, flags)  # type: ignore[return-value]
+
+
 FRONTMATTER_LIMIT = 64 * 1024
 """Only this many leading bytes of a file are searched for frontmatter."""
 
 _BOM = b"\xef\xbb\xbf"
 _KEY = "derived_from:"
 _AT_KEY = "derived_at:"
-_PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_ ./,\-]*")
-_LINK = re.compile(r"\[[^\]]*\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[\"'(].*)?\s*\)")
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(//|[^/\\])")
-_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
-_NESTING = re.compile(r"[\"'\[\]()<>]")
-_ITEM = re.compile(r"( *)- (.*)")
-_SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
-_WIKI = re.compile(r"!?\[\[([^\[\]\n]+)\]\]")
-_WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
-_INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?([*~`]{0,2})derived_from\1::(.*)")
+_PLAIN = _on_first_use(r"[A-Za-z0-9_./][A-Za-z0-9_ ./,\-]*")
+_LINK = _on_first_use(r"\[[^\]]*\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[\"'(].*)?\s*\)")
+_URL = _on_first_use(r"^[A-Za-z][A-Za-z0-9+.\-]*:(//|[^/\\])")
+_DRIVE = _on_first_use(r"^[A-Za-z]:[\\/]")
+_NESTING = _on_first_use(r"[\"'\[\]()<>]")
+_ITEM = _on_first_use(r"( *)- (.*)")
+_SPLIT_MARKS = _on_first_use(r"[\"'\[\]()<>,]")
+_WIKI = _on_first_use(r"!?\[\[([^\[\]\n]+)\]\]")
+_WIKI_ONLY = _on_first_use(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
+_INLINE = _on_first_use(r"[ \t]*(?:[-*+>][ \t]+)?([*~`]{0,2})derived_from\1::(.*)")
 """A whole-line field; Dataview lets Markdown emphasis wrap its key (``**derived_from**::``)."""
-_FIELD = re.compile(r"derived_from[*~`]{0,2}::")
-_FIELD_BYTES = re.compile(_FIELD.pattern.encode())
-_BRACKETED = re.compile(r"[\[(]derived_from::")
-_BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
-_FENCE = re.compile(r"[ \t]*(```|~~~)")
-_HEADING = re.compile(r"(#{1,6})[ \t]")
-_METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
-_FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
-_NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
+_FIELD = _on_first_use(r"derived_from[*~`]{0,2}::")
+_FIELD_BYTES = _on_first_use(_FIELD.pattern.encode())
+_BRACKETED = _on_first_use(r"[\[(]derived_from::")
+_BODY_LINK = _on_first_use(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
+_FENCE = _on_first_use(r"[ \t]*(```|~~~)")
+_HEADING = _on_first_use(r"(#{1,6})[ \t]")
+_METADATA = _on_first_use(r"metadata:[ \t]*(#.*)?")
+_FLOW_METADATA = _on_first_use(r"^metadata:[ \t]*\{", re.M)
+_NEVER_TYPED = _on_first_use(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
 """A character that no value YAML types implicitly (a number, a date, a boolean,
 null) is written with, or the ``.md`` that none ends with.  A line break is not one:
 YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
@@ -405,7 +432,7 @@ class _YamlFails:
 
 
 _YAML_FAILS = _YamlFails()
-_TOKEN = re.compile(
+_TOKEN = _on_first_use(
     r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
     r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
     r"|(?P<quoted>\"(?P<double>[^\"\\]*)\"|'(?P<single>[^']*)')"
@@ -414,13 +441,13 @@ _TOKEN = re.compile(
 """One entry as the common forms write it (a wiki link, a Markdown link, a quoted string,
 a plain name) and the comma after it, if any."""
 _NOT_PLAIN_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
-_TOP_LINE = re.compile(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
-_SPANNING = re.compile(
+_TOP_LINE = _on_first_use(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
+_SPANNING = _on_first_use(
     r"(?:^|[-?:]) *(?:[&!]\S* +)*"
     r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
 )
 """A quoted string, a bracket or a block scalar that may go on over the next lines."""
-_OPENING = re.compile(r"[\"'\[{|>]")
+_OPENING = _on_first_use(r"[\"'\[{|>]")
 
 
 def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[str, ...]:
@@ -541,12 +568,12 @@ def _require_plain_lines_before(text: str) -> None:
         raise _Unsure
 
 
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
+_CONTROL = _on_first_use(r"[\x00-\x09\x0b-\x1f\x7f]")
 """In ASCII text, what ``str.splitlines`` splits on besides ``\\n``, and what ``_odd_characters`` rejects."""
 _COMMON_ENTRY = r"(?:[A-Za-z0-9_./][A-Za-z0-9_./ -]*|\[[A-Za-z0-9_ .,+/-]*\]\([A-Za-z0-9_./+#%-]*\))"
-_COMMON_ENTRIES = re.compile(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
-_COMMON_ITEM = re.compile(rf"( *)- +({_COMMON_ENTRY})")
-_FOUND_ENTRY = re.compile(_COMMON_ENTRY)
+_COMMON_ENTRIES = _on_first_use(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
+_COMMON_ITEM = _on_first_use(rf"( *)- +({_COMMON_ENTRY})")
+_FOUND_ENTRY = _on_first_use(_COMMON_ENTRY)
 
 
 def _common_declaration(text: str) -> Declaration | None:
@@ -772,7 +799,7 @@ def _unquote(value: str) -> str:
     return value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Lookup:
     """What resolving an entry needs to know beyond the entry itself.
 
@@ -781,6 +808,10 @@ class Lookup:
     paths under which the memory folder is known (its own, and the path an
     agent in a sandbox sees), so that an entry written with one of them means
     the file under the root.
+
+    Equal only to itself, and without a generated repr: a scan makes one, and nothing
+    compares two (comparing would compare every file name) or prints one; those methods
+    cost every run a quarter of a millisecond to create.
     """
 
     files: Collection[str] = frozenset()
@@ -860,7 +891,7 @@ def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind
     return _placed(folder, entry, target, lookup.roots)
 
 
-_PLAIN_PATH = re.compile(r"(?!//)[A-Za-z0-9_./-][A-Za-z0-9_. /-]*")
+_PLAIN_PATH = _on_first_use(r"(?!//)[A-Za-z0-9_./-][A-Za-z0-9_. /-]*")
 """An entry that is its own target: no link to unwrap, and nothing (a scheme, a drive, a
 ``~``, a NUL) that refuses it before it is joined to the declaring folder."""
 

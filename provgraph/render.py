@@ -8,7 +8,6 @@ newline, an escape sequence or ``</system-reminder>`` cannot break out.
 
 from __future__ import annotations
 
-import unicodedata
 from datetime import datetime
 from typing import Any
 
@@ -82,6 +81,8 @@ def _shown(char: str) -> bool:
     """Whether ``char`` may reach a terminal or a prompt as itself."""
     if char in _SAFE_ASCII:
         return True
+    import unicodedata  # only for a name beyond ASCII: most runs print none
+
     code = ord(char)
     return (
         code >= 0xC0

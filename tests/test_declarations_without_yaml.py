@@ -404,9 +404,9 @@ def test_every_declaration_the_benchmark_writes_is_read_by_the_quick_reader(
     assert quick.entries == entries
 
 
-def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp_path: Path) -> None:
-    """``provgraph status`` with no state yet, over every common form (and a description
-    that is not valid YAML): the answer is read without the YAML library ever loading."""
+def _common_forms(tmp_path: Path) -> Path:
+    """A memory folder declaring sources in every common form (and a description that is
+    not valid YAML)."""
     root = tmp_path / "memory"
     (root / "notes").mkdir(parents=True)
     (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes tea.\n")
@@ -419,6 +419,13 @@ def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp
     }
     for path, lines in declared.items():
         (root / path).write_text("---\n" + "\n".join(["name: x", *lines]) + "\n---\nbody\n")
+    return root
+
+
+def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp_path: Path) -> None:
+    """``provgraph status`` with no state yet, over every common form (and a description
+    that is not valid YAML): the answer is read without the YAML library ever loading."""
+    root = _common_forms(tmp_path)
     done = subprocess.run(
         [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--json", str(root)],
         capture_output=True,
@@ -431,3 +438,54 @@ def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp
     assert "yaml" not in imported
     report = json.loads(done.stdout)
     assert report["counts"] == {"files": 6, "derived": 4, "stale": 0, "cycles": 0, "problems": 0}
+
+
+COMMON_PATH_PATTERNS = {
+    "_CONTROL",
+    "_COMMON_ENTRIES",
+    "_COMMON_ITEM",
+    "_FOUND_ENTRY",
+    "_NEVER_TYPED",
+    "_OPENING",
+    "_TOP_LINE",
+    "_PLAIN_PATH",
+    "_LINK",
+    "_URL",
+    "_DRIVE",
+}
+"""The patterns that reading and resolving declarations in the common forms use."""
+
+
+def test_declarations_in_the_common_forms_compile_none_of_the_full_readers_patterns(tmp_path: Path) -> None:
+    """The reader's patterns are compiled when first used: a first scan of a folder in the
+    common forms compiles those of the quick reader and of resolving entries, not the three
+    dozen of the full reader."""
+    root = _common_forms(tmp_path)
+    script = (
+        "import sys\n"
+        "from provgraph import declarations\n"
+        "from provgraph.cli import cli\n"
+        "compiled = lambda: sorted(name for name, value in vars(declarations).items()"
+        " if isinstance(value, declarations._CompiledOnFirstUse) and 'match' in vars(value))\n"
+        "print(','.join(compiled()), file=sys.stderr)\n"
+        "code = cli('status', '--json', sys.argv[1])\n"
+        "print(','.join(compiled()), file=sys.stderr)\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stderr.splitlines()
+    assert before == ""
+    assert set(after.split(",")) <= COMMON_PATH_PATTERNS
+    assert json.loads(done.stdout)["counts"]["derived"] == 4
+
+
+def test_a_pattern_compiled_on_first_use_answers_as_the_compiled_pattern() -> None:
+    pattern = declarations._on_first_use(r"(\w+)\.md")
+    compiled = declarations.re.compile(r"(\w+)\.md")
+    text = "see facts.md and notes.md"
+    assert pattern.search(text)[1] == compiled.search(text)[1] == "facts"
+    assert pattern.findall(text) == compiled.findall(text) == ["facts", "notes"]
+    assert pattern.fullmatch("facts.md") is not None and pattern.match("x facts.md") is None
+    assert pattern.sub("*", text) == "see * and *"
+    assert pattern.pattern == compiled.pattern and pattern.groups == 1
