@@ -99,10 +99,28 @@ def _bytecode_folder() -> str:
         folder.mkdir(mode=0o700)
     seen = folder.lstat()
     if stat.S_ISDIR(seen.st_mode) and seen.st_uid == os.getuid() and not seen.st_mode & 0o022:
+        if "PYTEST_XDIST_WORKER" not in os.environ:  # once a run, by the process that starts it
+            _forget_bytecode_of_removed_folders(folder)
         return os.fspath(folder)
     fresh = tempfile.mkdtemp(prefix="provgraph-bytecode-")
     atexit.register(shutil.rmtree, fresh, ignore_errors=True)
     return fresh
+
+
+def _forget_bytecode_of_removed_folders(folder: Path, mirror: Path | None = None, depth: int = 4) -> None:
+    """The folder mirrors the source folders by their whole path (``/tmp/clone/x.py`` is
+    kept as ``folder/tmp/clone/x.cpython-311.pyc``): the copy of a folder that no longer
+    exists (a removed clone, an old virtual environment), looked for ``depth`` levels
+    down, is removed, so that the folder, in memory, does not grow with every clone that
+    ran once."""
+    for copy in (mirror or folder).iterdir():
+        if copy.is_symlink() or not copy.is_dir():
+            continue
+        source = Path("/") / copy.relative_to(folder)
+        if not source.is_dir():
+            shutil.rmtree(copy, ignore_errors=True)
+        elif depth > 1:
+            _forget_bytecode_of_removed_folders(folder, copy, depth - 1)
 
 
 temporary_folders_in_memory()
