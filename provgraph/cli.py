@@ -75,12 +75,15 @@ def cli(*args: str) -> int:
 
 
 def main() -> None:
-    """The command (``python -m provgraph``; the ``provgraph`` script starts at
-    ``replay.main``, without importing this module for the quick answer): an unchanged
-    folder gets the last answer of the same command (``replay``); otherwise ``full_run``."""
-    from .replay import main as command
+    """The command (``python -m provgraph``; the ``provgraph`` script does the same without
+    importing this module for the quick answer): an unchanged folder gets the last answer
+    of the same command (``replay``); otherwise ``full_run``."""
+    from .replay import answer
 
-    command()
+    quick = answer(sys.argv[1:])
+    if quick is not None:
+        sys.exit(quick)
+    full_run()
 
 
 def full_run() -> None:

@@ -48,7 +48,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["RECORD_NAMES", "Command", "answer", "main", "parse", "record"]
+__all__ = ["RECORD_NAMES", "Command", "answer", "parse", "record"]
 
 FORMAT = b"provgraph-answer 3"
 RECORD_PREFIX = "answer-"
@@ -165,19 +165,6 @@ def _take(rest: list[str], flag: str, options: dict[str, str | None]) -> bool:
 
 
 # -- answering ------------------------------------------------------------------
-
-
-def main() -> None:
-    """The ``provgraph`` command: the quick answer, and only when it cannot answer, the
-    rest of the command line (``cli.full_run``), imported then.  The script starts here
-    rather than at ``cli.main``: importing ``cli`` first cost the quick answer to an
-    unchanged folder of a thousand files about 0.8 ms of its 22."""
-    quick = answer(sys.argv[1:])
-    if quick is not None:
-        sys.exit(quick)
-    from .cli import full_run
-
-    full_run()
 
 
 def answer(args: Sequence[str]) -> int | None:
