@@ -22,6 +22,7 @@ import binascii
 import contextlib
 import errno
 import hashlib
+import marshal
 import os
 import stat
 import threading
@@ -78,7 +79,6 @@ from .nochange import (
     encode_watched,
     listing_key,
     lock_as_sealed,
-    numbers_bytes,
     watched_sources,
 )
 from .statefolder import (
@@ -710,8 +710,18 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
     except OverflowError:
         return None
     names = "\0".join(paths).encode("utf-8", "surrogatepass")  # as ``numbers_bytes`` writes them
-    key = hashlib.sha256(numbers_bytes(paths, numbers)).hexdigest()
-    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, key)
+    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, _numbers_digest(len(paths), names, numbers))
+
+
+def _numbers_digest(count: int, names: bytes, numbers: list[int]) -> str:
+    """The sha256 of ``nochange.numbers_bytes`` of these paths (``names``, as it joins and
+    encodes them) and numbers, fed in its parts: a large folder's paths are joined and
+    encoded once, for both digests, and its listing is never copied into one buffer."""
+    digest = hashlib.sha256(b"%d\0" % count)
+    digest.update(names)
+    digest.update(b"\0")
+    digest.update(marshal.dumps(numbers, 2))
+    return digest.hexdigest()
 
 
 def _others_after(

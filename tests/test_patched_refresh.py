@@ -283,6 +283,26 @@ def test_the_memory_files_are_recorded_with_the_no_change_rules_listing_key(tmp_
     assert memory_files({**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}) is None
 
 
+_WORDS = st.text(st.characters(blacklist_characters="\0/"), min_size=1, max_size=6)
+_NUMBERS = st.integers(0, 2**63 - 1)
+
+
+@given(
+    st.dictionaries(
+        st.lists(_WORDS, min_size=1, max_size=3).map("/".join),
+        st.tuples(_NUMBERS, _NUMBERS, _NUMBERS, _NUMBERS).map(lambda numbers: FileMeta(*numbers)),
+        max_size=8,
+    )
+)
+def test_any_listing_is_recorded_with_the_no_change_rules_listing_key(listing: dict[str, FileMeta]) -> None:
+    """A refresh trusts the recorded key where the quick answer computes its own: any paths
+    (a lone surrogate, a name of any script) and any numbers that fit give the same."""
+    found = memory_files(dict(reversed(list(listing.items()))))
+    assert found is not None
+    assert found[0] == sorted(listing)
+    assert found[1].listing_key == listing_key(listing)
+
+
 _PAYLOADS = st.lists(st.binary(min_size=1, max_size=6).filter(lambda data: b",\n" not in data), max_size=6)
 
 
