@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -704,13 +704,22 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
     numbers a file) and for the no-change rule's ``listing_key`` (the sha256 of
     ``numbers_bytes`` of these very numbers)."""
     paths = sorted(listing)
-    numbers = list(chain.from_iterable(map(listing.__getitem__, paths)))
+    numbers = list(chain.from_iterable(_values_in_order(listing, paths)))
     try:
         packed = array("q", numbers).tobytes()
     except OverflowError:
         return None
     names = "\0".join(paths).encode("utf-8", "surrogatepass")  # as ``numbers_bytes`` writes them
     return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, _numbers_digest(len(paths), names, numbers))
+
+
+def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Iterable[FileMeta]:
+    """``listing[path]`` for each of ``paths``, a large folder's looked up in one call
+    (``itemgetter`` of one key gives its value, of several a tuple of theirs)."""
+    if len(paths) < 2:
+        return [listing[path] for path in paths]
+    values: tuple[FileMeta, ...] = itemgetter(*paths)(listing)
+    return values
 
 
 def _numbers_digest(count: int, names: bytes, numbers: list[int]) -> str:
