@@ -22,6 +22,7 @@ import binascii
 import contextlib
 import errno
 import hashlib
+import marshal
 import os
 import stat
 import threading
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +79,6 @@ from .nochange import (
     encode_watched,
     listing_key,
     lock_as_sealed,
-    numbers_bytes,
     watched_sources,
 )
 from .statefolder import (
@@ -704,14 +704,33 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
     numbers a file) and for the no-change rule's ``listing_key`` (the sha256 of
     ``numbers_bytes`` of these very numbers)."""
     paths = sorted(listing)
-    numbers = list(chain.from_iterable(map(listing.__getitem__, paths)))
+    numbers = list(chain.from_iterable(_values_in_order(listing, paths)))
     try:
         packed = array("q", numbers).tobytes()
     except OverflowError:
         return None
     names = "\0".join(paths).encode("utf-8", "surrogatepass")  # as ``numbers_bytes`` writes them
-    key = hashlib.sha256(numbers_bytes(paths, numbers)).hexdigest()
-    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, key)
+    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, _numbers_digest(len(paths), names, numbers))
+
+
+def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Iterable[FileMeta]:
+    """``listing[path]`` for each of ``paths``, a large folder's looked up in one call
+    (``itemgetter`` of one key gives its value, of several a tuple of theirs)."""
+    if len(paths) < 2:
+        return [listing[path] for path in paths]
+    values: tuple[FileMeta, ...] = itemgetter(*paths)(listing)
+    return values
+
+
+def _numbers_digest(count: int, names: bytes, numbers: list[int]) -> str:
+    """The sha256 of ``nochange.numbers_bytes`` of these paths (``names``, as it joins and
+    encodes them) and numbers, fed in its parts: a large folder's paths are joined and
+    encoded once, for both digests, and its listing is never copied into one buffer."""
+    digest = hashlib.sha256(b"%d\0" % count)
+    digest.update(names)
+    digest.update(b"\0")
+    digest.update(marshal.dumps(numbers, 2))
+    return digest.hexdigest()
 
 
 def _others_after(

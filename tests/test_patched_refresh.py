@@ -283,6 +283,51 @@ def test_the_memory_files_are_recorded_with_the_no_change_rules_listing_key(tmp_
     assert memory_files({**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}) is None
 
 
+_WORDS = st.text(st.characters(blacklist_characters="\0/"), min_size=1, max_size=6)
+_NUMBERS = st.integers(0, 2**63 - 1)
+
+
+@given(
+    st.dictionaries(
+        st.lists(_WORDS, min_size=1, max_size=3).map("/".join),
+        st.tuples(_NUMBERS, _NUMBERS, _NUMBERS, _NUMBERS).map(lambda numbers: FileMeta(*numbers)),
+        max_size=8,
+    )
+)
+def test_any_listing_is_recorded_with_the_no_change_rules_listing_key(listing: dict[str, FileMeta]) -> None:
+    """A refresh trusts the recorded key where the quick answer computes its own: any paths
+    (a lone surrogate, a name of any script) and any numbers that fit give the same."""
+    found = memory_files(dict(reversed(list(listing.items()))))
+    assert found is not None
+    assert found[0] == sorted(listing)
+    assert found[1].listing_key == listing_key(listing)
+
+
+_TIMES = st.integers(0, 9)
+
+
+@given(st.lists(st.tuples(_TIMES, _TIMES, st.booleans()), min_size=1, max_size=12), _TIMES)
+def test_a_refresh_reads_again_exactly_the_files_whose_metadata_moved_or_that_are_racy(
+    files: list[tuple[int, int, bool]], racy_from_ns: int
+) -> None:
+    """A file whose metadata moved was written; one written at or after the racy mark may
+    have been written again within the same tick: both are read again, no other."""
+    before = {f"f{index:02d}.md": FileMeta(1, mtime, ctime, index) for index, (mtime, ctime, _) in enumerate(files)}
+    now = {
+        f"f{index:02d}.md": FileMeta(1 + moved, mtime, ctime, index)
+        for index, (mtime, ctime, moved) in enumerate(files)
+    }
+    old, new = memory_files(before), memory_files(now)
+    assert old is not None and new is not None
+    changed = provgraph.incremental.changed_files(old[1], new[1], new[0], racy_from_ns)
+    expected = {
+        path
+        for path, (mtime, ctime, moved) in zip(before, files, strict=True)
+        if moved or mtime >= racy_from_ns or ctime >= racy_from_ns
+    }
+    assert changed == expected
+
+
 _PAYLOADS = st.lists(st.binary(min_size=1, max_size=6).filter(lambda data: b",\n" not in data), max_size=6)
 
 
