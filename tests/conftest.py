@@ -131,6 +131,17 @@ _bytecode_kept_for_every_process()
 PROVGRAPH = _launcher()
 """The ``provgraph`` command of the tests; its folder may be put on ``PATH``."""
 
+
+def importing(*command: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """``python -X importtime *command`` (``str(PROVGRAPH), "status"``, ``"-m", "provgraph", ...``):
+    what it did, and the name of every module it imported (its stderr also holds those lines)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *command], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+    lines = done.stderr.splitlines()
+    return done, {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
+
+
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 """Where every clock starts: before any real file time, so a file written by a
 test never has an mtime inside the window between a stamp and a scan unless

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PROVGRAPH
+from conftest import PROVGRAPH, importing
 from depth import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -426,13 +426,7 @@ def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp
     """``provgraph status`` with no state yet, over every common form (and a description
     that is not valid YAML): the answer is read without the YAML library ever loading."""
     root = _common_forms(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--json", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import")}
+    done, imported = importing(str(PROVGRAPH), "status", "--json", str(root))
     assert done.returncode == 0, done.stderr
     assert "provgraph.scan" in imported
     assert "yaml" not in imported

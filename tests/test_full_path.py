@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROVGRAPH
+from conftest import PROVGRAPH, importing
 from depth import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 STALE = 400
 """Derived files made stale: enough that the answer is larger than a pipe holds at once."""
-
-
-def _imported(done: subprocess.CompletedProcess[str]) -> set[str]:
-    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -48,15 +43,10 @@ def test_the_command_ends_with_its_exit_code_and_its_whole_output(tmp_path: Path
 
 def test_a_full_run_that_warns_of_nothing_never_imports_logging(tmp_path: Path) -> None:
     root = _folder(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--json", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done, imported = importing(str(PROVGRAPH), "status", "--json", str(root))
     assert done.returncode == 0, done.stderr
-    assert "provgraph.scan" in _imported(done)
-    assert "logging" not in _imported(done)
+    assert "provgraph.scan" in imported
+    assert "logging" not in imported
     assert json.loads(done.stdout)["counts"]["derived"] == STALE
 
 
@@ -181,19 +171,12 @@ def test_a_command_line_read_without_argparse_reads_as_argparse_reads_it(line: t
 def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) -> None:
     root = _folder(tmp_path)
     for args in (["status", "--json", str(root)], ["check", str(root), "--allow-broken"]):
-        done = subprocess.run(
-            [sys.executable, "-X", "importtime", str(PROVGRAPH), *args], capture_output=True, text=True, timeout=60
-        )
+        done, imported = importing(str(PROVGRAPH), *args)
         assert done.returncode == 0, done.stderr
-        assert "provgraph.scan" in _imported(done)
-        assert {"argparse", "gettext", "locale"}.isdisjoint(_imported(done))
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", str(PROVGRAPH), "status", "--no-cache", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert "argparse" in _imported(done) and done.stdout.startswith(f"{STALE + 1} memory files")
+        assert "provgraph.scan" in imported
+        assert {"argparse", "gettext", "locale"}.isdisjoint(imported)
+    done, imported = importing(str(PROVGRAPH), "status", "--no-cache", str(root))
+    assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import launch
+from conftest import importing, launch
 
 import provgraph.clock as clock
 import provgraph.nochange
@@ -201,11 +201,8 @@ def test_an_unchanged_folder_gets_the_full_paths_answer_without_importing_the_ap
     root = folders["nothing changed"]
     assert same_answers(root) == [True, True, True]
     assert "2 stale" in provgraph("status", cwd=root).stdout
-    module = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "provgraph", "check"], cwd=root, capture_output=True, text=True
-    )
+    module, imported = importing("-m", "provgraph", "check", cwd=root)
     assert module.returncode == 1 and "2 stale" in module.stdout
-    imported = {line.rsplit("|", 1)[-1].strip() for line in module.stderr.splitlines() if line.startswith("import")}
     assert "provgraph.replay" in imported
     assert not imported & {"provgraph.api", "networkx", "yaml", "orjson", "provgraph.scan", "provgraph.state"}
 
