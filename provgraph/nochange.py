@@ -63,6 +63,8 @@ __all__ = [
     "listing_key",
     "lock_as_sealed",
     "metas_of",
+    "joined_paths",
+    "listing_parts",
     "numbers_bytes",
     "renewed_seal",
     "watched_sources",
@@ -372,8 +374,18 @@ def numbers_bytes(paths: Sequence[str], numbers: list[int]) -> bytes:
     two listings in the same order have the same bytes only if they are equal.  Built by
     C loops, without ``struct`` or a formatted number: the walk of a large folder would
     cost less than formatting its numbers as text."""
-    names = "\0".join(paths).encode("utf-8", "surrogatepass")  # any code point, one way
-    return b"%d\0%s\0%s" % (len(paths), names, marshal.dumps(numbers, 2))
+    return b"".join(listing_parts(len(paths), joined_paths(paths), numbers))
+
+
+def joined_paths(paths: Sequence[str]) -> bytes:
+    """The paths joined by NUL (a path holds none), encoded: any code point, one way."""
+    return "\0".join(paths).encode("utf-8", "surrogatepass")
+
+
+def listing_parts(count: int, names: bytes, numbers: list[int]) -> tuple[bytes, bytes, bytes, bytes]:
+    """``numbers_bytes`` in its parts (``names`` from ``joined_paths``), for a caller that
+    hashes a large listing without copying it into one buffer."""
+    return b"%d\0" % count, names, b"\0", marshal.dumps(numbers, 2)
 
 
 def metas_of(numbers: list[int]) -> Iterator[Meta]:

@@ -22,7 +22,6 @@ import binascii
 import contextlib
 import errno
 import hashlib
-import marshal
 import os
 import stat
 import threading
@@ -77,7 +76,9 @@ from .nochange import (
     LockSeal,
     decode_watched,
     encode_watched,
+    joined_paths,
     listing_key,
+    listing_parts,
     lock_as_sealed,
     watched_sources,
 )
@@ -709,7 +710,7 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
         packed = array("q", numbers).tobytes()
     except OverflowError:
         return None
-    names = "\0".join(paths).encode("utf-8", "surrogatepass")  # as ``numbers_bytes`` writes them
+    names = joined_paths(paths)
     return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, _numbers_digest(len(paths), names, numbers))
 
 
@@ -723,13 +724,12 @@ def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Itera
 
 
 def _numbers_digest(count: int, names: bytes, numbers: list[int]) -> str:
-    """The sha256 of ``nochange.numbers_bytes`` of these paths (``names``, as it joins and
-    encodes them) and numbers, fed in its parts: a large folder's paths are joined and
-    encoded once, for both digests, and its listing is never copied into one buffer."""
-    digest = hashlib.sha256(b"%d\0" % count)
-    digest.update(names)
-    digest.update(b"\0")
-    digest.update(marshal.dumps(numbers, 2))
+    """The sha256 of ``nochange.numbers_bytes`` of these paths and numbers, fed in its parts:
+    a large folder's paths are joined and encoded once, for both digests, and its listing
+    is never copied into one buffer."""
+    digest = hashlib.sha256()
+    for part in listing_parts(count, names, numbers):
+        digest.update(part)
     return digest.hexdigest()
 
 
