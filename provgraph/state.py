@@ -768,16 +768,6 @@ def _names(folder: int) -> list[str]:
         return []
 
 
-def _read_whole(descriptor: int) -> bytes:
-    """A regular file's bytes, from an open descriptor."""
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        raise OSError(errno.EINVAL, "not a regular file")
-    chunks = []
-    while chunk := os.read(descriptor, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _read_span(descriptor: int, start: int, stop: int) -> bytes:
     """The bytes of an open file from ``start`` to ``stop``, all of them."""
     data = os.pread(descriptor, stop - start, start)
