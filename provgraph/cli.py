@@ -102,8 +102,9 @@ def _leave(code: int) -> NoReturn:
 
     By then every state file is written and closed (``cli`` has returned), and what is
     left is freeing a scan's hundreds of thousands of objects one by one: about as long
-    as writing the state, for nothing, since the process ends.  Only the console script
-    leaves this way; ``cli()`` returns as a library function should.  A reader that went
+    as writing the state, for nothing, since the process ends.  Only the command leaves
+    this way (``main`` and the ``provgraph`` script, through ``full_run``); ``cli()``
+    returns as a library function should.  A reader that went
     away before the last flush is not an error of ours, as in ``cli``."""
     try:
         for stream in (sys.stdout, sys.stderr):
