@@ -474,10 +474,6 @@ def _pack(fields: Iterable[bytes]) -> bytes:
     return b"".join(b"%d\n%s" % (len(field), field) for field in fields)
 
 
-def _unpack(data: bytes | None) -> list[bytes] | None:
-    return None if data is None else _Fields(data).tail(0)
-
-
 class _Fields:
     """A record's fields (``_pack``), found where they lie in its bytes.  The stored text
     is printed from there rather than copied out: the answer about a large folder with

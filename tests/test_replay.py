@@ -245,7 +245,7 @@ def test_a_proof_of_another_walk_is_never_trusted(folders) -> None:
     """A record whose kept walk is not this folder's (another order, other files) falls through."""
     root = folders["proof of another walk"]
     for record in (root / ".provgraph").glob("answer-*"):
-        fields = replay._unpack(record.read_bytes())
+        fields = replay._Fields(record.read_bytes()).tail(0)
         assert fields is not None
         proof = 6 + int(fields[4])
         assert fields[proof], "a quick answer keeps the walk it proved"
@@ -474,7 +474,7 @@ def test_a_record_keeps_the_locks_bytes_only_while_its_metadata_cannot_prove_the
     root = memory_folder(tmp_path / "memory")  # its last run wrote the lock
 
     def kept_lock_bytes() -> bytes:
-        fields = replay._unpack((root / ".provgraph" / "answer-status").read_bytes())
+        fields = replay._Fields((root / ".provgraph" / "answer-status").read_bytes()).tail(0)
         assert fields is not None and fields[4] == b"1"
         return fields[6]
 
