@@ -63,7 +63,7 @@ class MemoryFiles:
     comparing bytes, without a row or a tuple for each of the files that did not."""
 
     paths: str
-    """The sha256 of the paths, in order (as ``nochange.listing_bytes`` writes them)."""
+    """The sha256 of the paths, in order (joined as ``nochange.joined_paths`` joins them)."""
     metas: bytes
     listing_key: str
     """``nochange.listing_key`` of the same files, from the same bytes."""
