@@ -488,7 +488,7 @@ def _one_line_reading(value: str) -> object:
 def _bracketed_or_quoted(value: str) -> object:
     """``[a, b]``; ``"a, b"``; or a value that YAML reads as a bracket or a quoted string
     followed by more (``[A](a.md), b.md``, ``[[a]], b.md``, ``"a", b``): an error."""
-    if value[-1] == "]":
+    if value[0] == "[" and value[-1] == "]":  # a quoted value may end in a bracket too
         items = _tokens(value[1:-1])
         if items is not None:
             return _list_reading(items)

@@ -219,6 +219,7 @@ def _through_yaml(head: bytes) -> declarations.Declaration:
 
 @settings(max_examples=examples(1500), deadline=None)
 @given(frontmatters())
+@example(b'---\nmetadata:\n  derived_from: "/]\n---\nThe body.\n')  # a quoted value that ends in a bracket
 def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> None:
     assert read_declaration(head) == _through_yaml(head)
 
