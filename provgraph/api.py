@@ -298,9 +298,12 @@ class Memory:
         patch, updates, lock = found
         state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
         canonical = previous.lock.canonical or lock is not None
-        conditions = self._store.save_patched(
-            state, previous, updates, lock, listing, files[1], canonical, patch.spliced
-        )
+        try:
+            conditions = self._store.save_patched(
+                state, previous, updates, lock, listing, files[1], canonical, patch.spliced
+            )
+        except Corrupt:
+            return None  # a damaged index of the cache's batches, met before anything was written
         return _with_hints(patch.report, listing), conditions
 
     def _patch(

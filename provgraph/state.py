@@ -657,21 +657,21 @@ class StateStore:
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive or state.report is None:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
+        rows = previous.rows
+        assert isinstance(rows, RowTable), "the rows as ``previous`` read them"
+        table, firsts = rows.written(updates)  # before any write: a damaged batch index raises ``Corrupt`` here
         if lock is None:
             seal = self._reseal(folders)
         else:
             self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
             self._tx.lock_bytes = lock
             seal = self._seal(folders, lock)
-        rows = previous.rows
-        assert isinstance(rows, RowTable), "the rows as ``previous`` read them"
         others = _others_after(rows, previous.others, updates, listing)
         stats = {path: _meta_of(row) for path, row in others.items()}
         watched = watched_sources(column(state.report.edges, "source"), listing, {}, stats)
         problems = tuple(problem.row for problem in state.walk_problems)
         key = listing_key(listing) if files is None else files.listing_key
         conditions = Conditions(seal, state.scan_started_ns, problems, key, watched, state.settings)
-        table, firsts = rows.written(updates)
         per_file = _PerFile(table, firsts, files, sorted(others))
         report = encode_report(state.report, self._tx.edges_read, spliced)
         entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, per_file, report)

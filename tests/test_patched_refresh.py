@@ -450,3 +450,22 @@ def test_a_patched_refresh_finds_the_rows_it_reads_without_searching_the_per_fil
             assert Memory(root, state=tmp_path / "full").refresh(now=T0 + DAY) == report
     assert [entry.path for entry in report.stale] == ["summaries/summary-0500.md"]
     assert searched == [b"["]  # the last result's edges, held already; never the rows
+
+
+def test_a_damaged_index_of_the_cache_batches_is_answered_by_the_full_scan(tmp_path: Path) -> None:
+    """The cache's first path of a batch replaced by another value: a patched refresh that
+    meets it while writing gives way to the full scan, before it has written anything."""
+    root = tmp_path / "memory"
+    root.mkdir()
+    folder = Folder(root)
+    for name in ("a", "c", "d"):
+        folder.write(f"{name}.md", f"---\nderived_from: b.md, gone.md\n---\n{name}.\n".encode(), T0 - DAY)
+    folder.write("b.md", b"B.\n", T0 - DAY)
+    Memory(root).refresh(now=T0)
+    cache = root / ".provgraph" / "cache.json"
+    document = orjson.loads(cache.read_bytes())
+    document["row_batches"][0] = "h"
+    cache.write_bytes(orjson.dumps(document))
+    report = Memory(root).refresh(now=T0 + DAY)  # the files are young: each is read again
+    assert sorted(entry.path for entry in report.stale) == ["a.md", "c.md", "d.md"]
+    assert orjson.loads(cache.read_bytes())["row_batches"][0] == "a.md"
