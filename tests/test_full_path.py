@@ -50,6 +50,16 @@ def test_a_full_run_that_warns_of_nothing_never_imports_logging(tmp_path: Path) 
     assert json.loads(done.stdout)["counts"]["derived"] == STALE
 
 
+def test_a_declaration_written_with_percent_escapes_still_reads_them(tmp_path: Path, run) -> None:
+    """``urllib`` is imported only for a link that has an escape to decode."""
+    root = _folder(tmp_path)
+    (root / "my facts.md").write_text("The user likes tea.\n")
+    (root / "profile.md").write_text("---\nderived_from: [Facts](my%20facts.md), [Plain](facts.md)\n---\n")
+    code, out, _ = run("why", "--json", "--root", root, "profile.md", cwd=root)
+    assert code == 0
+    assert [source["source"] for source in json.loads(out)["sources"]] == ["facts.md", "my facts.md"]
+
+
 def test_a_warning_of_a_full_run_is_one_line_on_stderr(tmp_path: Path) -> None:
     root = _folder(tmp_path)
     subprocess.run([PROVGRAPH, "status", str(root)], check=True, capture_output=True, timeout=60)
