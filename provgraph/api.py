@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from . import nochange, queries
+from . import nochange
 from .clock import current, wall_ns
 from .codec import Corrupt, RowsAsSeen
 from .errors import ProvgraphError
@@ -29,15 +29,16 @@ from .model import (
     Edge,
     EdgeStatus,
     Explanation,
+    FileLineage,
     FileMeta,
     NodeStatus,
     Problem,
+    Relative,
     Report,
     SourceState,
     StaleEntry,
     column,
 )
-from .queries import Relative
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files
 from .statefolder import LockBusy
 
@@ -196,18 +197,26 @@ class Memory:
 
     def sources_of(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""
+        from . import queries  # the queries answer other commands than a refresh
+
         return queries.sources_of(report, path, transitive=transitive)
 
     def derived_from(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What is derived from ``path`` (every descendant when ``transitive``), with chains."""
+        from . import queries
+
         return queries.derived_from(report, path, transitive=transitive)
 
     def stale_after_editing(self, source: str, *, report: Report) -> tuple[StaleEntry, ...]:
         """The stale files downstream of ``source``: what to re-check after editing it."""
+        from . import queries
+
         return queries.stale_after_editing(report, source)
 
-    def lineage(self, path: str, report: Report) -> queries.FileLineage:
+    def lineage(self, path: str, report: Report) -> FileLineage:
         """What ``provgraph lineage`` prints: the file's status and sources, and everything derived from it."""
+        from . import queries
+
         explanation = self.explain(path, report)
         exists = explanation.status is not None or _exists(self.files, path)
         return queries.file_lineage(report, explanation, exists=exists)

@@ -189,6 +189,23 @@ def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) ->
     assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
 
 
+ONLY_FOR_OTHER_COMMANDS = {"provgraph.queries", "provgraph.answers", "provgraph.shell", "yaml"}
+"""What ``why``, ``lineage``, ``stamp`` and the hooks need, and a refresh of a folder whose
+declarations read without YAML never does."""
+
+
+def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    for args in (["status", "--json", str(root)], ["check", str(root)]):
+        done, imported = importing(str(PROVGRAPH), *args)
+        (root / "facts.md").write_text(f"---\nname: facts\n---\nThe user likes {args[0]}.\n")
+        assert done.returncode in (0, 1), done.stderr
+        assert "provgraph.scan" in imported
+        assert ONLY_FOR_OTHER_COMMANDS.isdisjoint(imported), ONLY_FOR_OTHER_COMMANDS & imported
+    done, imported = importing(str(PROVGRAPH), "lineage", "--root", str(root), "facts.md")
+    assert done.returncode == 0 and {"provgraph.queries", "provgraph.answers"} <= imported
+
+
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:
     """How many times each file is opened for reading by ``files`` (a ``LocalFiles``)."""
     opened: dict[str, int] = {}
