@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
 from .nochange import RACY_WINDOW_NS, Sight, metas_of  # the racy rule is the no-change rule's; the scan applies it too
+from .paths import normalized
 from .walk import handed_over, place, walk_in_order
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class LocalFiles:
         """``trusts_stat`` False reads every file on every scan: for a folder where
         content may change without moving mtime or ctime (a write through ``mmap``)."""
         self.trusts_stat = trusts_stat
-        self._root = os.fspath(root)
+        self._root = normalized(root)
         self._real_root = os.path.realpath(self._root)
         self._root_prefix = os.path.join(self._root, "")
         self._listed: dict[str, FileMeta] = {}

@@ -214,7 +214,7 @@ class StateStore:
         folder: str | os.PathLike[str] | None = None,
         warn: Callable[[str], None] | None = None,
     ) -> None:
-        self.root = os.fspath(root)
+        self.root = _normalized(root)
         self.folder = _normalized(folder) if folder is not None else None
         self.state_path = self.folder if self.folder is not None else os.path.join(self.root, STATE_DIR)
         self.lock_path = os.path.join(self.folder if self.folder is not None else self.root, LOCK_NAME)

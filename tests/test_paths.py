@@ -93,7 +93,7 @@ def test_memory_gives_its_folders_as_paths_though_it_works_on_text(tmp_path: Pat
     default = Memory(tmp_path / "memory")
     assert default.state_path == tmp_path / "memory" / ".provgraph"
     assert default.lock_path == tmp_path / "memory" / "provgraph.lock"
-    assert LocalFiles(f"{tmp_path}/memory/").root == tmp_path / "memory"
+    assert LocalFiles(f"{tmp_path}//memory/./").root == tmp_path / "memory"
     with pytest.raises(RootError) as missing:
         Memory(tmp_path / "elsewhere")
     assert missing.value.root == tmp_path / "elsewhere"
