@@ -13,12 +13,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from operator import attrgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from . import nochange, queries
+from . import nochange
 from .clock import current, wall_ns
 from .codec import Corrupt, RowsAsSeen
 from .errors import ProvgraphError
@@ -30,19 +29,22 @@ from .model import (
     Edge,
     EdgeStatus,
     Explanation,
+    FileLineage,
     FileMeta,
     NodeStatus,
     Problem,
+    Relative,
     Report,
     SourceState,
     StaleEntry,
     column,
 )
-from .queries import Relative
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files
 from .statefolder import LockBusy
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import networkx as nx
 
     from . import incremental
@@ -64,9 +66,11 @@ WRITE_WAIT = 10.0
 class RootError(ProvgraphError):
     """The memory root does not exist or is not a folder."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        from pathlib import Path  # only on an error: a refresh that goes well never makes a Path
+
         super().__init__(f"memory root {root} is not a folder")
-        self.root = root
+        self.root = Path(root)
 
 
 class NotDerived(ProvgraphError):
@@ -110,25 +114,45 @@ class Memory:
         path, means the file under the root.  ``trust_cache`` False reads and
         hashes every file on every refresh, for folders where content can change
         without moving a file's metadata (a write through ``mmap``)."""
-        self.root = Path(os.path.abspath(Path(root).expanduser()))
-        self.roots = _known_roots(self.root, also_known_as)
+        self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
+        self.roots = _known_roots(self._root, also_known_as)
         self.sources_heading = sources_heading
         self._settings = orjson.dumps([sources_heading, self.roots]).decode()
         if files is None:
-            if not self.root.is_dir():
-                raise RootError(self.root)
-            files = LocalFiles(self.root, trusts_stat=trust_cache)
+            if not os.path.isdir(self._root):
+                raise RootError(self._root)
+            files = LocalFiles(self._root, trusts_stat=trust_cache)
         elif not trust_cache:
             files.trusts_stat = False
         self.files = files
-        self._store = StateStore(self.root, state, warn)
-        self.state_path = self._store.state_path
-        """The folder of provgraph's own files: ``ROOT/.provgraph`` or ``state``."""
-        self.lock_path = self._store.lock_path
-        """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
+        self._store = StateStore(self._root, state, warn)
         self._warn = warn or log_warning
         self._progress = progress
         self._last = threading.local()
+
+    # The folders as ``Path`` objects, made when asked for: the pipeline works on text, and a
+    # command that only refreshes never imports ``pathlib``.
+
+    @property
+    def root(self) -> Path:
+        """The memory folder, absolute, with ``~`` expanded."""
+        from pathlib import Path
+
+        return Path(self._root)
+
+    @property
+    def state_path(self) -> Path:
+        """The folder of provgraph's own files: ``ROOT/.provgraph`` or ``state``."""
+        from pathlib import Path
+
+        return Path(self._store.state_path)
+
+    @property
+    def lock_path(self) -> Path:
+        """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
+        from pathlib import Path
+
+        return Path(self._store.lock_path)
 
     def refresh(self, *, now: datetime | None = None) -> Report:
         """Scan the folder, update the stamps, and report what is stale."""
@@ -173,18 +197,26 @@ class Memory:
 
     def sources_of(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""
+        from . import queries  # the queries answer other commands than a refresh
+
         return queries.sources_of(report, path, transitive=transitive)
 
     def derived_from(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What is derived from ``path`` (every descendant when ``transitive``), with chains."""
+        from . import queries
+
         return queries.derived_from(report, path, transitive=transitive)
 
     def stale_after_editing(self, source: str, *, report: Report) -> tuple[StaleEntry, ...]:
         """The stale files downstream of ``source``: what to re-check after editing it."""
+        from . import queries
+
         return queries.stale_after_editing(report, source)
 
-    def lineage(self, path: str, report: Report) -> queries.FileLineage:
+    def lineage(self, path: str, report: Report) -> FileLineage:
         """What ``provgraph lineage`` prints: the file's status and sources, and everything derived from it."""
+        from . import queries
+
         explanation = self.explain(path, report)
         exists = explanation.status is not None or _exists(self.files, path)
         return queries.file_lineage(report, explanation, exists=exists)
@@ -203,9 +235,11 @@ class Memory:
         except LockBusy as busy:
             if restamp:
                 raise StateError(
-                    self.state_path, f"cannot stamp: the state in {self.state_path} is {busy}; try again"
+                    self._store.state_path, f"cannot stamp: the state in {self._store.state_path} is {busy}; try again"
                 ) from None
-        self._warn(f"the state in {self.state_path} is locked by another provgraph process; this answer is not saved")
+        self._warn(
+            f"the state in {self._store.state_path} is locked by another provgraph process; this answer is not saved"
+        )
         with self._store.unlocked():
             return self._run(now, restamp, save=False)[0], None
 
@@ -220,7 +254,7 @@ class Memory:
         unchanged = None if restamp or handed_ns is not None else self._unchanged(listing, tuple(walk_problems))
         if unchanged is not None:
             last, held = unchanged
-            return _with_hints(replace(last, root=str(self.root), scanned_at=now), listing), held
+            return _with_hints(replace(last, root=self._root, scanned_at=now), listing), held
         return self._rescan(listing, walk_problems, started_ns, now, restamp, save=save)
 
     def _rescan(
@@ -260,7 +294,7 @@ class Memory:
             raise NotDerived(not_derived)
         derivations, edges = reconcile(state.derivations, snapshot, now.timestamp(), restamp)
         report = Report(
-            root=str(self.root),
+            root=self._root,
             scanned_at=now,
             file_count=len(snapshot.files),
             edges=edges,
@@ -463,9 +497,9 @@ def _exists(files: FileSource, path: str) -> bool:
         return True
 
 
-def _known_roots(root: Path, also_known_as: Iterable[str]) -> tuple[str, ...]:
+def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:
     """The absolute paths the folder is known by, longest first (so the most specific wins)."""
-    known = {str(root), os.path.realpath(root)}
+    known = {root, os.path.realpath(root)}
     for path in also_known_as:
         if not str(path).startswith("/"):
             raise ValueError(f"also_known_as takes absolute paths, not {path!r}")
@@ -510,6 +544,8 @@ def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
 def find_root(path: str | os.PathLike[str]) -> Path | None:
     """The nearest folder at or above ``path`` that holds ``provgraph.lock``, ``.provgraph/``
     or ``MEMORY.md`` (a plain clone has the lock and no cache)."""
+    from pathlib import Path  # why, lineage and stamp look for the root; a refresh is given it
+
     current = Path(path).absolute()
     if not current.is_dir():
         current = current.parent

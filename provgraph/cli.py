@@ -212,7 +212,7 @@ def _remember(options: Options, memory: Memory, conditions: Conditions | None, t
     else:
         name = "check --allow-broken" if options.allow_broken else "check"
     command = replay.Command(name, options.root, options.state, _sources_heading(options))
-    replay.record(command, os.fspath(memory.state_path), conditions, text, code)
+    replay.record(command, memory._store.state_path, conditions, text, code)
 
 
 def broken_declarations(report: Report) -> tuple[Problem, ...]:
@@ -386,16 +386,16 @@ def _printed_options(options: Options) -> tuple[str, ...]:
 
 
 def _open(options: Options, root: Path | None = None) -> Memory:
-    from pathlib import Path
-
     from .api import Memory
 
-    root = root if root is not None else Path(options.root)
-    if not root.is_dir():
-        raise UsageError(f"memory root {root} is not a folder")
+    folder = root if root is not None else options.root
+    if not os.path.isdir(folder):
+        from pathlib import Path  # the folder as it is named everywhere else: as a Path prints it
+
+        raise UsageError(f"memory root {Path(folder)} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
     return Memory(
-        root,
+        folder,
         state=options.state,
         warn=_warn,
         progress=progress,

@@ -33,7 +33,6 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import AnyStr
-from urllib.parse import unquote
 
 from .model import Problem, ProblemKind
 
@@ -992,7 +991,11 @@ def _link_target(entry: str) -> str:
         if target.startswith("<") and target.endswith(">"):
             target = target[1:-1]
         target = target.split("#", 1)[0]
-        return unquote(target).strip()
+        if "%" in target:  # unquote leaves any other text as it is; urllib is not imported for it
+            from urllib.parse import unquote
+
+            target = unquote(target)
+        return target.strip()
     if entry.startswith("<") and entry.endswith(">"):
         return entry[1:-1].strip()
     return entry

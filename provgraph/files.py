@@ -15,13 +15,16 @@ import os
 import stat as stat_module
 from collections.abc import Iterator
 from itertools import repeat
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
 from .nochange import RACY_WINDOW_NS, Sight, metas_of  # the racy rule is the no-change rule's; the scan applies it too
+from .paths import normalized
 from .walk import handed_over, place, walk_in_order
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
 
@@ -75,26 +78,33 @@ class LocalFiles:
         """``trusts_stat`` False reads every file on every scan: for a folder where
         content may change without moving mtime or ctime (a write through ``mmap``)."""
         self.trusts_stat = trusts_stat
-        self.root = Path(root)
-        self._real_root = os.path.realpath(self.root)
-        self._root_prefix = os.path.join(self.root, "")
+        self._root = normalized(root)
+        self._real_root = os.path.realpath(self._root)
+        self._root_prefix = os.path.join(self._root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
         self.walked_ns: int | None = None
         """When the last walk began, when it began before ``walk`` was called (handed over)."""
 
+    @property
+    def root(self) -> Path:
+        """The folder, as a ``Path``: made when asked for, never by a scan, which works on text."""
+        from pathlib import Path
+
+        return Path(self._root)
+
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         """The walk; the command's quick answer may have made it already (``walk.handed_over``),
         and then ``walked_ns`` is when it began."""
-        handed = handed_over(os.fspath(self.root), self._real_root)
+        handed = handed_over(self._root, self._real_root)
         if handed is None:
             self.walked_ns = None
-            paths, numbers, rows = walk_in_order(os.fspath(self.root), self._real_root)
+            paths, numbers, rows = walk_in_order(self._root, self._real_root)
         else:
             self.walked_ns, (paths, numbers, rows) = handed
         found = dict(zip(paths, map(_new_tuple, repeat(FileMeta), metas_of(numbers)), strict=True))
         problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
-        self._listed, self._device = found, _device(self.root)
+        self._listed, self._device = found, _device(self._root)
         return found, problems
 
     def _open(self, path: str) -> tuple[int, int]:
@@ -142,7 +152,7 @@ class LocalFiles:
         """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root.
         provgraph's own files (its lock, its state folder) are never a source, whatever
         link leads there: ``NotRegular``, so a stamp can never make its own lock stale."""
-        refusal, real = place(os.fspath(self.root), self._real_root, path)
+        refusal, real = place(self._root, self._real_root, path)
         if refusal is Sight.OUTSIDE_ROOT:
             raise OutsideRoot(path)
         if refusal is not None:
@@ -210,7 +220,7 @@ def _chunks(descriptor: int, limit: int | None = None) -> Iterator[bytes]:
             left -= len(chunk)
 
 
-def _device(root: Path) -> int | None:
+def _device(root: str) -> int | None:
     try:
         return os.stat(root).st_dev
     except OSError:

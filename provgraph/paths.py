@@ -12,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-from pathlib import Path
 
-__all__ = ["parts_under", "relative_to"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["normalized", "parts_under", "relative_to"]
 
 
 def parts_under(root: Path, file: str | os.PathLike[str]) -> tuple[str, ...] | None:
@@ -22,6 +25,8 @@ def parts_under(root: Path, file: str | os.PathLike[str]) -> tuple[str, ...] | N
 
     Tried as given first, then with both sides' symlinked folders resolved.
     """
+    from pathlib import Path  # a command that names a file; a refresh needs none
+
     absolute = Path(os.path.abspath(file))
     resolved = Path(os.path.realpath(absolute.parent)) / absolute.name
     for base, target in ((root, absolute), (Path(os.path.realpath(root)), resolved)):
@@ -49,3 +54,13 @@ def relative_to(memory_path: str, path: str) -> str | None:
     if relative in (".", "..") or relative.startswith("../"):
         return None
     return relative
+
+
+def normalized(path: str | os.PathLike[str]) -> str:
+    """``path`` spelt as ``pathlib`` spells it (``a//b/./c/`` is ``a/b/c``; ``..`` stays, a
+    symlink may lie before it), without importing ``pathlib``, which a refresh never needs
+    otherwise: a folder given by the user (``--state``) is then split into its parent and
+    its name, and named in messages, exactly as before."""
+    text = os.fspath(path)
+    head = "//" if text.startswith("//") and not text.startswith("///") else "/" if text.startswith("/") else ""
+    return head + "/".join(part for part in text.split("/") if part not in ("", ".")) or "."

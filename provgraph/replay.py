@@ -405,11 +405,10 @@ def _write_record(command: Command, state: int, state_path: str, fields: list[by
     """Replace the record of ``command`` in the state folder (open as ``state``) atomically;
     quietly nothing when it cannot be written (a read-only folder still answers)."""
     import contextlib
-    from pathlib import Path
 
     from .statefolder import Folders, write_file
 
-    folders = Folders(state, state, Path(state_path), Path(state_path))
+    folders = Folders(state, state, state_path, state_path)
     with contextlib.suppress(OSError):
         write_file(folders, state, _name(command), [_pack(fields)])
 

@@ -32,7 +32,6 @@ from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
 from operator import attrgetter, itemgetter
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -82,6 +81,7 @@ from .nochange import (
     lock_as_sealed,
     watched_sources,
 )
+from .paths import normalized as _normalized
 from .statefolder import (
     Folders,
     hold,
@@ -129,9 +129,11 @@ class StateError(ProvgraphError):
     that names it and says what to do.
     """
 
-    def __init__(self, path: Path, message: str) -> None:
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        from pathlib import Path  # only on an error: a refresh that goes well never makes a Path
+
         super().__init__(message)
-        self.path = path
+        self.path = Path(path)
 
 
 @dataclass
@@ -212,11 +214,11 @@ class StateStore:
         folder: str | os.PathLike[str] | None = None,
         warn: Callable[[str], None] | None = None,
     ) -> None:
-        self.root = Path(root)
-        self.folder = Path(folder) if folder is not None else None
-        self.state_path = self.folder if self.folder is not None else self.root / STATE_DIR
-        self.lock_path = (self.folder if self.folder is not None else self.root) / LOCK_NAME
-        self.cache_path = self.state_path / CACHE_NAME
+        self.root = _normalized(root)
+        self.folder = _normalized(folder) if folder is not None else None
+        self.state_path = self.folder if self.folder is not None else os.path.join(self.root, STATE_DIR)
+        self.lock_path = os.path.join(self.folder if self.folder is not None else self.root, LOCK_NAME)
+        self.cache_path = os.path.join(self.state_path, CACHE_NAME)
         self._warn = warn or log_warning
         self._recalled: tuple[bytes, Recall] | None = None
         self._local = threading.local()
@@ -247,7 +249,9 @@ class StateStore:
             try:
                 descriptor = hold(folders.state, FLOCK_NAME, wait)
             except OSError as error:
-                raise StateError(self.state_path, _cannot("lock", self.state_path / FLOCK_NAME, error)) from error
+                raise StateError(
+                    self.state_path, _cannot("lock", os.path.join(self.state_path, FLOCK_NAME), error)
+                ) from error
             try:
                 self._check_root(folders, write=True)
                 remove_temporaries(folders)
@@ -286,11 +290,12 @@ class StateStore:
                     raise
                 return Folders(-1 if state is None else state, lock, self.state_path, self.root)
             self._refuse_memory_tree()
+            parent, name = os.path.dirname(self.folder) or os.curdir, os.path.basename(self.folder)
             if create:
-                self.folder.parent.mkdir(parents=True, exist_ok=True)
-            elif not self.folder.parent.is_dir():
+                os.makedirs(parent, exist_ok=True)
+            elif not os.path.isdir(parent):
                 return None
-            state = open_folder(self.folder.parent, self.folder.name, create=create)
+            state = open_folder(parent, name, create=create)
             return None if state is None else Folders(state, state, self.folder, self.folder)
         except NotADirectoryError as error:
             raise StateError(
@@ -385,7 +390,9 @@ class StateStore:
                 continue
             if self._tx.exclusive:
                 aside = self._move_aside(folders, folders.lock, name, "merged")
-                self._warn(f"merged {folders.lock_path / name} into {self.lock_path}; the copy is kept as {aside}")
+                self._warn(
+                    f"merged {os.path.join(folders.lock_path, name)} into {self.lock_path}; the copy is kept as {aside}"
+                )
         return copies
 
     def _load_legacy(self, folders: Folders) -> dict[str, Derivation]:
@@ -579,25 +586,26 @@ class StateStore:
         except StateError:
             return None
 
-    def _read(self, folder: int, name: str, where: Path) -> bytes | None:
+    def _read(self, folder: int, name: str, where: str | os.PathLike[str]) -> bytes | None:
         try:
             return read_file(folder, name, where)
         except OSError as error:
-            raise StateError(where / name, _cannot("read", where / name, error)) from error
+            path = os.path.join(where, name)
+            raise StateError(path, _cannot("read", path, error)) from error
 
     def _set_aside(self, folders: Folders, source: int, name: str, reason: str, *, kept: bool = False) -> None:
         """Move a damaged file into the state folder, unchanged, and say so in one line."""
         if not self._tx.exclusive:
             return
-        where = (folders.lock_path if source == folders.lock else folders.state_path) / name
+        where = os.path.join(folders.lock_path if source == folders.lock else folders.state_path, name)
         aside = self._move_aside(folders, source, name, "corrupt")
         rest = "the valid lines were loaded" if kept else "starting afresh"
         self._warn(f"{where} could not be read ({reason}); kept as {aside}, {rest}")
 
-    def _move_aside(self, folders: Folders, source: int, name: str, why: str) -> Path:
-        where = (folders.lock_path if source == folders.lock else folders.state_path) / name
+    def _move_aside(self, folders: Folders, source: int, name: str, why: str) -> str:
+        where = os.path.join(folders.lock_path if source == folders.lock else folders.state_path, name)
         try:
-            return self.state_path / set_aside(folders, source, name, why)
+            return os.path.join(self.state_path, set_aside(folders, source, name, why))
         except OSError as error:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
@@ -631,7 +639,10 @@ class StateStore:
         if self._tx.migrating:
             self._tx.migrating = False
             aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
-            self._warn(f"converted {self.state_path / LEGACY_NAME} into {self.lock_path}; the old file is {aside.name}")
+            self._warn(
+                f"converted {os.path.join(self.state_path, LEGACY_NAME)} into {self.lock_path}; "
+                f"the old file is {os.path.basename(aside)}"
+            )
         return conditions
 
     def save_patched(
@@ -691,7 +702,7 @@ class StateStore:
         return None if seal is None or meta is None else LockSeal(meta, seal.sha256, wall_ns())
 
     def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[bytes], what: str) -> None:
-        where = (folders.lock_path if target == folders.lock else folders.state_path) / name
+        where = os.path.join(folders.lock_path if target == folders.lock else folders.state_path, name)
         try:
             write_file(folders, target, name, chunks)
         except OSError as error:
@@ -828,7 +839,7 @@ _HEAD_CHUNK = 256 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
-def _cannot(what: str, path: Path, error: OSError) -> str:
+def _cannot(what: str, path: str, error: OSError) -> str:
     reason = error.strerror or type(error).__name__
     hint = " (use --state DIR to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
     return f"cannot {what} {path}: {reason}{hint}"

@@ -19,7 +19,6 @@ import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from .errors import ProvgraphError
 
@@ -49,8 +48,8 @@ class Folders:
 
     state: int
     lock: int
-    state_path: Path
-    lock_path: Path
+    state_path: str | os.PathLike[str]
+    lock_path: str | os.PathLike[str]
 
     def close(self) -> None:
         for descriptor in {self.state, self.lock} - {-1}:
@@ -58,7 +57,7 @@ class Folders:
                 os.close(descriptor)
 
 
-def in_memory_tree(folder: Path, root: Path, own: str) -> bool:
+def in_memory_tree(folder: str | os.PathLike[str], root: str | os.PathLike[str], own: str) -> bool:
     """True when ``folder`` lies in the memory folder ``root`` but outside its state folder
     ``own``: a state folder there could have provgraph overwrite a memory file."""
     real, real_root = os.path.realpath(folder), os.path.realpath(root)
@@ -69,7 +68,7 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def open_folder(parent: Path, name: str, *, create: bool) -> int | None:
+def open_folder(parent: str | os.PathLike[str], name: str, *, create: bool) -> int | None:
     """``parent/name`` as a real folder (never through a symlink), made when ``create``;
     None when it does not exist and ``create`` is false.  ``NotADirectoryError`` when
     something else is there (a symlink, a file)."""
@@ -86,13 +85,13 @@ def open_folder(parent: Path, name: str, *, create: bool) -> int | None:
             return None
         except OSError as error:
             if error.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise NotADirectoryError(errno.ENOTDIR, "not a real folder", str(parent / name)) from None
+                raise NotADirectoryError(errno.ENOTDIR, "not a real folder", os.path.join(parent, name)) from None
             raise
     finally:
         os.close(parent_descriptor)
 
 
-def read_file(folder: int, name: str, where: Path) -> bytes | None:
+def read_file(folder: int, name: str, where: str | os.PathLike[str]) -> bytes | None:
     """The bytes of the regular file ``name``; None when there is none.  A symlink or
     anything but a regular file there is an error, found without reading it."""
     try:
@@ -101,11 +100,13 @@ def read_file(folder: int, name: str, where: Path) -> bytes | None:
         return None
     except OSError as error:
         if error.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a symlink, which provgraph does not follow", str(where / name)) from None
+            raise OSError(
+                errno.ELOOP, "a symlink, which provgraph does not follow", os.path.join(where, name)
+            ) from None
         raise
     try:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(where / name))
+            raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
         chunks = []
         while chunk := os.read(descriptor, 1 << 20):
             chunks.append(chunk)
@@ -146,7 +147,7 @@ def set_aside(folders: Folders, source: int, name: str, suffix: str) -> str:
         except FileNotFoundError:
             os.rename(name, aside, src_dir_fd=source, dst_dir_fd=folders.state)
             return aside
-    raise FileExistsError(errno.EEXIST, "too many files set aside", str(folders.state_path / name))
+    raise FileExistsError(errno.EEXIST, "too many files set aside", os.path.join(folders.state_path, name))
 
 
 def remove_temporaries(folders: Folders, suffix: str = TEMPORARY) -> None:

@@ -91,3 +91,28 @@ def test_the_installed_command_runs_the_demo(installed, tmp_path: Path) -> None:
     )
     assert shown.returncode == 0, shown.stderr
     assert "profile.md" in shown.stdout and "stale" in shown.stdout
+
+
+PATHLIB = {"pathlib", "urllib.parse", "ipaddress", "fnmatch", "ntpath"}
+"""``pathlib`` and what it imports: a run that refreshes works on paths as text."""
+
+
+def test_the_installed_command_answers_a_changed_folder_without_importing_pathlib(installed, tmp_path: Path) -> None:
+    """A first scan, a scan after a change and ``check`` all import the library, and none of
+    them ``pathlib`` (nor ``urllib``, which a link with a ``%`` escape still imports)."""
+    interpreter, _ = installed
+    root = tmp_path / "memory"
+    root.mkdir()
+    (root / "facts.md").write_text("The user lives in Lyon.\n", encoding="utf-8")
+    (root / "profile.md").write_text("---\nderived_from: [Facts](facts.md)\n---\nLyon.\n", encoding="utf-8")
+    _, at_start = _imports(interpreter, interpreter.python, "-c", "pass", cwd=root)
+    first, imported_first = _imports(interpreter, *interpreter.provgraph, "status", "--json", cwd=root)
+    (root / "facts.md").write_text("The user lives in Paris.\n", encoding="utf-8")
+    changed, imported_changed = _imports(interpreter, *interpreter.provgraph, "status", "--json", cwd=root)
+    check, imported_check = _imports(interpreter, *interpreter.provgraph, "check", cwd=root)
+    assert first.returncode == changed.returncode == 0 and check.returncode == 1, check.stderr
+    assert "profile.md" in check.stdout and "facts.md changed" in check.stdout
+    assert PATHLIB.isdisjoint(at_start)
+    for imported in (imported_first, imported_changed, imported_check):
+        assert "provgraph.scan" in imported  # the library answered, not the quick answer
+        assert PATHLIB.isdisjoint(imported), PATHLIB & imported

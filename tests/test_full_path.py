@@ -50,6 +50,16 @@ def test_a_full_run_that_warns_of_nothing_never_imports_logging(tmp_path: Path) 
     assert json.loads(done.stdout)["counts"]["derived"] == STALE
 
 
+def test_a_declaration_written_with_percent_escapes_still_reads_them(tmp_path: Path, run) -> None:
+    """``urllib`` is imported only for a link that has an escape to decode."""
+    root = _folder(tmp_path)
+    (root / "my facts.md").write_text("The user likes tea.\n")
+    (root / "profile.md").write_text("---\nderived_from: [Facts](my%20facts.md), [Plain](facts.md)\n---\n")
+    code, out, _ = run("why", "--json", "--root", root, "profile.md", cwd=root)
+    assert code == 0
+    assert [source["source"] for source in json.loads(out)["sources"]] == ["facts.md", "my facts.md"]
+
+
 def test_a_warning_of_a_full_run_is_one_line_on_stderr(tmp_path: Path) -> None:
     root = _folder(tmp_path)
     subprocess.run([PROVGRAPH, "status", str(root)], check=True, capture_output=True, timeout=60)
@@ -177,6 +187,23 @@ def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) ->
         assert {"argparse", "gettext", "locale"}.isdisjoint(imported)
     done, imported = importing(str(PROVGRAPH), "status", "--no-cache", str(root))
     assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
+
+
+ONLY_FOR_OTHER_COMMANDS = {"provgraph.queries", "provgraph.answers", "provgraph.shell", "yaml"}
+"""What ``why``, ``lineage``, ``stamp`` and the hooks need, and a refresh of a folder whose
+declarations read without YAML never does."""
+
+
+def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    for args in (["status", "--json", str(root)], ["check", str(root)]):
+        done, imported = importing(str(PROVGRAPH), *args)
+        (root / "facts.md").write_text(f"---\nname: facts\n---\nThe user likes {args[0]}.\n")
+        assert done.returncode in (0, 1), done.stderr
+        assert "provgraph.scan" in imported
+        assert ONLY_FOR_OTHER_COMMANDS.isdisjoint(imported), ONLY_FOR_OTHER_COMMANDS & imported
+    done, imported = importing(str(PROVGRAPH), "lineage", "--root", str(root), "facts.md")
+    assert done.returncode == 0 and {"provgraph.queries", "provgraph.answers"} <= imported
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:

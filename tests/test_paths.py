@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
+from depth import examples
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
+from provgraph.api import Memory, RootError
+from provgraph.files import LocalFiles
 from provgraph.integrations.claude_code import memory_path
-from provgraph.paths import parts_under, relative_to
+from provgraph.paths import normalized, parts_under, relative_to
 
 
 @pytest.fixture
@@ -68,3 +73,27 @@ def test_hidden_folders_are_never_memory_files_and_the_state_is_never_a_file_to_
 )
 def test_a_sandbox_path_is_read_as_text_against_the_memory_folder(given: str, meant: str | None) -> None:
     assert relative_to("/srv/agent/Memory", given) == meant
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(st.lists(st.sampled_from(["", ".", "..", "a", "b c", "~", "x.md"]), max_size=6), st.sampled_from(["", "/"]))
+@example(["", "", "a"], "")  # a leading "//" is kept, as POSIX allows
+@example(["", "", ""], "/")
+def test_a_folder_is_spelt_as_pathlib_spells_it_without_pathlib(parts: list[str], trailing: str) -> None:
+    text = "/".join(parts) + trailing
+    assert normalized(text) == str(PurePosixPath(text))
+
+
+def test_memory_gives_its_folders_as_paths_though_it_works_on_text(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "memory").mkdir()
+    memory = Memory("~/memory//", state="kept//state/./")
+    assert memory.root == tmp_path / "memory"
+    assert memory.state_path == Path("kept/state") and memory.lock_path == Path("kept/state/provgraph.lock")
+    default = Memory(tmp_path / "memory")
+    assert default.state_path == tmp_path / "memory" / ".provgraph"
+    assert default.lock_path == tmp_path / "memory" / "provgraph.lock"
+    assert LocalFiles(f"{tmp_path}//memory/./").root == tmp_path / "memory"
+    with pytest.raises(RootError) as missing:
+        Memory(tmp_path / "elsewhere")
+    assert missing.value.root == tmp_path / "elsewhere"
