@@ -116,7 +116,7 @@ def scan(
         progress(len(listing), len(listing))
     withheld = {
         path: refused_sources
-        for path, sources in declarations.items()
+        for path, sources in (declarations.items() if reader.refused else ())
         if (refused_sources := tuple(source for source in sources if source in reader.refused))
     }
     declarations = _drop_refused(declarations, reader.refused, problems)
