@@ -91,6 +91,7 @@ def scan(
     derived_at: dict[str, str | None] = {}
     unsettled: dict[str, tuple[str, ...]] = {}
     ordered = sorted(listing)
+    declared: list[tuple[str, Declaration]] = []
     for done, path in enumerate(ordered):
         if progress is not None and done % _PROGRESS_EVERY == 0:
             progress(done, len(listing))
@@ -101,9 +102,11 @@ def scan(
         problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
         if path in reader.unsettled:
             unsettled[path] = remembered[path]
-            continue
-        if declaration is NOTHING:
-            continue
+        elif declaration is not NOTHING:
+            declared.append((path, declaration))
+    # resolved once every file is read, in a loop of its own: between two reads of a file
+    # its code and data are no longer in the processor's caches, and it took twice as long
+    for path, declaration in declared:
         sources, refused = reader.resolution(path, declaration, lookup)
         problems.extend(refused)
         if sources:
