@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -92,18 +93,19 @@ def scan(
     unsettled: dict[str, tuple[str, ...]] = {}
     ordered = sorted(listing)
     declared: list[tuple[str, Declaration]] = []
-    for done, path in enumerate(ordered):
-        if progress is not None and done % _PROGRESS_EVERY == 0:
-            progress(done, len(listing))
-        is_remembered = path in remembered
-        declaration = reader.declaration(path, listing[path], is_remembered)
-        if declaration is NOTHING and not is_remembered:
-            continue  # most memory files: nothing declared, nothing to keep from before
-        problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
-        if path in reader.unsettled:
-            unsettled[path] = remembered[path]
-        elif declaration is not NOTHING:
-            declared.append((path, declaration))
+    with _reading(files):
+        for done, path in enumerate(ordered):
+            if progress is not None and done % _PROGRESS_EVERY == 0:
+                progress(done, len(listing))
+            is_remembered = path in remembered
+            declaration = reader.declaration(path, listing[path], is_remembered)
+            if declaration is NOTHING and not is_remembered:
+                continue  # most memory files: nothing declared, nothing to keep from before
+            problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
+            if path in reader.unsettled:
+                unsettled[path] = remembered[path]
+            elif declaration is not NOTHING:
+                declared.append((path, declaration))
     # resolved once every file is read, in a loop of its own: between two reads of a file
     # its code and data are no longer in the processor's caches, and it took twice as long
     for path, declaration in declared:
@@ -187,6 +189,13 @@ class Rescan:
         problems = len(self.problems)
         state = reader.source(path, meta)
         return None if reader.refused or len(self.problems) > problems else state
+
+
+def _reading(files: FileSource) -> AbstractContextManager[object]:
+    """``files.reading()`` where the source has it (``LocalFiles``): reading every file in
+    order, it keeps what it can from one file to the next."""
+    reading = getattr(files, "reading", None)
+    return reading() if reading is not None else nullcontext()
 
 
 def _in_unread_folders(

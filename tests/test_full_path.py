@@ -180,15 +180,19 @@ def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) ->
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:
-    """How many times each file is opened for reading by ``files`` (a ``LocalFiles``)."""
+    """How many times each file is read (whole or for its frontmatter) or hashed by ``files``
+    (a ``LocalFiles``)."""
     opened: dict[str, int] = {}
-    open_listed = files._open_listed
 
-    def counting(path: str):
-        opened[path] = opened.get(path, 0) + 1
-        return open_listed(path)
+    def counting(method):  # type: ignore[no-untyped-def]
+        def counted(path: str, *args):  # type: ignore[no-untyped-def]
+            opened[path] = opened.get(path, 0) + 1
+            return method(path, *args)
 
-    monkeypatch.setattr(files, "_open_listed", counting)
+        return counted
+
+    for name in ("read", "sha256"):
+        monkeypatch.setattr(files, name, counting(getattr(files, name)))
     return opened
 
 
