@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat as stat_module
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import repeat
@@ -83,7 +84,8 @@ class LocalFiles:
         self._root_prefix = os.path.join(self.root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
-        self._folders: _Folders | None = None
+        self._reading = threading.local()
+        """This thread's ``_Folders`` while it is in ``reading``: two threads may scan at once."""
         self.walked_ns: int | None = None
         """When the last walk began, when it began before ``walk`` was called (handed over)."""
 
@@ -168,25 +170,26 @@ class LocalFiles:
     def reading(self) -> Iterator[None]:
         """While in it, a file of the last walk is opened by its name in its folder, through
         a descriptor of the folder kept from one file to the next (``_Folders``): what a
-        scan that reads every file in the walk's order does.  Outside it, nothing is kept."""
-        if self._folders is not None or os.open not in os.supports_dir_fd:
+        scan that reads every file in order does.  Outside it, nothing is kept."""
+        if getattr(self._reading, "folders", None) is not None or os.open not in os.supports_dir_fd:
             yield
             return
         try:
-            self._folders = _Folders(os.fspath(self.root))
+            folders = self._reading.folders = _Folders(os.fspath(self.root))
         except OSError:
             yield
             return
         try:
             yield
         finally:
-            self._folders.close()
-            self._folders = None
+            self._reading.folders = None
+            folders.close()
 
     def read(self, path: str, limit: int | None = None) -> bytes:
-        listed = self._listed.get(path) if self._folders is not None else None
+        folders: _Folders | None = getattr(self._reading, "folders", None)
+        listed = self._listed.get(path) if folders is not None else None
         if listed is not None:
-            found = self._folders.read(path, listed.size, limit)  # type: ignore[union-attr]
+            found = folders.read(path, listed.size, limit)  # type: ignore[union-attr]
             if found is not None:
                 return found
         descriptor, size = self._open(path)

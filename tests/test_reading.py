@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,28 @@ def test_a_file_swapped_for_a_link_outside_a_folder_or_a_fifo_is_not_read_by_a_s
             source.read("x/y/z/deep.md")
         with pytest.raises(files.NotRegular):
             source.read("notes/2026-02.md")
+
+
+def test_a_threads_reading_is_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads may scan one folder at once: the descriptors one keeps while it reads
+    are never used, nor closed, by the other."""
+    source = _nested(tmp_path)
+    listed = sorted(source.walk()[0])
+    expected = {path: source.read(path) for path in listed}
+    through_folders: list[str] = []
+    real_read = files._Folders.read
+
+    def noted(folders: files._Folders, path: str, size: int, limit: int | None) -> bytes | None:
+        through_folders.append(threading.current_thread().name)
+        return real_read(folders, path, size, limit)
+
+    monkeypatch.setattr(files._Folders, "read", noted)
+    read_elsewhere: dict[str, bytes] = {}
+    with source.reading():
+        assert source.read(listed[0]) == expected[listed[0]]
+        other = threading.Thread(target=lambda: read_elsewhere.update((path, source.read(path)) for path in listed))
+        other.start()
+        other.join()
+        assert {path: source.read(path) for path in listed} == expected
+    assert read_elsewhere == expected
+    assert set(through_folders) == {threading.current_thread().name}
