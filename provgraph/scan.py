@@ -4,14 +4,16 @@ The result, a ``Snapshot``, is everything the pure stages need.  What the
 previous scan learned (``Seen``) is reused for every file whose metadata is
 unchanged, so an unchanged folder costs one stat per file and no reads.
 
-Only files that are some derived file's source are hashed; the other memory
-files are read only as far as their frontmatter.
+Memory files are read only as far as their frontmatter (the first 64 KiB); one
+read whole is hashed as it is read, and the hash is kept for the files that turn
+out to be some derived file's source.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -32,15 +34,6 @@ __all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"
 
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
-
-_KEEP_BYTES = 32 * 1024 * 1024
-"""A folder whose small files (those read whole for their frontmatter) add up to no more
-than this is held in memory as it is read, so that the files that turn out to be sources
-are not read twice.  A larger folder holds none: each source is read again to be hashed
-(from the page cache).  Holding only its first files would spare few of its reads (most
-of its sources come later) and leave their bytes' room behind for the rest of the run:
-a first scan of a large folder must not hold its contents."""
-
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
 """What ``resolve_entries`` made of a declaration: its sources, and the refused entries."""
@@ -95,24 +88,27 @@ def scan(
     lookup = Lookup(listing, roots)
     reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
     reader.names = {path: path for path in listing}
-    reader.keeps_bytes = sum(meta.size for meta in listing.values() if meta.size <= FRONTMATTER_LIMIT) <= _KEEP_BYTES
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     unsettled: dict[str, tuple[str, ...]] = {}
     ordered = sorted(listing)
-    for done, path in enumerate(ordered):
-        if progress is not None and done % _PROGRESS_EVERY == 0:
-            progress(done, len(listing))
-        is_remembered = path in remembered
-        declaration = reader.declaration(path, listing[path], is_remembered)
-        if declaration is NOTHING and not is_remembered:
-            continue  # most memory files: nothing declared, nothing to keep from before
-        problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
-        if path in reader.unsettled:
-            unsettled[path] = remembered[path]
-            continue
-        if declaration is NOTHING:
-            continue
+    declared: list[tuple[str, Declaration]] = []
+    with _reading(files):
+        for done, path in enumerate(ordered):
+            if progress is not None and done % _PROGRESS_EVERY == 0:
+                progress(done, len(listing))
+            is_remembered = path in remembered
+            declaration = reader.declaration(path, listing[path], is_remembered)
+            if declaration is NOTHING and not is_remembered:
+                continue  # most memory files: nothing declared, nothing to keep from before
+            problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
+            if path in reader.unsettled:
+                unsettled[path] = remembered[path]
+            elif declaration is not NOTHING:
+                declared.append((path, declaration))
+    # resolved once every file is read, in a loop of its own: between two reads of a file
+    # its code and data are no longer in the processor's caches, and it took twice as long
+    for path, declaration in declared:
         sources, refused = reader.resolution(path, declaration, lookup)
         problems.extend(refused)
         if sources:
@@ -125,7 +121,7 @@ def scan(
         progress(len(listing), len(listing))
     withheld = {
         path: refused_sources
-        for path, sources in declarations.items()
+        for path, sources in (declarations.items() if reader.refused else ())
         if (refused_sources := tuple(source for source in sources if source in reader.refused))
     }
     declarations = _drop_refused(declarations, reader.refused, problems)
@@ -195,6 +191,13 @@ class Rescan:
         return None if reader.refused or len(self.problems) > problems else state
 
 
+def _reading(files: FileSource) -> AbstractContextManager[object]:
+    """``files.reading()`` where the source has it (``LocalFiles``): reading every file in
+    order, it keeps what it can from one file to the next."""
+    reading = getattr(files, "reading", None)
+    return reading() if reading is not None else nullcontext()
+
+
 def _in_unread_folders(
     remembered: Mapping[str, tuple[str, ...]], listing: Mapping[str, FileMeta], problems: list[Problem]
 ) -> dict[str, tuple[str, ...]]:
@@ -255,10 +258,12 @@ class _Reader:
         self._unreadable: set[str] = set()
         self.unsettled: set[str] = set()
         """Remembered derived files whose declaration could not be read this time."""
-        self._content: dict[str, bytes] = {}
-        self._kept = 0
-        self.keeps_bytes = True
-        """Whether the files read whole are kept until they are hashed (see ``_KEEP_BYTES``)."""
+        self._digests: dict[str, bytes] = {}
+        """The sha256 of each file read whole for its frontmatter, taken as it was read: which
+        files are sources is known only once every declaration is read, and keeping their
+        bytes until then would hold the whole folder in memory (a first scan of 10,000 files
+        touched 20 MB more for them), while reading the sources again would read them twice.
+        Hashing a small file costs about what keeping it costs, and the floor does it too."""
         self.names: dict[str, str] = {}
         """Each listed path, as the listing holds it: a source resolved anew is kept as that
         very string, not as a copy per declaration naming it (a large folder's sources are
@@ -290,11 +295,9 @@ class _Reader:
             if remembered:
                 self.unsettled.add(path)
             return NOTHING
-        size = len(head)
-        truncated = size > FRONTMATTER_LIMIT
-        if not truncated and self.keeps_bytes and self._kept + size <= _KEEP_BYTES:
-            self._content[path] = head
-            self._kept += size
+        truncated = len(head) > FRONTMATTER_LIMIT
+        if not truncated:
+            self._digests[path] = hashlib.sha256(head).digest()
         declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, self.sources_heading)
         if remembered and not declaration.entries and (declaration.problems or frontmatter_incomplete(head)):
             self.unsettled.add(path)
@@ -359,11 +362,11 @@ class _Reader:
         if current is not None and current.sha256 is not None and current.meta == meta:
             return current.sha256  # hashed already in this scan
         old = self.previous.get(path)
-        content = self._content.pop(path, None)  # hashed once, then let go of
+        digest = self._digests.pop(path, None)  # taken as the file was read, then let go of
         if old is not None and old.sha256 is not None and self._trusted(old, meta):
             sha = old.sha256
-        elif content is not None:
-            sha = hashlib.sha256(content).hexdigest()
+        elif digest is not None:
+            sha = digest.hex()
         else:
             hasher = getattr(self.files, "sha256", None)
             sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()

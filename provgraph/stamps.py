@@ -51,6 +51,11 @@ def reconcile(
             if old is not None and path not in present:
                 updated[path] = old  # dormant: the file is gone, maybe for a moment
             continue
+        adopted = _adopted(path, declared, snapshot.sources, now) if old is None else None
+        if adopted is not None:  # a first sight: every file of a first scan
+            updated[path], found = adopted
+            edges += found
+            continue
         derivation = _stamped(old, declared, snapshot, now, path in restamp)
         compared = {}
         for source, stamp in derivation.stamps.items():
@@ -112,6 +117,27 @@ def _stamped(
     stamps = {source: kept.get(source) or Stamp(snapshot.sources[source].sha256, now) for source in declared.sources}
     stamps.update((source, kept[source]) for source in declared.withheld if source in kept)
     return Derivation(derived_at, dict(sorted(stamps.items())))
+
+
+def _adopted(
+    path: str, declared: _Declared, sources: Mapping[str, SourceState], now: float
+) -> tuple[Derivation, list[Edge]] | None:
+    """A derived file seen for the first time whose declared sources all exist: each one
+    stamped with what it holds now, every edge clean.  What ``_stamped`` and ``_compare``
+    give such a file, without comparing stamps made a moment ago with the very hashes they
+    were made from.  None for anything else (a missing or refused source): they decide."""
+    if declared.withheld:
+        return None
+    stamps = {}
+    for source in sorted(declared.sources):
+        state = sources.get(source)
+        if state is None or state.sha256 is None:
+            return None
+        stamps[source] = Stamp(state.sha256, now)
+    return Derivation(declared.derived_at, stamps), [Edge(source, path, _CLEAN, now, None) for source in stamps]
+
+
+_CLEAN = EdgeStatus.CLEAN
 
 
 def _as_before(old: Derivation, declared: _Declared) -> bool:

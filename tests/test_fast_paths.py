@@ -193,7 +193,7 @@ def test_damaged_tables_are_set_aside_at_the_next_full_scan(memory, clock, trust
 # -- opening the files of the last walk ---------------------------------------------------------
 
 
-def test_a_folder_swapped_for_a_link_outside_after_the_walk_is_not_read(tmp_path: Path) -> None:
+def _folder_swapped_for_a_link_outside_after_the_walk(tmp_path: Path) -> LocalFiles:
     root = tmp_path / "memory"
     (root / "sub").mkdir(parents=True)
     (root / "sub" / "s.md").write_text("inside\n")
@@ -205,10 +205,22 @@ def test_a_folder_swapped_for_a_link_outside_after_the_walk_is_not_read(tmp_path
     assert list(listing) == ["sub/s.md"]
     (root / "sub").rename(tmp_path / "moved")
     (root / "sub").symlink_to(outside)
+    return files
+
+
+def test_a_folder_swapped_for_a_link_outside_after_the_walk_is_not_read(tmp_path: Path) -> None:
+    files = _folder_swapped_for_a_link_outside_after_the_walk(tmp_path)
     with pytest.raises(OutsideRoot):
         files.read("sub/s.md")
     with pytest.raises(OutsideRoot):
         files.sha256("sub/s.md")
+
+
+def test_a_folder_swapped_for_a_link_outside_is_not_followed_by_a_scans_reads(tmp_path: Path) -> None:
+    """A scan reads a folder's files through a descriptor of the folder (``LocalFiles.reading``)."""
+    files = _folder_swapped_for_a_link_outside_after_the_walk(tmp_path)
+    with files.reading(), pytest.raises(OutsideRoot):
+        files.read("sub/s.md")
 
 
 def test_a_file_replaced_after_the_walk_is_read_as_it_is_now(tmp_path: Path) -> None:

@@ -207,19 +207,27 @@ def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:
-    """How many times each file is opened for reading by ``files`` (a ``LocalFiles``)."""
+    """How many times each file is read (whole or for its frontmatter) or hashed by ``files``
+    (a ``LocalFiles``)."""
     opened: dict[str, int] = {}
-    open_listed = files._open_listed
 
-    def counting(path: str):
-        opened[path] = opened.get(path, 0) + 1
-        return open_listed(path)
+    def counting(method):  # type: ignore[no-untyped-def]
+        def counted(path: str, *args):  # type: ignore[no-untyped-def]
+            opened[path] = opened.get(path, 0) + 1
+            return method(path, *args)
 
-    monkeypatch.setattr(files, "_open_listed", counting)
+        return counted
+
+    for name in ("read", "sha256"):
+        monkeypatch.setattr(files, name, counting(getattr(files, name)))
     return opened
 
 
-def test_a_first_scan_of_a_folder_that_fits_in_memory_reads_each_file_once(tmp_path: Path, monkeypatch) -> None:
+def test_a_first_scan_reads_each_memory_file_once_and_hashes_its_sources_as_they_were_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import hashlib
+
     from provgraph.files import LocalFiles
     from provgraph.scan import scan
 
@@ -228,20 +236,24 @@ def test_a_first_scan_of_a_folder_that_fits_in_memory_reads_each_file_once(tmp_p
     listing, problems = files.walk()
     opened = _reads_per_file(files, monkeypatch)
     snapshot = scan(files, {}, 0, (listing, problems))
-    assert snapshot.sources["facts.md"].sha256 is not None
+    assert snapshot.sources["facts.md"].sha256 == hashlib.sha256((root / "facts.md").read_bytes()).hexdigest()
     assert opened == dict.fromkeys(listing, 1)
 
 
-def test_a_first_scan_of_a_larger_folder_holds_no_file_and_reads_its_sources_again(tmp_path: Path, monkeypatch) -> None:
-    import provgraph.scan
+def test_a_source_longer_than_the_part_read_for_frontmatter_is_read_again_and_hashed_whole(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import hashlib
+
     from provgraph.files import LocalFiles
+    from provgraph.scan import scan
 
     root = _folder(tmp_path)
-    size = sum(path.stat().st_size for path in root.iterdir())
-    monkeypatch.setattr(provgraph.scan, "_KEEP_BYTES", size - 1)
+    long_body = b"---\nname: facts\n---\n" + b"The user likes tea.\n" * 5000
+    (root / "facts.md").write_bytes(long_body)
     files = LocalFiles(root)
     listing, problems = files.walk()
     opened = _reads_per_file(files, monkeypatch)
-    snapshot = provgraph.scan.scan(files, {}, 0, (listing, problems))
-    assert snapshot.sources["facts.md"].sha256 is not None
+    snapshot = scan(files, {}, 0, (listing, problems))
+    assert snapshot.sources["facts.md"].sha256 == hashlib.sha256(long_body).hexdigest()
     assert opened == {**dict.fromkeys(listing, 1), "facts.md": 2}
