@@ -185,7 +185,7 @@ class LocalFiles:
             yield
             return
         try:
-            folders = self._reading.folders = _Folders(os.fspath(self.root))
+            folders = self._reading.folders = _Folders(self._root)
         except OSError:
             yield
             return
