@@ -114,7 +114,14 @@ def read_file(folder: int, name: str, where: Path) -> bytes | None:
         os.close(descriptor)
 
 
-def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes], *, suffix: str = TEMPORARY) -> None:
+def write_file(
+    folders: Folders,
+    target: int,
+    name: str,
+    chunks: Iterable[bytes | bytearray | memoryview],
+    *,
+    suffix: str = TEMPORARY,
+) -> None:
     """Replace ``name`` in the folder ``target`` atomically: a new temporary file in the
     state folder (its name ends with ``suffix``), written, synced, renamed over it.
     Nothing is left behind on failure."""
