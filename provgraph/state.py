@@ -724,9 +724,12 @@ class StateStore:
         return None if seal is None or meta is None else LockSeal(meta, seal.sha256, wall_ns())
 
     def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[Bytes], what: str) -> None:
+        """Every file is replaced atomically; only the cache is not synced to the disk: it is
+        derived again from the memory files and the lock, and a torn one (after a crash of
+        the machine) fails to parse, or its checksum, and gives the full scan."""
         where = (folders.lock_path if target == folders.lock else folders.state_path) / name
         try:
-            write_file(folders, target, name, chunks)
+            write_file(folders, target, name, chunks, durable=name != CACHE_NAME)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
 

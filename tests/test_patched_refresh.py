@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -545,6 +545,25 @@ def _damaged(cache: bytes, document: dict[str, object], data: st.DataObject) -> 
     return cache.replace(old, new, 1)
 
 
+def _spoiled_then_changed(spoil: Callable[[bytes], bytes]) -> None:
+    """A lineage refreshed with the state in one folder and by the full scan with the state
+    in another; the first one's cache replaced by ``spoil`` of its bytes; then two changes
+    (sources, then a file in a chain and a cycle), each refreshed alike: the same answers."""
+    with tempfile.TemporaryDirectory(prefix="provgraph-spoiled-") as base, trusted_cache(), _batches_of(2):
+        folder = _a_lineage(Path(base) / "memory")
+        patched, full = Path(base) / "patched", Path(base) / "full"
+        Memory(folder.root, state=patched).refresh(now=T0)
+        with full_scans_only():
+            Memory(folder.root, state=full).refresh(now=T0)
+        (patched / "cache.json").write_bytes(spoil((patched / "cache.json").read_bytes()))
+        for number, edited in enumerate((("a.md", "table.csv"), ("c.md",)), 1):
+            for path in edited:
+                folder.apply(Step.EDIT, path, [], path, T0 + number * DAY)
+            answer = Memory(folder.root, state=patched, warn=lambda _: None).refresh(now=T0 + number * DAY)
+            with full_scans_only():
+                assert answer == Memory(folder.root, state=full).refresh(now=T0 + number * DAY)
+
+
 @settings(max_examples=examples(100), deadline=None)
 @given(st.data())
 def test_damage_to_what_only_a_patch_reads_gives_the_full_scans_answer(data: st.DataObject) -> None:
@@ -552,17 +571,22 @@ def test_damage_to_what_only_a_patch_reads_gives_the_full_scans_answer(data: st.
     result's edges (their index, the broken edges, what derives from each file, their
     checksum), or of an edge itself, replaced by any JSON value: the next refresh after a
     change answers as the full scan does, and so does the one after it."""
-    with tempfile.TemporaryDirectory(prefix="provgraph-damaged-") as base, trusted_cache(), _batches_of(2):
-        folder = _a_lineage(Path(base) / "memory")
-        patched, full = Path(base) / "patched", Path(base) / "full"
-        Memory(folder.root, state=patched).refresh(now=T0)
-        with full_scans_only():
-            Memory(folder.root, state=full).refresh(now=T0)
-        cache = (patched / "cache.json").read_bytes()
-        (patched / "cache.json").write_bytes(_damaged(cache, orjson.loads(cache), data))
-        for number, edited in enumerate((("a.md", "table.csv"), ("c.md",)), 1):
-            for path in edited:
-                folder.apply(Step.EDIT, path, [], path, T0 + number * DAY)
-            answer = Memory(folder.root, state=patched, warn=lambda _: None).refresh(now=T0 + number * DAY)
-            with full_scans_only():
-                assert answer == Memory(folder.root, state=full).refresh(now=T0 + number * DAY)
+    _spoiled_then_changed(lambda cache: _damaged(cache, orjson.loads(cache), data))
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(st.data())
+def test_a_cache_torn_by_a_crash_of_the_machine_gives_the_full_scans_answer(data: st.DataObject) -> None:
+    """The cache is not synced to the disk (it is derived again from the files and the
+    lock), so a crash of the machine may leave it cut short, or with pages of zeros where
+    the new bytes had not reached the disk: either is detected, and the next refreshes
+    answer as the full scan does."""
+
+    def torn(cache: bytes) -> bytes:
+        start = data.draw(st.integers(0, len(cache) - 1))
+        if data.draw(st.booleans()):
+            return cache[:start]
+        end = min(len(cache), start + data.draw(st.integers(1, 4096)))
+        return cache[:start] + bytes(end - start) + cache[end:]
+
+    _spoiled_then_changed(torn)
