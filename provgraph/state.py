@@ -518,8 +518,10 @@ class StateStore:
             return None
         stored, (edges_at, edges_end) = _report_without_edges(head, report_at + len(REPORT), tables_at)
         seen_at, sizes = tables_at + len(TABLES), document["row_sizes"]
+        if not isinstance(sizes, list) or not all(type(size) is int and size > 0 for size in sizes):
+            return None
         children_at = seen_at + sum(sizes) + len(_CHILDREN)
-        if read(children_at - len(_CHILDREN), children_at) != _CHILDREN:
+        if not children_at < refused_at or read(children_at - len(_CHILDREN), children_at) != _CHILDREN:
             return None
         view, children = memoryview(head), read(children_at, refused_at)
         if _checksum(document, view[edges_at:edges_end], children) != document["index_check"]:

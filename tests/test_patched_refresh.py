@@ -518,8 +518,9 @@ def _a_lineage(root: Path) -> Folder:
 
 def _damaged(cache: bytes, document: dict[str, object], data: st.DataObject) -> bytes:
     """The cache with one value of a part only a patch reads replaced, in place (the rest of
-    the bytes as written): a top-level entry, a row of what derives from a file, an edge."""
-    where = data.draw(st.sampled_from([*_VERSION_2, *["children row", "edge"] * 4]))  # rows and edges are many
+    the bytes as written): a top-level entry (the sizes of the batches of rows too, which
+    say where what derives from each file starts), a row of what derives from a file, an edge."""
+    where = data.draw(st.sampled_from([*_VERSION_2, "row_sizes", *["children row", "edge"] * 4]))  # many of those
     if where == "children row":
         children = document["children"]
         assert isinstance(children, dict)
