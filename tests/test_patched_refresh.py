@@ -34,6 +34,7 @@ from test_fast_paths import Counting
 from test_incremental import Form, trusted_cache
 
 import provgraph.incremental
+import provgraph.state
 from provgraph import Memory, Report, codec, model, render, stamps
 from provgraph.model import EdgeStatus, FileMeta
 from provgraph.nochange import listing_key
@@ -591,3 +592,20 @@ def test_a_cache_torn_by_a_crash_of_the_machine_gives_the_full_scans_answer(data
         return cache[:start] + bytes(end - start) + cache[end:]
 
     _spoiled_then_changed(torn)
+
+
+@given(st.binary(max_size=40), st.sampled_from((1, 2, 3, 5, 1 << 20)))
+def test_the_tail_of_the_cache_is_found_however_the_file_is_read_in_chunks(data: bytes, chunk: int) -> None:
+    """A patch reads the small entries after the cache's tables from the end of the file, a
+    growing chunk at a time: it finds the last mark, even one split between two chunks."""
+    mark = b',"r":'
+    data = data.replace(b"\0", b",")[: len(data) // 2] + mark + data[len(data) // 2 :]
+    with tempfile.TemporaryFile() as handle, pytest.MonkeyPatch.context() as patch:
+        handle.write(data)
+        handle.flush()
+        patch.setattr(provgraph.state, "_HEAD_CHUNK", chunk)
+        found = provgraph.state._read_tail(handle.fileno(), mark)
+        missing = provgraph.state._read_tail(handle.fileno(), b"no such mark")
+    at = data.rfind(mark)
+    assert found == (at, data[at:])
+    assert missing is None
