@@ -449,28 +449,43 @@ def test_the_batches_of_a_table_are_where_the_sizes_written_beside_it_say(payloa
     assert codec.sized_spans(len(before), len(data), [*sizes[:-1], "1"]) is None
 
 
-def test_a_patched_refresh_finds_the_rows_it_reads_without_searching_the_per_file_table(tmp_path: Path) -> None:
+def test_a_patched_refresh_parses_only_the_batches_it_reaches_and_searches_no_table(tmp_path: Path) -> None:
+    """The last result's edges and the per-file rows are in batches whose sizes the cache
+    records: a change to one source parses the batch of edges where that file would be (it
+    is derived from nothing) and the batch of the one file derived from it, no table is
+    searched for its batches, the status is printed from the index of the edges, and
+    every other batch is written back unparsed."""
     root = tmp_path / "memory"
     folder = _folder_of_facts(root, 1200)
     searched: list[bytes] = []
-    search = codec._spans
+    parsed: list[int] = []
+    search, decode = codec._spans, codec.decode_edge_rows
 
     def spans(read, start, end, opening, closing):  # type: ignore[no-untyped-def]
         searched.append(opening)
         return search(read, start, end, opening, closing)
 
-    with trusted_cache(), _batches_of(50):
+    def counted(rows):  # type: ignore[no-untyped-def]
+        table = decode(rows)
+        parsed.append(len(table))
+        return table
+
+    with trusted_cache(), _batches_of(10):
         Memory(root).refresh(now=T0)
         with full_scans_only():
             Memory(root, state=tmp_path / "full").refresh(now=T0)
         folder.write("facts/fact-0500.md", b"Fact 500, corrected.\n", T0 + DAY)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(codec, "_spans", spans)
+            patch.setattr(codec, "decode_edge_rows", counted)
             report = Memory(root).refresh(now=T0 + DAY)
+            shown = orjson.loads(render.status_json(report))
+        batches = len(orjson.loads((root / ".provgraph" / "cache.json").read_bytes())["edge_batches"])
         with full_scans_only():
             assert Memory(root, state=tmp_path / "full").refresh(now=T0 + DAY) == report
     assert [entry.path for entry in report.stale] == ["summaries/summary-0500.md"]
-    assert searched == []  # the sizes of the batches of rows and of edges are recorded
+    assert shown["counts"] == {"files": 1320, "derived": 120, "stale": 1, "cycles": 0, "problems": 0}
+    assert searched == [] and batches == 12 and len(parsed) <= 2, parsed
 
 
 def test_a_damaged_index_of_the_cache_batches_is_answered_by_the_full_scan(tmp_path: Path) -> None:
