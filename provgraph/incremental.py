@@ -308,7 +308,7 @@ def patch_report(
         return None
     declarations = {path: sources for path, (sources, _) in compared.items() if sources}
     snapshot: Snapshot[object] = Snapshot(
-        files=tuple(listing),
+        files=tuple(path for path in compared if path in listing),  # reconcile asks about no other file
         declarations=declarations,
         derived_at={path: compared[path][1] for path in declarations},
         sources=sources,
