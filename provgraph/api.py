@@ -37,7 +37,7 @@ from .model import (
     Report,
     SourceState,
     StaleEntry,
-    column,
+    broken_edges,
 )
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files
 from .statefolder import LockBusy
@@ -333,9 +333,7 @@ class Memory:
         state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
         canonical = previous.lock.canonical or lock is not None
         try:
-            conditions = self._store.save_patched(
-                state, previous, updates, lock, listing, files[1], canonical, patch.spliced
-            )
+            conditions = self._store.save_patched(state, previous, updates, lock, listing, files[1], canonical, patch)
         except Corrupt:
             return None  # a damaged index of the cache's batches, met before anything was written
         return _with_hints(patch.report, listing), conditions
@@ -376,9 +374,8 @@ class Memory:
         if patch is None or (patch.lock_changed and lock is None):
             return None
         updates: dict[str, Seen | None] = dict(rescan.seen)
-        used = set(column(patch.report.edges, "source")) if others else set()
         for path in others:
-            if path not in used or (path in changed and path not in rescan.seen):
+            if path not in patch.children or (path in changed and path not in rescan.seen):
                 updates[path] = None  # no longer a source, or gone
         return patch, updates, lock
 
@@ -434,9 +431,7 @@ def _compared_declarations(
             return None
         redeclared[path] = declared
     declaring = [path for path, (sources, _) in redeclared.items() if sources or previous.lock.has(path)]
-    compared = incremental.affected(previous.edges, changed, declaring, rescan.listing)
-    if compared is None:
-        return None
+    compared = incremental.affected(previous, changed, declaring)
     return {
         path: redeclared[path] if path in redeclared else incremental.declared(path, previous.rows[path])
         for path in compared
@@ -517,7 +512,7 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
 
     Hints depend on which files exist, so they are worked out from the current
     listing on every refresh, the no-change path included, never stored."""
-    if EdgeStatus.MISSING not in column(report.edges, "status"):  # a loop in C: edges are many
+    if all(edge.status is not EdgeStatus.MISSING for edge in broken_edges(report.edges)):
         return report
     from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
 

@@ -16,13 +16,13 @@ staleness is propagated again by whoever needs it.
 from __future__ import annotations
 
 import math
+from binascii import crc32
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from .incremental import Splice
 from .lockfile import Record, encode_lock
 from .model import EDGE_COLUMNS, Edge, EdgeStatus, EdgeTable, FileMeta, Problem, ProblemKind, Report, Stamp, column
 
@@ -35,37 +35,51 @@ __all__ = [
     "FORMAT",
     "LEGACY_FORMAT",
     "BATCH_BREAK",
+    "Bytes",
     "REPORT",
     "TABLES",
     "VERSION",
+    "Checksum",
     "Chunks",
     "Corrupt",
+    "EdgeBatch",
     "EdgeBatches",
     "RowTable",
     "RowsAsSeen",
     "Span",
+    "StoredEdges",
     "StoredReport",
     "check_format",
     "decode_legacy",
     "decode_problem",
     "decode_edges",
-    "decode_edge_batches",
+    "decode_edge_rows",
     "decode_report",
     "decode_seen",
     "derivations_of",
+    "edge_batches",
+    "edge_row",
     "encode_problem",
     "encode_report",
     "encode_seen",
+    "encode_table",
     "lock_bytes",
     "optional_text",
     "sized",
+    "sized_spans",
     "split_cache",
     "stream",
     "text",
 ]
 
 FORMAT = "provgraph-cache"
-VERSION = 1
+VERSION = 2
+"""Version 2 adds what a refresh after a small change needs to leave the last result's
+edges unread (``StoredEdges``): batches of edges that never split one file's, their
+index, the broken edges, what derives from each file, and a checksum of those parts."""
+READABLE = (1, 2)
+"""The versions a full scan reads (an earlier cache is as good for it); only ``VERSION``
+is patched."""
 LEGACY_FORMAT = "provgraph-state"
 TABLES = b',"seen":'
 """Where the per-file tables start in the cache, after what ``recall`` reads
@@ -82,10 +96,14 @@ class Corrupt(Exception):
     """The bytes are not what this version of provgraph writes; the message says why."""
 
 
+Bytes = bytes | bytearray | memoryview
+"""Bytes as read or written: a batch left alone is written from where it was read."""
+
+
 class Chunks(NamedTuple):
     """A value already encoded, in parts: ``stream`` writes them as they come."""
 
-    parts: Iterator[bytes]
+    parts: Iterator[Bytes]
 
 
 class StoredReport(NamedTuple):
@@ -124,7 +142,7 @@ def decode_legacy(data: Any) -> dict[str, Derivation]:
     """The stamps of a schema-1 ``state.json``, the state file before the lock."""
     from .stamps import Derivation
 
-    check_format(data, LEGACY_FORMAT)
+    check_format(data, LEGACY_FORMAT, (1,))
     return {
         text(path): Derivation(optional_text(record["derived_at"]), _decode_stamps(record["stamps"]))
         for path, record in data["derivations"].items()
@@ -141,7 +159,7 @@ def _decode_stamps(stamps: dict[str, Any]) -> dict[str, Stamp]:
 # -- writing the cache ---------------------------------------------------------------------
 
 
-def stream(entries: Iterable[tuple[str, object]]) -> Iterator[bytes]:
+def stream(entries: Iterable[tuple[str, object]]) -> Iterator[Bytes]:
     """The cache's bytes, one top-level entry at a time, as ``orjson.dumps`` would write
     the whole object."""
     yield b"{"
@@ -157,30 +175,33 @@ def stream(entries: Iterable[tuple[str, object]]) -> Iterator[bytes]:
 def encode_seen(table: Mapping[str, Seen]) -> tuple[Chunks, list[str]]:
     """The per-file table sorted by path, a batch of rows at a time, and the first path
     of each batch (``RowTable`` finds a row's batch by them)."""
+    return encode_table(table, _seen_row)
+
+
+def encode_table(table: Mapping[str, Any], row: Callable[[Any], object] = list) -> tuple[Chunks, list[str]]:
+    """A table keyed by path (the per-file rows, what derives from each file), sorted by path,
+    a batch of rows at a time, and the first path of each batch (``RowTable`` reads it)."""
     paths = sorted(table)
-    rows = ((path, _seen_row(table[path])) for path in paths)
+    rows = ((path, row(table[path])) for path in paths)
     return Chunks(_batches(rows, b"{", b"}", dict)), paths[::_BATCH]
 
 
-def encode_report(report: Report, kept: EdgeBatches | None = None, spliced: Iterable[Splice] = ()) -> Chunks:
+def encode_report(report: Report, batches: Sequence[EdgeBatch], checksum: Checksum, sizes: list[int]) -> Chunks:
     """Stale entries are not stored: they follow from the edges, and their chains grow with
     the square of the depth (a 10,000-deep chain would make a state file of half a gigabyte).
 
-    ``kept``: the last result's edges as read, of which ``report.edges`` are a copy with
-    the ``spliced`` runs replaced; every batch of them that no run touches is written
-    back as it was read."""
+    The edges are written as ``batches`` (``edge_batches``; one a patch left alone as it
+    was read), and their bytes pass through ``checksum``, the size of each part added to
+    ``sizes`` (``sized``)."""
     head = orjson.dumps({"root": report.root, "files": report.file_count})
-    if kept is None:
-        edges = _batches(map(_edge_row, report.edges), b"[", b"]", list)
-    else:
-        edges = _in_batches(b"[", _spliced_batches(report.edges, kept, sorted(spliced)), b"]")
+    edges = checksum.over(sized(_in_batches(b"[", map(_encoded_batch, batches), b"]"), sizes))
     tail = orjson.dumps(
         {"cycles": [list(cycle) for cycle in report.cycles], "problems": [encode_problem(p) for p in report.problems]}
     )
     return Chunks(_joined(head[:-1] + b',"edges":', edges, b"," + tail[1:]))
 
 
-def _edge_row(edge: Edge) -> list[object]:
+def edge_row(edge: Edge) -> list[object]:
     return [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to]
 
 
@@ -189,52 +210,93 @@ Span = Callable[[int, int], bytes]
 a patch leaves alone are copied from the cache as read, never held all at once."""
 
 
+class Checksum:
+    """The CRC-32 of the bytes that pass through it, in order.  The parts of the cache that
+    only a refresh after a small change reads (the edges, their index, the broken ones,
+    what derives from each file) are checked as a whole before any is trusted: damage
+    there that still parses would silently give another answer than the full scan."""
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def over(self, parts: Iterable[Bytes]) -> Iterator[Bytes]:
+        for part in parts:
+            self.value = crc32(part, self.value)
+            yield part
+
+
+class EdgeBatch(NamedTuple):
+    """A run of a result's edges stored as one batch: every edge of each of its derived
+    files, the first of which is ``first``; ``raw`` as the cache holds them (rows joined,
+    no brackets), else ``edges``, encoded when written."""
+
+    first: str
+    size: int
+    """How many edges it holds."""
+    derived: int
+    """How many derived files they belong to."""
+    raw: Bytes | None
+    edges: EdgeTable | None
+
+    @property
+    def entry(self) -> list[object]:
+        """What the cache's index of the batches says of it."""
+        return [self.first, self.size, self.derived]
+
+
+def edge_batches(edges: Sequence[Edge]) -> list[EdgeBatch]:
+    """``edges`` (sorted by derived file) cut into batches of about ``_BATCH`` edges, never
+    between two edges of one file: a file's edges are in the one batch its path falls in,
+    and each batch counts its derived files."""
+    table = edges if type(edges) is EdgeTable else EdgeTable.joined([edges])
+    derived = table.derived
+    batches, start, total = [], 0, len(derived)
+    while start < total:
+        end = min(start + _BATCH, total)
+        while end < total and derived[end] == derived[end - 1]:
+            end += 1
+        part = table[start:end]
+        batches.append(EdgeBatch(derived[start], end - start, len(set(part.derived)), None, part))
+        start = end
+    return batches
+
+
+def _encoded_batch(batch: EdgeBatch) -> Bytes:
+    """A batch's rows as ``edge_row`` writes them, straight from its columns (orjson writes a
+    tuple as an array and a status as its value), or as they were read."""
+    if batch.raw is not None:
+        return batch.raw
+    assert batch.edges is not None
+    return orjson.dumps(list(zip(*(column(batch.edges, name) for name in EDGE_COLUMNS), strict=True)))[1:-1]
+
+
 class EdgeBatches(NamedTuple):
-    """A stored result's edges as read: where each batch of them is in the cache (read by
-    ``read``) and how many edges it holds (an empty table has none)."""
+    """A result's edges in the batches they are written in (``incremental.Batches``)."""
 
-    read: Span
-    spans: tuple[tuple[int, int], ...]
-    counts: tuple[int, ...]
+    batches: list[EdgeBatch]
 
+    @property
+    def size(self) -> int:
+        return sum(batch.size for batch in self.batches)
 
-def _spliced_batches(edges: Sequence[Edge], kept: EdgeBatches, spliced: list[Splice]) -> Iterator[bytes]:
-    """Each batch of ``edges``: a kept batch that no splice touches (or borders) as read, the
-    edges between two such batches encoded anew."""
-    position = done = shift = 0  # in the old edges, in ``edges``, and the difference so far
-    pending = iter(spliced)
-    splice = next(pending, None)
-    for (start, stop), count in zip(kept.spans, kept.counts, strict=True):
-        end = position + count
-        while splice is not None and splice.end < position:
-            shift += splice.added - (splice.end - splice.start)
-            splice = next(pending, None)
-        if splice is None or splice.start > end:  # untouched: copied, after what precedes it
-            yield from _encoded_batches(edges[done : position + shift])
-            yield kept.read(start, stop)
-            done = end + shift
-        position = end
-    yield from _encoded_batches(edges[done:])
+    @property
+    def derived(self) -> int:
+        return sum(batch.derived for batch in self.batches)
+
+    def columns(self) -> tuple[list[Any], ...]:
+        """The columns of every edge, those read parsed now (``EdgeTable.deferred``)."""
+        tables = (decode_edge_rows(batch.raw) if batch.raw is not None else batch.edges for batch in self.batches)
+        table = EdgeTable.joined(table for table in tables if table is not None)
+        return tuple(getattr(table, name) for name in EDGE_COLUMNS)
 
 
-def _encoded_batches(edges: Sequence[Edge]) -> Iterator[bytes]:
-    """Rows as ``_edge_row`` writes them; an ``EdgeTable``'s straight from its columns (orjson
-    writes a tuple as an array and a status as its value), with no edge made."""
-    for start in range(0, len(edges), _BATCH):
-        batch = edges[start : start + _BATCH]
-        if type(batch) is EdgeTable:
-            yield orjson.dumps(list(zip(*(column(batch, name) for name in EDGE_COLUMNS), strict=True)))[1:-1]
-        else:
-            yield orjson.dumps(list(map(_edge_row, batch)))[1:-1]
-
-
-def _joined(head: bytes, middle: Iterator[bytes], tail: bytes) -> Iterator[bytes]:
+def _joined(head: bytes, middle: Iterator[Bytes], tail: bytes) -> Iterator[Bytes]:
     yield head
     yield from middle
     yield tail
 
 
-def _in_batches(opening: bytes, batches: Iterable[bytes], closing: bytes) -> Iterator[bytes]:
+def _in_batches(opening: bytes, batches: Iterable[Bytes], closing: bytes) -> Iterator[Bytes]:
     """A JSON array or object from its batches' encoded items, a line break between two."""
     yield opening
     for index, batch in enumerate(batches):
@@ -242,7 +304,7 @@ def _in_batches(opening: bytes, batches: Iterable[bytes], closing: bytes) -> Ite
     yield closing
 
 
-def _batches(items: Iterable[Any], opening: bytes, closing: bytes, container: type) -> Iterator[bytes]:
+def _batches(items: Iterable[Any], opening: bytes, closing: bytes, container: type) -> Iterator[Bytes]:
     """A JSON array or object of ``items``, encoded ``_BATCH`` items per call; batches are
     separated by a line break (``BATCH_BREAK``), so that they can be parsed one at a time."""
     yield opening
@@ -288,7 +350,7 @@ _SCAN = 1 << 20
 """Bytes of a table searched for batch breaks at once."""
 
 
-def sized(parts: Iterator[bytes], sizes: list[int]) -> Iterator[bytes]:
+def sized(parts: Iterator[Bytes], sizes: list[int]) -> Iterator[Bytes]:
     """``parts`` as they come, the size of each added to ``sizes``: written beside a table
     written in batches (``_batches``, ``_in_batches``), they say where its batches are."""
     for part in parts:
@@ -296,7 +358,7 @@ def sized(parts: Iterator[bytes], sizes: list[int]) -> Iterator[bytes]:
         yield part
 
 
-def _sized_spans(start: int, end: int, sizes: object) -> list[tuple[int, int]] | None:
+def sized_spans(start: int, end: int, sizes: object) -> list[tuple[int, int]] | None:
     """Where the batches of the table from ``start`` to ``end`` are, from the sizes of the
     parts it was written in (its opening, each batch with the break before it, its
     closing); None when they do not add up to that table."""
@@ -312,19 +374,95 @@ def _sized_spans(start: int, end: int, sizes: object) -> list[tuple[int, int]] |
     return spans
 
 
-def decode_edge_batches(data: bytes | bytearray, start: int, end: int, read: Span) -> tuple[EdgeTable, EdgeBatches]:
-    """The edges of the table ``data[start:end]`` (``[...]``), parsed a batch at a time (a
-    large table is never parsed as a whole beside its bytes) into columns (``EdgeTable``:
-    a change reaches a handful of edges, whose objects alone are made), and where their
-    batches are (``read`` reads those bytes again)."""
-    spans = _spans(lambda low, high: bytes(data[low:high]), start, end, b"[", b"]")  # searched where it is held
-    edges = EdgeTable([], [], [], [], [], [])
-    counts = []
-    for span_start, span_stop in spans:
-        before = len(edges)
-        _add_edge_rows(edges, orjson.loads(b"[" + data[span_start:span_stop] + b"]"))
-        counts.append(len(edges) - before)
-    return edges, EdgeBatches(read, tuple(spans), tuple(counts))
+def decode_edge_rows(rows: Bytes) -> EdgeTable:
+    """A batch of stored edges (rows joined, no brackets) as columns (``EdgeTable``), each
+    column checked as a whole."""
+    table = EdgeTable([], [], [], [], [], [])
+    _add_edge_rows(table, orjson.loads(b"[" + rows + b"]"))
+    return table
+
+
+class StoredEdges:
+    """The last result's edges as the cache holds them: batches sorted by derived file, one
+    file's edges all in one batch, kept as the bytes read.  A file's batch is found by the
+    first derived file of each (the cache's index of them) and parsed only when asked for,
+    so a refresh after a small change parses the few batches it replaces, and writes back
+    every other one as it was read (``replaced``)."""
+
+    def __init__(self, data: memoryview, spans: Sequence[tuple[int, int]], index: object) -> None:
+        """``data[start:stop]`` for each of ``spans`` is a batch; ``index`` lists each
+        batch's first derived file and its counts of edges and of derived files."""
+        if not isinstance(index, list) or len(index) != len(spans):
+            raise Corrupt("the index of the edges' batches does not list their batches")
+        for entry in index:
+            if not isinstance(entry, list) or tuple(map(type, entry)) != (str, int, int) or min(entry[1:]) < 1:
+                raise Corrupt("an entry of the edges' index must hold a path and two counts")
+        self._firsts: list[str] = [entry[0] for entry in index]
+        if any(map(str.__ge__, self._firsts, self._firsts[1:])):
+            raise Corrupt("the edges' batches are not in order")
+        self.batches = [
+            EdgeBatch(first, count, derived, data[start:stop], None)
+            for (first, count, derived), (start, stop) in zip(index, spans, strict=True)
+        ]
+        self._parsed: dict[int, EdgeTable] = {}
+
+    def _index_of(self, path: str) -> int:
+        """The batch that holds ``path``'s edges, or would: the last whose first is not after it."""
+        return max(0, bisect_right(self._firsts, path) - 1)
+
+    def _batch(self, index: int) -> EdgeTable:
+        table = self._parsed.get(index)
+        if table is None:
+            batch = self.batches[index]
+            assert batch.raw is not None
+            table = decode_edge_rows(batch.raw)
+            if (len(table), table.derived[:1], len(set(table.derived))) != (batch.size, [batch.first], batch.derived):
+                raise Corrupt("a batch of edges is not what the index says")
+            self._parsed[index] = table
+        return table
+
+    def edges_of(self, path: str) -> EdgeTable:
+        """The edges of the derived file ``path`` (none when it declares nothing)."""
+        if not self.batches:
+            return EdgeTable([], [], [], [], [], [])
+        table = self._batch(self._index_of(path))
+        derived = table.derived
+        start = derived.index(path) if path in derived else len(derived)
+        end = start
+        while end < len(derived) and derived[end] == path:
+            end += 1
+        return table[start:end]
+
+    def replaced(self, edges: Mapping[str, Sequence[Edge]]) -> EdgeBatches:
+        """The batches with the edges of each file in ``edges`` replaced by those given
+        (none: it declares nothing now); a batch that no such file falls in stays as read."""
+        touched: dict[int, dict[str, Sequence[Edge]]] = {}
+        for path, new in edges.items():
+            touched.setdefault(self._index_of(path), {})[path] = new
+        batches: list[EdgeBatch] = []
+        for index, batch in enumerate(self.batches):
+            changes = touched.pop(index, None)
+            batches += [batch] if changes is None else _rebatched(_by_file(self._batch(index)), changes)
+        if touched:  # no batch at all: the new edges make the first ones
+            batches += _rebatched({}, touched[0])
+        return EdgeBatches(batches)
+
+
+def _by_file(table: EdgeTable) -> dict[str, Sequence[Edge]]:
+    """A batch's edges, by derived file (each file's edges are consecutive)."""
+    runs: dict[str, Sequence[Edge]] = {}
+    derived, start = table.derived, 0
+    for end in range(1, len(derived) + 1):
+        if end == len(derived) or derived[end] != derived[start]:
+            runs[derived[start]] = table[start:end]
+            start = end
+    return runs
+
+
+def _rebatched(runs: dict[str, Sequence[Edge]], changes: Mapping[str, Sequence[Edge]]) -> list[EdgeBatch]:
+    """A batch's edges with ``changes`` applied, cut into batches again."""
+    runs.update(changes)
+    return edge_batches(EdgeTable.joined(runs[path] for path in sorted(runs)))
 
 
 def _add_edge_rows(table: EdgeTable, rows: list[Any]) -> None:
@@ -375,7 +513,7 @@ class RowTable(Mapping[str, list[Any]]):
         time when asked for; ``firsts`` is each batch's first path, ``sizes`` the size of
         each part the table was written in (``sized``), which spare searching the table for
         its batches (a large folder's table is most of the cache)."""
-        spans = _sized_spans(start, end, sizes) if sizes is not None else None
+        spans = sized_spans(start, end, sizes) if sizes is not None else None
         if spans is None:
             spans = _spans(read, start, end, b"{", b"}")
         if len(spans) != len(firsts) or firsts != sorted(firsts) or not all(type(path) is str for path in firsts):
@@ -411,13 +549,16 @@ class RowTable(Mapping[str, list[Any]]):
     def __len__(self) -> int:
         return sum(len(self._batch(index)) for index in range(len(self._spans)))
 
-    def written(self, updates: Mapping[str, Seen | None]) -> tuple[Chunks, list[str]]:
-        """The table with ``updates`` applied (a row for each path, None to drop it), and the
-        first path of each batch: a batch that no update touches is written as it was read."""
-        touched: dict[int, dict[str, list[object] | None]] = {}
-        for path, seen in updates.items():
-            row = None if seen is None else _seen_row(seen)
-            touched.setdefault(self._index_of(path), {})[path] = row
+    def written(
+        self, updates: Mapping[str, Any], row: Callable[[Any], object] | None = None
+    ) -> tuple[Chunks, list[str]]:
+        """The table with ``updates`` applied (a value for each path, made a row by ``row``,
+        ``Seen`` by default; None drops the path), and the first path of each batch: a
+        batch that no update touches is written as it was read."""
+        make = _seen_row if row is None else row
+        touched: dict[int, dict[str, object | None]] = {}
+        for path, value in updates.items():
+            touched.setdefault(self._index_of(path), {})[path] = None if value is None else make(value)
         batches: list[tuple[str, tuple[int, int] | dict[str, Any]]] = []
         for index, span in enumerate(self._spans):
             changes = touched.pop(index, None)
@@ -435,9 +576,9 @@ class RowTable(Mapping[str, list[Any]]):
         return self._read(*batch) if type(batch) is tuple else orjson.dumps(batch)[1:-1]
 
 
-def _updated(batch: Mapping[str, list[Any]], changes: Mapping[str, list[object] | None]) -> dict[str, Any]:
+def _updated(batch: Mapping[str, list[Any]], changes: Mapping[str, object | None]) -> dict[str, Any]:
     """A batch's rows with ``changes`` applied, sorted by path."""
-    rows = dict(batch)
+    rows: dict[str, Any] = dict(batch)
     for path, row in changes.items():
         if row is None:
             rows.pop(path, None)
@@ -479,11 +620,11 @@ def encode_problem(problem: Problem) -> list[str]:
 # -- reading the cache ---------------------------------------------------------------------
 
 
-def check_format(data: Any, format: str = FORMAT) -> None:
+def check_format(data: Any, format: str = FORMAT, versions: tuple[int, ...] = READABLE) -> None:
     if not isinstance(data, dict) or data.get("format") != format:
         raise Corrupt(f"it is not a {format} file")
-    if data.get("version") != VERSION:
-        raise Corrupt(f"unknown version {data.get('version')!r}, this provgraph reads version {VERSION}")
+    if data.get("version") not in versions:
+        raise Corrupt(f"unknown version {data.get('version')!r}, this provgraph reads version {versions[-1]}")
 
 
 def split_cache(data: bytes) -> tuple[bytes, bytes, bytes]:

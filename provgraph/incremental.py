@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import struct
 from array import array
-from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import compress, repeat
-from operator import attrgetter, ge, is_
-from typing import Any, NamedTuple
+from operator import ge
+from typing import Any, Protocol
 
 import orjson
 
 from .lineage import find_cycles, propagate
 from .lockfile import HEADER, Record, decode_stamps, encode_lock
-from .model import Edge, EdgeStatus, EdgeTable, FileMeta, Problem, Report, Snapshot, SourceState, column
+from .model import Edge, EdgeStatus, EdgeTable, FileMeta, KnownEdges, Problem, Report, Snapshot, SourceState
 from .stamps import Derivation, reconcile
 
 __all__ = [
@@ -39,7 +38,6 @@ __all__ = [
     "MemoryFiles",
     "Patch",
     "Previous",
-    "Splice",
     "affected",
     "changed_files",
     "patch_report",
@@ -74,6 +72,32 @@ _CHUNK = 64 * _META.size
 """Bytes of metadata compared at once before looking at each file of a chunk that differs."""
 
 
+class Batches(Protocol):
+    """A result's edges in the batches the cache writes them in (``codec.EdgeBatches``)."""
+
+    @property
+    def size(self) -> int:
+        """How many edges."""
+
+    @property
+    def derived(self) -> int:
+        """How many files they derive."""
+
+    def columns(self) -> tuple[list[Any], ...]:
+        """Every edge's fields, in ``model.EDGE_COLUMNS`` order (``EdgeTable``'s columns)."""
+
+
+class StoredEdges(Protocol):
+    """The last result's edges as the cache holds them (``codec.StoredEdges``): one file's
+    edges found, parsed, when asked for."""
+
+    def edges_of(self, path: str) -> EdgeTable:
+        """The edges of the derived file ``path`` (none when it declares nothing)."""
+
+    def replaced(self, edges: Mapping[str, Sequence[Edge]]) -> Batches:
+        """The edges with those of each file in ``edges`` replaced by those given."""
+
+
 @dataclass(frozen=True, slots=True)
 class Previous:
     """The last scan, as much of it as a patch needs, read without decoding every row."""
@@ -84,8 +108,12 @@ class Previous:
     memory_files: MemoryFiles
     others: tuple[str, ...]
     """The files the rows hold that are not memory files (sources of another kind)."""
-    edges: Sequence[Edge]
-    """The last result's edges, sorted by derived file then source (``EdgeTable`` as read)."""
+    edges: StoredEdges
+    """The last result's edges, sorted by derived file then source, in batches parsed when asked for."""
+    broken: tuple[Edge, ...]
+    """Those of them that are not clean, in the same order."""
+    children: Mapping[str, list[str]]
+    """Source -> the files derived from it, sorted (``lineage.children_of`` of the edges)."""
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
     walk_problems: tuple[Problem, ...]
@@ -211,28 +239,18 @@ def _differing(before: bytes, now: bytes) -> Iterator[int]:
                     yield at // _META.size
 
 
-def affected(
-    edges: Sequence[Edge], changed: Set[str], declaring: Collection[str], listing: Mapping[str, FileMeta]
-) -> set[str] | None:
+def affected(previous: Previous, changed: Set[str], declaring: Collection[str]) -> set[str]:
     """The derived files to compare again: those among ``declaring`` (changed files that
-    declare now or held stamps), those with an edge from or to a changed file, and those
-    with a missing source (where its content went may be a file that changed).  None when
-    an edge belongs to a file that is not listed (one kept while it could not be read).
-
-    Every edge is looked at, by loops that run in C over its columns (``map``,
-    ``compress``): a large folder has a hundred thousand edges, of which a change reaches
-    a handful."""
-    derived_files = list(column(edges, "derived"))
-    derived = set(derived_files)
-    if not listing.keys() >= derived:
-        return None
-    found = set(declaring) | (derived & changed)
-    found.update(compress(derived_files, map(changed.__contains__, column(edges, "source"))))
-    found.update(compress(derived_files, map(is_, column(edges, "status"), repeat(EdgeStatus.MISSING))))
+    declare now or held stamps), the changed files that were derived, those derived from
+    a changed file, and those with a missing source (where its content went may be a file
+    that changed).  Looked up in the last result's index (``Previous.children``, its broken
+    edges): a large folder has a hundred thousand edges, of which a change reaches a handful."""
+    found = set(declaring)
+    found.update(path for path in changed if previous.edges.edges_of(path))
+    for path in changed:
+        found.update(previous.children.get(path, ()))
+    found.update(edge.derived for edge in previous.broken if edge.status is EdgeStatus.MISSING)
     return found
-
-
-_derived = attrgetter("derived")
 
 
 def declared(path: str, row: Row) -> Declared:
@@ -256,15 +274,6 @@ def known_source(row: Row | None) -> SourceState | None:
     return SourceState(row[4], row[1] / 1e9)
 
 
-class Splice(NamedTuple):
-    """Where a patched result's edges differ from the last one's: ``edges[start:end]`` of
-    the last result were replaced by ``added`` edges."""
-
-    start: int
-    end: int
-    added: int
-
-
 @dataclass(frozen=True, slots=True)
 class Patch:
     """The next result and what changed in the stamps."""
@@ -273,8 +282,10 @@ class Patch:
     derivations: dict[str, Derivation]
     """The stamps of every compared file now (one left out declares nothing any more)."""
     lock_changed: bool
-    spliced: tuple[Splice, ...]
-    """Where ``report.edges`` differ from the last result's: the rest is the same edges."""
+    batches: Batches
+    """``report.edges`` in batches: the last result's, those the change reached replaced."""
+    children: Children
+    """What derives from each file now: the last result's, with the changes."""
 
 
 def patch_report(
@@ -297,7 +308,7 @@ def patch_report(
         return None
     declarations = {path: sources for path, (sources, _) in compared.items() if sources}
     snapshot: Snapshot[object] = Snapshot(
-        files=tuple(listing),
+        files=tuple(path for path in compared if path in listing),  # reconcile asks about no other file
         declarations=declarations,
         derived_at={path: compared[path][1] for path in declarations},
         sources=sources,
@@ -306,7 +317,12 @@ def patch_report(
         contents=contents,
     )
     updated, new_edges = reconcile(records, snapshot, now.timestamp())
-    edges, old_edges, spliced = _spliced(previous.edges, compared, new_edges)
+    old_edges = [edge for path in sorted(compared) for edge in previous.edges.edges_of(path)]
+    batches = previous.edges.replaced({path: _of(new_edges, path) for path in compared})
+    children = Children(previous.children, _children_changed(previous.children, compared, old_edges, new_edges))
+    broken = _broken(previous.broken, compared, new_edges)
+    known = KnownEdges(batches.size, batches.derived, broken, children, batches.columns)
+    edges = EdgeTable.deferred(known)
     cycles = previous.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges)
     kept = (problem for problem in previous.problems if _still_declared(problem, previous.rows, changed))
     report = Report(
@@ -318,7 +334,7 @@ def patch_report(
         cycles=cycles,
         problems=tuple(sorted({*kept, *problems, *previous.walk_problems}, key=_problem_order)),
     )
-    return Patch(report, updated, updated != records, spliced)
+    return Patch(report, updated, updated != records, batches, children)
 
 
 def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]) -> bool:
@@ -332,33 +348,61 @@ def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]
     return found in row[5][2] or (len(row) > 6 and found in row[6][1])
 
 
-def _spliced(
-    edges: Sequence[Edge], compared: Collection[str], new_edges: tuple[Edge, ...]
-) -> tuple[EdgeTable, list[Edge], tuple[Splice, ...]]:
-    """``edges`` (sorted by derived file, then source) with the edges of the ``compared``
-    files replaced by ``new_edges`` (theirs, sorted alike), the edges replaced, and where.
-    A file's edges are consecutive, so each file's place is found by a binary search in
-    the column of derived files and its new edges go there; the rest is copied as it is,
-    column by column (no object is made for an edge the change does not reach)."""
-    derived = edges.derived if type(edges) is EdgeTable else list(map(_derived, edges))
-    fresh: dict[str, list[Edge]] = {}
+def _of(edges: tuple[Edge, ...], path: str) -> tuple[Edge, ...]:
+    return tuple(edge for edge in edges if edge.derived == path)
+
+
+def _broken(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
+    """The edges that are not clean once the compared files' edges are ``new_edges``, in the
+    result's order (by derived file, then source)."""
+    kept = [edge for edge in before if edge.derived not in compared]
+    kept += (edge for edge in new_edges if edge.status is not EdgeStatus.CLEAN)
+    return tuple(sorted(kept, key=_order))
+
+
+def _order(edge: Edge) -> tuple[str, str]:
+    return edge.derived, edge.source
+
+
+def _children_changed(
+    children: Mapping[str, list[str]], compared: Collection[str], old_edges: list[Edge], new_edges: tuple[Edge, ...]
+) -> dict[str, list[str] | None]:
+    """What derives from each source of the compared files' old or new edges, where that
+    changed (None: nothing any more)."""
+    added: dict[str, set[str]] = {}
     for edge in new_edges:
-        fresh.setdefault(edge.derived, []).append(edge)
-    parts: list[Sequence[Edge]] = []
-    replaced: list[Edge] = []
-    spliced = []
-    position = 0
-    for path in sorted(compared):
-        start = bisect_left(derived, path, lo=position)
-        end = bisect_right(derived, path, lo=start)
-        new = fresh.get(path, ())
-        parts += (edges[position:start], new)
-        replaced += edges[start:end]
-        if new or end > start:
-            spliced.append(Splice(start, end, len(new)))
-        position = end
-    parts.append(edges[position:])
-    return EdgeTable.joined(parts), replaced, tuple(spliced)
+        added.setdefault(edge.source, set()).add(edge.derived)
+    changed: dict[str, list[str] | None] = {}
+    for source in sorted({edge.source for edge in old_edges} | added.keys()):
+        before = list(children.get(source, ()))
+        now = sorted({path for path in before if path not in compared} | added.get(source, set()))
+        if now != before:
+            changed[source] = now or None
+    return changed
+
+
+class Children(Mapping[str, list[str]]):
+    """What derives from each file: the last result's table with the changes of a patch
+    (None: a file nothing derives from any more), each looked up when asked for."""
+
+    def __init__(self, before: Mapping[str, list[str]], changed: dict[str, list[str] | None]) -> None:
+        self.before = before
+        self.changed = changed
+
+    def __getitem__(self, source: str) -> list[str]:
+        if source in self.changed:
+            now = self.changed[source]
+            if now is None:
+                raise KeyError(source)
+            return now
+        return self.before[source]
+
+    def __iter__(self) -> Iterator[str]:
+        now = {path for path, kids in self.changed.items() if kids is not None}
+        return iter(sorted(now | (self.before.keys() - self.changed.keys())))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _problem_order(problem: Problem) -> tuple[str, str, str]:

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import compress, repeat
-from operator import is_not
 from typing import TYPE_CHECKING
 
-from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, column
+from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, children_known, column
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -53,24 +51,24 @@ def propagate(edges: Sequence[Edge]) -> tuple[StaleEntry, ...]:
     with the number of causes, never with the length of their chains.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
-    broken_at = compress(range(len(edges)), map(is_not, column(edges, "status"), repeat(EdgeStatus.CLEAN)))
-    broken_edges = list(map(edges.__getitem__, broken_at))  # an edge made only where one is broken
-    for edge in broken_edges:
+    broken = broken_edges(edges)  # an edge made only where one is broken
+    for edge in broken:
         groups[(edge.source, edge.status)].append(edge)
     if not groups:
         return ()
-    children = _Children(edges)
+    known = children_known(edges)
+    children = _Children(edges) if known is None else known
     causes: dict[str, list[Cause]] = defaultdict(list)
-    for (origin, kind), broken in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
-        parents, depths = _shortest_parents(children, sorted(edge.derived for edge in broken))
-        earliest = _earliest(children, broken)
-        moved_to = next((edge.moved_to for edge in broken if edge.moved_to is not None), None)
+    for (origin, kind), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
+        parents, depths = _shortest_parents(children, sorted(edge.derived for edge in group))
+        earliest = _earliest(children, group)
+        moved_to = next((edge.moved_to for edge in group if edge.moved_to is not None), None)
         for path, parent in parents.items():
             hop = origin if parent is None else parent
             causes[path].append(
                 Cause(origin, kind, earliest[path], hop, depths[path], moved_to, path=path, links=parents)
             )
-    direct = {edge.derived for edge in broken_edges}
+    direct = {edge.derived for edge in broken}
     return tuple(
         StaleEntry(path, min(cause.since for cause in found), path in direct, tuple(found))
         for path, found in sorted(causes.items())

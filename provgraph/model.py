@@ -8,10 +8,11 @@ module touches the disk or the clock.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Explanation",
     "FileLineage",
     "FileMeta",
+    "KnownEdges",
     "NodeStatus",
     "Problem",
     "ProblemKind",
@@ -32,7 +34,10 @@ __all__ = [
     "SourceState",
     "StaleEntry",
     "Stamp",
+    "broken_edges",
+    "children_known",
     "column",
+    "derived_count",
 ]
 
 
@@ -181,6 +186,23 @@ class Edge:
     ``facts.md``, another case, the one file of that name elsewhere).  A hint, never applied."""
 
 
+@dataclass(frozen=True, slots=True)
+class KnownEdges:
+    """What a table of edges read from the cache says before any of its batches is parsed:
+    enough for a refresh after a small change, which reaches a handful of edges, to report
+    on a hundred thousand without reading them (``EdgeTable.deferred``)."""
+
+    length: int
+    derived: int
+    """How many files declare at least one source."""
+    broken: tuple[Edge, ...]
+    """The edges that are not clean, in the table's order."""
+    children: Mapping[str, list[str]]
+    """Source -> the files derived from it, sorted (``lineage.children_of``)."""
+    load: Callable[[], tuple[list[Any], ...]]
+    """The table's columns, in ``EDGE_COLUMNS`` order, parsed when first asked for."""
+
+
 class EdgeTable(Sequence[Edge]):
     """Edges kept as columns, one list per field of ``Edge`` (``did_you_mean`` aside, which
     is never stored), an ``Edge`` made only for one asked for.
@@ -189,9 +211,11 @@ class EdgeTable(Sequence[Edge]):
     in a large folder, and looks at most of them only through a field or two (which
     sources changed, which are missing, which files are derived), in loops that run in C
     over a column.  An object for each would cost more than the rest of the refresh.
-    Equal to the tuple of the same edges, and hashed like it."""
+    A table may also be *deferred* (``KnownEdges``): its columns are parsed only when one
+    is first read, and until then its length, its broken edges and what derives from
+    each file are known without them.  Equal to the tuple of the same edges, and hashed like it."""
 
-    __slots__ = ("source", "derived", "status", "stamped_at", "since", "moved_to", "_made")
+    __slots__ = ("source", "derived", "status", "stamped_at", "since", "moved_to", "_made", "_known")
 
     def __init__(
         self,
@@ -205,6 +229,23 @@ class EdgeTable(Sequence[Edge]):
         self.source, self.derived, self.status = source, derived, status
         self.stamped_at, self.since, self.moved_to = stamped_at, since, moved_to
         self._made: tuple[Edge, ...] | None = None
+        self._known: KnownEdges | None = None
+
+    @classmethod
+    def deferred(cls, known: KnownEdges) -> EdgeTable:
+        """A table whose columns are ``known.load()``, called when a column is first read."""
+        table = cls.__new__(cls)
+        table._made, table._known = None, known
+        return table
+
+    def __getattr__(self, name: str) -> Any:
+        """A column of a deferred table not read yet (slots not set): all are read now."""
+        known = self._known if name in EDGE_COLUMNS else None
+        if known is None:
+            raise AttributeError(name)
+        for column_name, values in zip(EDGE_COLUMNS, known.load(), strict=True):
+            setattr(self, column_name, values)
+        return getattr(self, name)
 
     @classmethod
     def joined(cls, parts: Iterable[Sequence[Edge]]) -> EdgeTable:
@@ -217,7 +258,7 @@ class EdgeTable(Sequence[Edge]):
         return table
 
     def __len__(self) -> int:
-        return len(self.source)
+        return self._known.length if self._known is not None else len(self.source)
 
     @overload
     def __getitem__(self, index: int) -> Edge: ...
@@ -258,6 +299,31 @@ def column(edges: Sequence[Edge], name: str) -> Iterable[Any]:
     """One field of every edge (``source``, ``derived``, ``status``, ...): an ``EdgeTable``'s
     column as it is, else the field of each edge, in a loop that runs in C."""
     return getattr(edges, name) if type(edges) is EdgeTable else map(attrgetter(name), edges)
+
+
+def _known(edges: Sequence[Edge]) -> KnownEdges | None:
+    return edges._known if type(edges) is EdgeTable else None
+
+
+def derived_count(edges: Sequence[Edge]) -> int:
+    """How many files declare at least one source (a deferred table knows it unread)."""
+    known = _known(edges)
+    return known.derived if known is not None else len(set(column(edges, "derived")))
+
+
+def broken_edges(edges: Sequence[Edge]) -> tuple[Edge, ...]:
+    """The edges that are not clean, in order: an edge is made only where one is broken."""
+    known = _known(edges)
+    if known is not None:
+        return known.broken
+    at = compress(range(len(edges)), map(is_not, column(edges, "status"), repeat(EdgeStatus.CLEAN)))
+    return tuple(map(edges.__getitem__, at))
+
+
+def children_known(edges: Sequence[Edge]) -> Mapping[str, list[str]] | None:
+    """What derives from each file, when the table knows it unread (deferred), else None."""
+    known = _known(edges)
+    return None if known is None else known.children
 
 
 @dataclass(frozen=True, slots=True)

@@ -308,11 +308,11 @@ def _as_before(now: Watched | None, before: Watched, limit: int) -> bool:
 
 
 def _newest(metas: Iterable[Meta]) -> int:
-    """The latest mtime or ctime, in nanoseconds (0 for no file)."""
-    newest = 0
-    for meta in metas:
-        newest = max(newest, meta[1], meta[2])
-    return newest
+    """The latest mtime or ctime, in nanoseconds (0 for no file).  The metadata is turned
+    into its columns (``zip``) and each column's maximum taken, loops that run in C: a
+    loop in Python over a large folder's files cost more than the rest of the rule."""
+    columns = tuple(zip(*metas, strict=True))
+    return max(max(columns[1]), max(columns[2])) if columns else 0
 
 
 def lock_as_sealed(

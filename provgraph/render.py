@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from .lineage import node_statuses, to_networkx
-from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, Report, StaleEntry, column
+from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, Report, StaleEntry, derived_count
 
 __all__ = [
     "PROMPT_HEADING",
@@ -227,7 +227,7 @@ def _repair_key(entry: StaleEntry) -> tuple[int, float, str]:
 def _counts(report: Report) -> dict[str, int]:
     return {
         "files": report.file_count,
-        "derived": len(set(column(report.edges, "derived"))),  # counted, not sorted
+        "derived": derived_count(report.edges),  # counted, not sorted
         "stale": len(report.stale),
         "cycles": len(report.cycles),
         "problems": len(report.problems),

@@ -42,20 +42,28 @@ from .codec import (
     REPORT,
     TABLES,
     VERSION,
+    Bytes,
+    Checksum,
     Chunks,
+    EdgeBatch,
     EdgeBatches,
     RowTable,
     Span,
+    StoredEdges,
     StoredReport,
-    decode_edge_batches,
+    decode_edges,
     decode_legacy,
     decode_report,
     decode_seen,
     derivations_of,
+    edge_batches,
+    edge_row,
     encode_report,
     encode_seen,
+    encode_table,
     lock_bytes,
     sized,
+    sized_spans,
     split_cache,
     stream,
 )
@@ -65,11 +73,11 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
-from .incremental import LockLines, MemoryFiles, Previous, Splice
-from .lineage import propagate
+from .incremental import LockLines, MemoryFiles, Patch, Previous
+from .lineage import children_of, propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
-from .model import FileMeta, Problem, ProblemKind, Report, column
+from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, broken_edges, column
 from .nochange import (
     Conditions,
     LockSeal,
@@ -190,10 +198,7 @@ class _Transaction:
     """What the cache says the lock was when it was written."""
     cache: int | None = None
     """The cache as ``previous`` opened it, kept open until the transaction ends: the batches
-    of rows and edges a patch leaves alone are copied from it as they were read."""
-    edges_read: EdgeBatches | None = None
-    """The last result's edges as ``previous`` read them: a patched save writes back every
-    batch of them that the patch left alone."""
+    of rows a patch leaves alone are copied from it as they were read."""
     as_locked: dict[str, Derivation] | None = None
     """The stamps as loaded, when the lock's bytes are exactly their encoding (clean, and
     the very bytes the seal vouches for): a save with equal stamps neither encodes nor
@@ -473,7 +478,7 @@ class StateStore:
             lock_data = None if parsed is None else self._read(folders.lock, LOCK_NAME, folders.lock_path)
             if parsed is None or lock_data is None:
                 return None
-            head, stored, rows = parsed
+            head, stored, lineage = parsed
             lock = LockLines.of(lock_data, head.get("lock_canonical") is True)
             files = _decode_memory_files(head["memory_files"], head["listing"])
             others = tuple(map(_text, head["others"]))
@@ -483,10 +488,12 @@ class StateStore:
             return None
         return Previous(
             root=os.fsdecode(self.root),
-            rows=rows,
+            rows=lineage.rows,
             memory_files=files,
             others=others,
-            edges=stored.edges,
+            edges=lineage.edges,
+            broken=lineage.broken,
+            children=lineage.children,
             cycles=stored.cycles,
             problems=stored.problems,
             walk_problems=walk_problems,
@@ -496,27 +503,48 @@ class StateStore:
 
     def _parsed(
         self,
-        head: bytes | bytearray,
+        head: bytearray,
         tail: tuple[int, bytes],
         settings: str,
         walk_problems: tuple[Problem, ...],
         read: Span,
-    ) -> tuple[dict[str, Any], StoredReport, RowTable] | None:
-        """The cache's head, last result and rows, when the head says a patch may build on
-        them and on the lock (``_patchable``).  ``head`` is the cache up to its per-file
-        table, ``tail`` where the small entries after that table start and their bytes:
-        the table itself is never held, its batches are read (``read``) when asked for."""
+    ) -> tuple[dict[str, Any], StoredReport, _Read] | None:
+        """The cache's head, last result and what a patch reads instead of its edges, when the
+        head says a patch may build on them and on the lock (``_patchable``).  ``head`` is
+        the cache up to its per-file table, ``tail`` where the small entries after the
+        tables start and their bytes: the per-file table is never held, its batches are
+        read (``read``) when asked for."""
         report_at, tables_at, (refused_at, rest) = head.find(REPORT), len(head), tail
         if not 0 < report_at < tables_at < refused_at:
             return None
         document = orjson.loads(head[:report_at] + b"}")
         document.update(orjson.loads(b"{" + rest[1:]))
-        if "row_batches" not in document or not self._patchable(document, settings, walk_problems):
+        if document.get("version") != VERSION or document.get("edge_batches") is None:
+            return None  # an earlier layout, or edges a patch cannot build on: the full scan answers
+        if not self._patchable(document, settings, walk_problems):
             return None
-        stored, self._tx.edges_read = _report_in_batches(head, report_at + len(REPORT), tables_at, read)
-        sizes = document.get("row_sizes")
-        rows = RowTable(read, tables_at + len(TABLES), refused_at, document["row_batches"], sizes)
-        return document, stored, rows
+        stored, (edges_at, edges_end) = _report_without_edges(head, report_at + len(REPORT), tables_at)
+        seen_at, sizes = tables_at + len(TABLES), document["row_sizes"]
+        if not isinstance(sizes, list) or not all(type(size) is int and size > 0 for size in sizes):
+            return None
+        children_at = seen_at + sum(sizes) + len(_CHILDREN)
+        if not children_at < refused_at or read(children_at - len(_CHILDREN), children_at) != _CHILDREN:
+            return None
+        view, children = memoryview(head), read(children_at, refused_at)
+        if _checksum(document, view[edges_at:edges_end], children) != document["index_check"]:
+            return None  # a damaged index: the full scan rewrites it
+        spans = sized_spans(edges_at, edges_end, document["edge_sizes"])
+        if spans is None:
+            return None
+        lineage = _Read(
+            RowTable(read, seen_at, children_at - len(_CHILDREN), document["row_batches"], sizes),
+            StoredEdges(view, spans, document["edge_batches"]),
+            decode_edges(document["broken"]),
+            RowTable(
+                partial(_slice, children), 0, len(children), document["children_batches"], document["children_sizes"]
+            ),
+        )
+        return document, stored, lineage
 
     def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
         """Whether the cache is for this root and these settings, with nothing refused and
@@ -634,7 +662,9 @@ class StateStore:
         per_file = _per_file(state.seen)
         conditions = _conditions(state, seal, per_file.memory)
         canonical = as_locked is None or state.derivations != as_locked
-        entries = _entries(state, os.fsdecode(self.root), conditions, canonical, per_file)
+        read = {path for path, seen in state.seen.items() if seen.declaration is not None}
+        lineage = _lineage_of(state.report, read)
+        entries = _entries(state, os.fsdecode(self.root), conditions, canonical, per_file, lineage)
         self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         if self._tx.migrating:
             self._tx.migrating = False
@@ -654,7 +684,7 @@ class StateStore:
         listing: Mapping[str, FileMeta],
         files: MemoryFiles | None,
         lock_canonical: bool,
-        spliced: Iterable[Splice],
+        patch: Patch,
     ) -> Conditions:
         """``save`` for a result patched after a small change (``incremental``): the lock
         is written only when ``lock`` holds new bytes, the per-file rows are those of
@@ -662,8 +692,8 @@ class StateStore:
         alone is written back as it was read), and the memory files read are those of
         ``listing`` (``files``), every one of which has its row.  ``lock_canonical``: the lock is
         exactly what ``encode_lock`` writes (``LockLines.canonical``).  The report's edges
-        are the last result's with the ``spliced`` runs replaced: its other batches of edges
-        are written back as they were read."""
+        are ``patch.batches``, those the patch left alone written back as they were read, and
+        so is every batch of what derives from each file that no change touched."""
         self._recalled = None
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive or state.report is None:
@@ -671,6 +701,8 @@ class StateStore:
         rows = previous.rows
         assert isinstance(rows, RowTable), "the rows as ``previous`` read them"
         table, firsts = rows.written(updates)  # before any write: a damaged batch index raises ``Corrupt`` here
+        assert isinstance(previous.children, RowTable), "as ``previous`` read it"
+        children = previous.children.written(patch.children.changed, list)
         if lock is None:
             seal = self._reseal(folders)
         else:
@@ -679,13 +711,16 @@ class StateStore:
             seal = self._seal(folders, lock)
         others = _others_after(rows, previous.others, updates, listing)
         stats = {path: _meta_of(row) for path, row in others.items()}
-        watched = watched_sources(column(state.report.edges, "source"), listing, {}, stats)
+        broken = broken_edges(state.report.edges)
+        missing = (edge.source for edge in broken if edge.status is EdgeStatus.MISSING)
+        watched = watched_sources(chain(others, missing), listing, {}, stats)  # every source outside the listing
         problems = tuple(problem.row for problem in state.walk_problems)
         key = listing_key(listing) if files is None else files.listing_key
         conditions = Conditions(seal, state.scan_started_ns, problems, key, watched, state.settings)
         per_file = _PerFile(table, firsts, files, sorted(others))
-        report = encode_report(state.report, self._tx.edges_read, spliced)
-        entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, per_file, report)
+        assert isinstance(patch.batches, EdgeBatches), "as ``StoredEdges.replaced`` made them"
+        lineage = _Lineage(patch.batches.batches, broken, *children, patchable=True)
+        entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, per_file, lineage)
         self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         return conditions
 
@@ -701,10 +736,13 @@ class StateStore:
         seal, meta = self._tx.seal, _lock_meta(folders)
         return None if seal is None or meta is None else LockSeal(meta, seal.sha256, wall_ns())
 
-    def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[bytes], what: str) -> None:
+    def _write(self, folders: Folders, target: int, name: str, chunks: Iterable[Bytes], what: str) -> None:
+        """Every file is replaced atomically; only the cache is not synced to the disk: it is
+        derived again from the memory files and the lock, and a torn one (after a crash of
+        the machine) fails to parse, or its checksum, and gives the full scan."""
         where = os.path.join(folders.lock_path if target == folders.lock else folders.state_path, name)
         try:
-            write_file(folders, target, name, chunks)
+            write_file(folders, target, name, chunks, durable=name != CACHE_NAME)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
 
@@ -875,9 +913,10 @@ def _entries(
     conditions: Conditions,
     lock_canonical: bool,
     per_file: _PerFile,
-    report: Chunks | None = None,
+    lineage: _Lineage,
 ) -> Iterator[tuple[str, object]]:
-    """Each top-level entry, built only when it is written; the no-change check's part first."""
+    """Each top-level entry, built only when it is written; the no-change check's part first,
+    the parts only a patch reads last, with their checksum (``_checksum`` reads it)."""
     yield "format", FORMAT
     yield "version", VERSION
     yield "root", root
@@ -888,17 +927,30 @@ def _entries(
     yield "walk_problems", [_encode_problem(problem) for problem in state.walk_problems]
     yield "listing", conditions.listing
     yield "watched", encode_watched(conditions.watched)
-    if report is None and state.report is not None:
-        report = encode_report(state.report)
-    yield "report", report
+    checksum = Checksum()
+    edge_sizes: list[int] = []
+    children_sizes: list[int] = []
     sizes: list[int] = []
+    report = None if state.report is None else encode_report(state.report, lineage.batches, checksum, edge_sizes)
+    yield "report", report
     yield "seen", Chunks(sized(per_file.rows.parts, sizes))
+    yield "children", Chunks(checksum.over(sized(lineage.children.parts, children_sizes)))
     yield "refused", {path: kind.value for path, kind in sorted(state.refused.items())}
     yield "row_batches", per_file.firsts
     yield "row_sizes", sizes  # written by now: ``stream`` writes one entry after the other
     yield "memory_files", _encode_memory_files(per_file.memory)
     yield "others", per_file.others
     yield "lock_canonical", lock_canonical
+    index = [batch.entry for batch in lineage.batches] if lineage.patchable and report is not None else None
+    for name, value in (
+        ("edge_batches", index),
+        ("edge_sizes", edge_sizes),
+        ("broken", [edge_row(edge) for edge in lineage.broken]),
+        ("children_batches", lineage.children_firsts),
+        ("children_sizes", children_sizes),
+    ):
+        yield name, Chunks(checksum.over([orjson.dumps(value)]))
+    yield "index_check", checksum.value
 
 
 def _encode_memory_files(files: MemoryFiles | None) -> list[str] | None:
@@ -947,18 +999,70 @@ def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:
     return Recall(_text(data["root"]), conditions, report)
 
 
-def _report_in_batches(data: bytes | bytearray, start: int, end: int, read: Span) -> tuple[StoredReport, EdgeBatches]:
-    """The last result from ``data[start:end]``, its edges parsed a batch at a time, and
-    where those batches are (a patched result writes back those it leaves alone)."""
+def _report_without_edges(data: bytearray, start: int, end: int) -> tuple[StoredReport, tuple[int, int]]:
+    """The last result from ``data[start:end]`` but its edges, and where their table is (a
+    patch parses only the batches of it that a change reaches)."""
     edges_at, cycles_at = data.find(_EDGES, start, end), data.rfind(_CYCLES, start, end)
     if not start < edges_at < cycles_at:
         raise _Corrupt("the last result is not what provgraph writes")
     rest = orjson.loads(data[start:edges_at] + b"}")
     rest.update(orjson.loads(b"{" + data[cycles_at + 2 : end]))
     rest["edges"] = []
-    stored = decode_report(rest)
-    edges, batches = decode_edge_batches(data, edges_at + len(_EDGES) - 1, cycles_at + 1, read)
-    return stored._replace(edges=edges), batches
+    return decode_report(rest), (edges_at + len(_EDGES) - 1, cycles_at + 1)
+
+
+_CHILDREN = b',"children":'
+"""Where what derives from each file starts: right after the per-file table, whose size the
+cache records (``row_sizes``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What a patch reads of the cache instead of the last result's edges (see ``Previous``)."""
+
+    rows: RowTable
+    edges: StoredEdges
+    broken: tuple[Edge, ...]
+    children: RowTable
+
+
+@dataclass(frozen=True, slots=True)
+class _Lineage:
+    """The cache's parts that a patch reads instead of the last result's edges, to write:
+    the edges in batches, the broken ones, what derives from each file (encoded, with the
+    first source of each batch), and whether a patch may build on them."""
+
+    batches: list[EdgeBatch]
+    broken: tuple[Edge, ...]
+    children: Chunks
+    children_firsts: list[str]
+    patchable: bool
+
+
+def _lineage_of(report: Report | None, read: Collection[str]) -> _Lineage:
+    """A full scan's: a patch builds on it when every derived file is among the memory files
+    ``read`` (one kept while it could not be read is left to the full scan)."""
+    edges = () if report is None else report.edges
+    children, firsts = encode_table(children_of(edges))
+    patchable = all(map(read.__contains__, set(column(edges, "derived"))))
+    return _Lineage(edge_batches(edges), broken_edges(edges), children, firsts, patchable)
+
+
+def _checksum(document: Mapping[str, Any], edges: memoryview, children: bytes) -> int:
+    """The checksum of the parts only a patch reads, as ``_entries`` computes it."""
+    checksum = Checksum()
+    parts: list[Bytes] = [edges, children]
+    parts += (orjson.dumps(document[name]) for name in _CHECKED)
+    for _ in checksum.over(parts):
+        pass
+    return checksum.value
+
+
+_CHECKED = ("edge_batches", "edge_sizes", "broken", "children_batches", "children_sizes")
+
+
+def _slice(data: bytes, start: int, stop: int) -> bytes:
+    return data[start:stop]
 
 
 _EDGES = b',"edges":['

@@ -115,21 +115,34 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str]) -> bytes | 
         os.close(descriptor)
 
 
-def write_file(folders: Folders, target: int, name: str, chunks: Iterable[bytes], *, suffix: str = TEMPORARY) -> None:
+def write_file(
+    folders: Folders,
+    target: int,
+    name: str,
+    chunks: Iterable[bytes | bytearray | memoryview],
+    *,
+    suffix: str = TEMPORARY,
+    durable: bool = True,
+) -> None:
     """Replace ``name`` in the folder ``target`` atomically: a new temporary file in the
-    state folder (its name ends with ``suffix``), written, synced, renamed over it.
-    Nothing is left behind on failure."""
+    state folder (its name ends with ``suffix``), written, synced, renamed over it, and
+    the folder synced.  Nothing is left behind on failure.  ``durable`` False skips both
+    syncs, for a file that can be derived again and is checked when read (the cache): a
+    crash of the process still leaves the old file or the new one, whole; only a crash of
+    the machine may leave it torn, which its reader detects."""
     temporary = f"{name}.{os.urandom(6).hex()}{suffix}"  # what secrets.token_hex does, without its imports
     descriptor = os.open(temporary, _NEW, 0o644, dir_fd=folders.state)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.writelines(chunks)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.rename(temporary, name, src_dir_fd=folders.state, dst_dir_fd=target)
         temporary = ""
-        with contextlib.suppress(OSError):
-            os.fsync(target)
+        if durable:
+            with contextlib.suppress(OSError):
+                os.fsync(target)
     finally:
         if temporary:
             with contextlib.suppress(OSError):

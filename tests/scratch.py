@@ -1,6 +1,6 @@
 """Throwaway folders for the tests, in memory where the system offers it.
 
-provgraph syncs every state file it writes (fsync), as a tool that must survive a crash
+provgraph syncs every state file it writes but the cache (fsync), as a tool that must survive a crash
 does.  A property test writes state thousands of times, and on a busy disk it then
 waits on the disk, not on provgraph: several times its own run time.  On a
 memory-backed file system (Linux's ``/dev/shm``) a sync returns at once, while

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -34,6 +34,7 @@ from test_fast_paths import Counting
 from test_incremental import Form, trusted_cache
 
 import provgraph.incremental
+import provgraph.state
 from provgraph import Memory, Report, codec, model, render, stamps
 from provgraph.model import EdgeStatus, FileMeta
 from provgraph.nochange import listing_key
@@ -107,12 +108,18 @@ def _answer(memory: Memory, step: Step, path: str, when: datetime) -> Report | s
 
 
 def _kept(state_folder: Path, root: Path) -> tuple[object, ...]:
-    """What a state folder holds, read back: the stamps, the cache's rows and the last result."""
+    """What a state folder holds, read back: the stamps, the cache's rows and the last result,
+    what the no-change rule watches, and what only a patch reads (the broken edges, what
+    derives from each file, whether a patch may build on them)."""
     store = StateStore(root, state_folder)
     with store.locked():
-        state, last = store.load(), store.last_report()
+        state, last, recall = store.load(), store.last_report(), store.recall()
     lock = state_folder / "provgraph.lock"
-    return replace(state, scan_started_ns=0), last, lock.read_bytes() if lock.exists() else None
+    assert recall is not None
+    watched = recall.conditions.watched, recall.conditions.listing, recall.conditions.walk_problems
+    document = orjson.loads((state_folder / "cache.json").read_bytes())
+    index = document["broken"], document["children"], document["edge_batches"] is None
+    return replace(state, scan_started_ns=0), last, lock.read_bytes() if lock.exists() else None, watched, index
 
 
 @settings(max_examples=examples(40), deadline=None)
@@ -237,15 +244,29 @@ def test_a_patched_refresh_writes_back_the_batches_it_leaves_alone_as_they_were(
     assert len(kept) >= len(_batches(before)) - 4 >= 25
 
 
-def test_a_cache_of_an_earlier_layout_is_read_by_a_full_scan_then_patched(tmp_path: Path) -> None:
+_VERSION_2 = ("children", "edge_batches", "edge_sizes", "broken", "children_batches", "children_sizes", "index_check")
+"""What version 2 of the cache added: what a patch reads instead of the last result's edges."""
+
+
+@pytest.mark.parametrize(
+    "removed, version",
+    [(_VERSION_2, 1), ((*_VERSION_2, "row_batches", "memory_files", "others"), 1), ((), 1), (_VERSION_2[1:], 2)],
+    ids=["version 1", "version 1 before patches", "version 1 numbered", "version 2 without its index"],
+)
+def test_a_cache_of_an_earlier_layout_is_read_by_a_full_scan_then_patched(
+    tmp_path: Path, removed: tuple[str, ...], version: int, logged
+) -> None:
+    """An earlier cache is as good as this one for the full scan (its rows spare reading every
+    file again), and is never set aside nor warned about: the full scan writes it anew."""
     root = tmp_path / "memory"
     folder = _folder_of_facts(root, 30)
     cache = root / ".provgraph" / "cache.json"
     with trusted_cache():
         Memory(root).refresh(now=T0)
         earlier = orjson.loads(cache.read_bytes())
-        for key in ("row_batches", "memory_files", "others"):
+        for key in removed:
             del earlier[key]
+        earlier["version"] = version
         cache.write_bytes(orjson.dumps(earlier))
         folder.write("facts/fact-0010.md", b"Fact 10, corrected.\n", T0 + DAY)
         scans = []
@@ -258,6 +279,8 @@ def test_a_cache_of_an_earlier_layout_is_read_by_a_full_scan_then_patched(tmp_pa
     assert [entry.path for entry in second.stale] == ["summaries/summary-0010.md", "summaries/summary-0020.md"]
     assert scans == [["summaries/summary-0020.md"]]  # the first refresh scanned in full, the second patched
     assert sorted(path.name for path in (root / ".provgraph").iterdir()) == ["cache.json", "flock"]
+    assert logged.take() == []
+    assert orjson.loads(cache.read_bytes())["version"] == codec.VERSION
 
 
 def _counting(compared: list[list[str]]):  # type: ignore[no-untyped-def]
@@ -386,14 +409,13 @@ _EDGE_ROW = st.tuples(
 def test_edges_read_as_columns_are_the_edges_read_one_by_one(batches) -> None:
     """Each batch's columns are checked as a whole: what they hold is what ``decode_edges``
     makes of each row (whole-number dates included), and the table equals that tuple."""
-    batches = [batch for batch in batches if batch]
-    table = b"[" + codec.BATCH_BREAK.join(orjson.dumps(batch)[1:-1] for batch in batches) + b"]"
-    edges, kept = codec.decode_edge_batches(table, 0, len(table), lambda low, high: table[low:high])
+    tables = [codec.decode_edge_rows(orjson.dumps(batch)[1:-1]) for batch in batches if batch]
+    edges = model.EdgeTable.joined(tables)
     expected = codec.decode_edges([list(row) for batch in batches for row in batch])
     assert edges == expected and expected == edges and hash(edges) == hash(expected)
     assert tuple(edges[index] for index in range(len(edges))) == expected == tuple(edges)
     assert edges[1:3] == expected[1:3] and model.EdgeTable.joined([edges[:1], expected[1:]]) == expected
-    assert kept.counts == tuple(map(len, batches))
+    assert list(map(len, tables)) == [len(batch) for batch in batches if batch]
 
 
 @pytest.mark.parametrize(
@@ -410,9 +432,8 @@ def test_edges_read_as_columns_are_the_edges_read_one_by_one(batches) -> None:
 )
 def test_a_damaged_edge_in_the_cache_is_refused_as_a_whole_batch(row: object) -> None:
     good = ["c.md", "d.md", "clean", 1.0, None, None]
-    table = b"[" + orjson.dumps([good, row])[1:-1] + b"]"
     with pytest.raises((codec.Corrupt, KeyError, TypeError, ValueError)):
-        codec.decode_edge_batches(table, 0, len(table), lambda low, high: table[low:high])
+        codec.decode_edge_rows(orjson.dumps([good, row])[1:-1])
 
 
 @given(_PAYLOADS, st.binary(max_size=3))
@@ -422,34 +443,49 @@ def test_the_batches_of_a_table_are_where_the_sizes_written_beside_it_say(payloa
     sizes: list[int] = []
     table = b"".join(codec.sized(codec._in_batches(b"{", iter(payloads), b"}"), sizes))
     data = before + table
-    spans = codec._sized_spans(len(before), len(data), sizes)
+    spans = codec.sized_spans(len(before), len(data), sizes)
     assert spans == codec._spans(lambda low, high: data[low:high], len(before), len(data), b"{", b"}")
-    assert codec._sized_spans(len(before), len(data) + 1, sizes) is None
-    assert codec._sized_spans(len(before), len(data), [*sizes[:-1], "1"]) is None
+    assert codec.sized_spans(len(before), len(data) + 1, sizes) is None
+    assert codec.sized_spans(len(before), len(data), [*sizes[:-1], "1"]) is None
 
 
-def test_a_patched_refresh_finds_the_rows_it_reads_without_searching_the_per_file_table(tmp_path: Path) -> None:
+def test_a_patched_refresh_parses_only_the_batches_it_reaches_and_searches_no_table(tmp_path: Path) -> None:
+    """The last result's edges and the per-file rows are in batches whose sizes the cache
+    records: a change to one source parses the batch of edges where that file would be (it
+    is derived from nothing) and the batch of the one file derived from it, no table is
+    searched for its batches, the status is printed from the index of the edges, and
+    every other batch is written back unparsed."""
     root = tmp_path / "memory"
     folder = _folder_of_facts(root, 1200)
     searched: list[bytes] = []
-    search = codec._spans
+    parsed: list[int] = []
+    search, decode = codec._spans, codec.decode_edge_rows
 
     def spans(read, start, end, opening, closing):  # type: ignore[no-untyped-def]
         searched.append(opening)
         return search(read, start, end, opening, closing)
 
-    with trusted_cache(), _batches_of(50):
+    def counted(rows):  # type: ignore[no-untyped-def]
+        table = decode(rows)
+        parsed.append(len(table))
+        return table
+
+    with trusted_cache(), _batches_of(10):
         Memory(root).refresh(now=T0)
         with full_scans_only():
             Memory(root, state=tmp_path / "full").refresh(now=T0)
         folder.write("facts/fact-0500.md", b"Fact 500, corrected.\n", T0 + DAY)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(codec, "_spans", spans)
+            patch.setattr(codec, "decode_edge_rows", counted)
             report = Memory(root).refresh(now=T0 + DAY)
+            shown = orjson.loads(render.status_json(report))
+        batches = len(orjson.loads((root / ".provgraph" / "cache.json").read_bytes())["edge_batches"])
         with full_scans_only():
             assert Memory(root, state=tmp_path / "full").refresh(now=T0 + DAY) == report
     assert [entry.path for entry in report.stale] == ["summaries/summary-0500.md"]
-    assert searched == [b"["]  # the last result's edges, held already; never the rows
+    assert shown["counts"] == {"files": 1320, "derived": 120, "stale": 1, "cycles": 0, "problems": 0}
+    assert searched == [] and batches == 12 and len(parsed) <= 2, parsed
 
 
 def test_a_damaged_index_of_the_cache_batches_is_answered_by_the_full_scan(tmp_path: Path) -> None:
@@ -469,3 +505,122 @@ def test_a_damaged_index_of_the_cache_batches_is_answered_by_the_full_scan(tmp_p
     report = Memory(root).refresh(now=T0 + DAY)  # the files are young: each is read again
     assert sorted(entry.path for entry in report.stale) == ["a.md", "c.md", "d.md"]
     assert orjson.loads(cache.read_bytes())["row_batches"][0] == "a.md"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _a_lineage(root: Path) -> Folder:
+    """A folder with every kind of edge: stale through a chain, a missing source, a cycle, a
+    source that is not a memory file, and more edges than fit in one batch (of two)."""
+    folder = Folder(root)
+    folder.write("a.md", b"A.\n", T0 - DAY)
+    folder.write("table.csv", b"x,y\n", T0 - DAY)
+    declarations = {
+        "b.md": "a.md, gone.md",
+        "c.md": "b.md, table.csv",
+        "d.md": "c.md, e.md",
+        "e.md": "d.md",
+        "f.md": "a.md",
+    }
+    for path, sources in declarations.items():
+        folder.write(path, f"---\nderived_from: {sources}\n---\n{path}\n".encode(), T0 - DAY)
+    return folder
+
+
+def _damaged(cache: bytes, document: dict[str, object], data: st.DataObject) -> bytes:
+    """The cache with one value of a part only a patch reads replaced, in place (the rest of
+    the bytes as written): a top-level entry (the sizes of the batches of rows too, which
+    say where what derives from each file starts), a row of what derives from a file, an edge."""
+    where = data.draw(st.sampled_from([*_VERSION_2, "row_sizes", *["children row", "edge"] * 4]))  # many of those
+    if where == "children row":
+        children = document["children"]
+        assert isinstance(children, dict)
+        source = data.draw(st.sampled_from(sorted(children)))
+        old = orjson.dumps({source: children[source]})[1:-1]
+        kids = st.lists(st.sampled_from([*PATHS, "b.md", "f.md"]), max_size=3)
+        new = orjson.dumps({source: data.draw(st.one_of(kids, _JSON))})[1:-1]
+    elif where == "edge":
+        edges = document["report"]["edges"]  # type: ignore[index]
+        row = data.draw(st.sampled_from(edges))
+        column = data.draw(st.integers(0, 5))
+        old = orjson.dumps(row)
+        value = st.one_of(st.sampled_from(["clean", "changed", "missing", "a.md", "b.md", 0.0, 1e9]), _JSON)
+        new = orjson.dumps([*row[:column], data.draw(value), *row[column + 1 :]])
+    elif where == "children":  # the whole table, written a batch to a line
+        start = cache.index(b',"children":')
+        old = cache[start : cache.index(b',"refused":', start)]
+        new = b',"children":' + orjson.dumps(data.draw(_JSON))
+    else:
+        old = b'"' + where.encode() + b'":' + orjson.dumps(document[where])
+        new = b'"' + where.encode() + b'":' + orjson.dumps(data.draw(_JSON))
+    assert cache.count(old) >= 1
+    return cache.replace(old, new, 1)
+
+
+def _spoiled_then_changed(spoil: Callable[[bytes], bytes]) -> None:
+    """A lineage refreshed with the state in one folder and by the full scan with the state
+    in another; the first one's cache replaced by ``spoil`` of its bytes; then two changes
+    (sources, then a file in a chain and a cycle), each refreshed alike: the same answers."""
+    with tempfile.TemporaryDirectory(prefix="provgraph-spoiled-") as base, trusted_cache(), _batches_of(2):
+        folder = _a_lineage(Path(base) / "memory")
+        patched, full = Path(base) / "patched", Path(base) / "full"
+        Memory(folder.root, state=patched).refresh(now=T0)
+        with full_scans_only():
+            Memory(folder.root, state=full).refresh(now=T0)
+        (patched / "cache.json").write_bytes(spoil((patched / "cache.json").read_bytes()))
+        for number, edited in enumerate((("a.md", "table.csv"), ("c.md",)), 1):
+            for path in edited:
+                folder.apply(Step.EDIT, path, [], path, T0 + number * DAY)
+            answer = Memory(folder.root, state=patched, warn=lambda _: None).refresh(now=T0 + number * DAY)
+            with full_scans_only():
+                assert answer == Memory(folder.root, state=full).refresh(now=T0 + number * DAY)
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(st.data())
+def test_damage_to_what_only_a_patch_reads_gives_the_full_scans_answer(data: st.DataObject) -> None:
+    """Any one value of the parts of the cache that a patch reads instead of the last
+    result's edges (their index, the broken edges, what derives from each file, their
+    checksum), or of an edge itself, replaced by any JSON value: the next refresh after a
+    change answers as the full scan does, and so does the one after it."""
+    _spoiled_then_changed(lambda cache: _damaged(cache, orjson.loads(cache), data))
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(st.data())
+def test_a_cache_torn_by_a_crash_of_the_machine_gives_the_full_scans_answer(data: st.DataObject) -> None:
+    """The cache is not synced to the disk (it is derived again from the files and the
+    lock), so a crash of the machine may leave it cut short, or with pages of zeros where
+    the new bytes had not reached the disk: either is detected, and the next refreshes
+    answer as the full scan does."""
+
+    def torn(cache: bytes) -> bytes:
+        start = data.draw(st.integers(0, len(cache) - 1))
+        if data.draw(st.booleans()):
+            return cache[:start]
+        end = min(len(cache), start + data.draw(st.integers(1, 4096)))
+        return cache[:start] + bytes(end - start) + cache[end:]
+
+    _spoiled_then_changed(torn)
+
+
+@given(st.binary(max_size=40), st.sampled_from((1, 2, 3, 5, 1 << 20)))
+def test_the_tail_of_the_cache_is_found_however_the_file_is_read_in_chunks(data: bytes, chunk: int) -> None:
+    """A patch reads the small entries after the cache's tables from the end of the file, a
+    growing chunk at a time: it finds the last mark, even one split between two chunks."""
+    mark = b',"r":'
+    data = data.replace(b"\0", b",")[: len(data) // 2] + mark + data[len(data) // 2 :]
+    with tempfile.TemporaryFile() as handle, pytest.MonkeyPatch.context() as patch:
+        handle.write(data)
+        handle.flush()
+        patch.setattr(provgraph.state, "_HEAD_CHUNK", chunk)
+        found = provgraph.state._read_tail(handle.fileno(), mark)
+        missing = provgraph.state._read_tail(handle.fileno(), b"no such mark")
+    at = data.rfind(mark)
+    assert found == (at, data[at:])
+    assert missing is None
