@@ -273,7 +273,7 @@ class Memory:
             if patched is not None:
                 return patched
         from .scan import scan  # the no-change path above needs neither
-        from .stamps import reconcile
+        from .stamps import reconcile_as_table
 
         state = self._store.load()
         racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
@@ -292,7 +292,7 @@ class Memory:
         not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
         if not_derived:
             raise NotDerived(not_derived)
-        derivations, edges = reconcile(state.derivations, snapshot, now.timestamp(), restamp)
+        derivations, edges = reconcile_as_table(state.derivations, snapshot, now.timestamp(), restamp)
         report = Report(
             root=self._root,
             scanned_at=now,

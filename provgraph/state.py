@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -794,9 +794,6 @@ def _others_after(
     }
 
 
-_SOURCE = attrgetter("source")
-
-
 def _meta_of(row: Seen | list[Any]) -> FileMeta:
     """A file's metadata from its row, decoded (``Seen``) or as the cache held it."""
     return FileMeta(*row[:4]) if type(row) is list else row.meta  # type: ignore[union-attr]
@@ -974,7 +971,7 @@ def _conditions(state: State, seal: LockSeal | None, memory: MemoryFiles | None)
     (``nochange.watched_sources``)."""
     read = {path: seen.meta for path, seen in state.seen.items() if seen.declaration is not None}
     watched = watched_sources(
-        map(_SOURCE, state.report.edges) if state.report is not None else (),
+        column(state.report.edges, "source") if state.report is not None else (),
         read,
         {path: kind.value for path, kind in state.refused.items()},
         {path: seen.meta for path, seen in state.seen.items()},
