@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from .lockfile import Record, encode_lock
+from .lockfile import encode_rows
 from .model import EDGE_COLUMNS, Edge, EdgeStatus, EdgeTable, FileMeta, Problem, ProblemKind, Report, Stamp, column
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
@@ -123,12 +123,12 @@ class StoredReport(NamedTuple):
 def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
     """The lock for these stamps; None when there is none and nothing to put in it (a
     folder without derived files gets no lock)."""
-    records = [
-        Record(derived, source, stamp, derivation.derived_at)
+    rows = [
+        (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
         for derived, derivation in derivations.items()
         for source, stamp in derivation.stamps.items()
     ]
-    return encode_lock(records) if records or exists else None
+    return encode_rows(rows) if rows or exists else None
 
 
 def derivations_of(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:
