@@ -995,7 +995,7 @@ def _conditions(
         column(state.report.edges, "source") if state.report is not None else (),
         read,
         {path: kind.value for path, kind in state.refused.items()},
-        {path: seen.meta for path, seen in state.seen.items()},
+        {path: seen.meta for path, seen in state.seen.items() if seen.declaration is None},  # those not ``read``
     )
     rows = tuple(problem.row for problem in state.walk_problems)
     key = listing_key(read) if memory is None else memory.listing_key
