@@ -123,12 +123,13 @@ class StoredReport(NamedTuple):
 def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
     """The lock for these stamps; None when there is none and nothing to put in it (a
     folder without derived files gets no lock)."""
-    rows = [
+    if not exists and not any(derivation.stamps for derivation in derivations.values()):
+        return None
+    return encode_rows(
         (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
         for derived, derivation in derivations.items()
         for source, stamp in derivation.stamps.items()
-    ]
-    return encode_rows(rows) if rows or exists else None
+    )
 
 
 def derivations_of(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, NamedTuple
@@ -95,7 +95,7 @@ class LockRead:
 def encode_lock(records: Iterable[Record]) -> bytes:
     """The lock's bytes: the header, then one sorted line per edge.  Equal records give
     equal bytes, so an unchanged lock is never rewritten."""
-    return encode_rows([(r.derived, r.source, *_stamp_values(r.stamp), r.derived_at) for r in records])
+    return encode_rows((r.derived, r.source, *_stamp_values(r.stamp), r.derived_at) for r in records)
 
 
 def _stamp_values(stamp: Stamp) -> tuple[str | None, float, float | None]:
@@ -106,28 +106,34 @@ LockRow = tuple[str, str, str | None, float, float | None, str | None]
 """One line's values, in the order the header names them."""
 
 
-def encode_rows(rows: Sequence[LockRow]) -> bytes:
+def encode_rows(rows: Iterable[LockRow]) -> bytes:
     """``encode_lock`` of the records these rows hold: a full save has its stamps at hand,
-    and builds no record for each.  Rows in the order of their lines (what stamps sorted by
-    derived file, then source, nearly always are) are never sorted again."""
-    lines = [line for start in range(0, len(rows), _ROWS) for line in _lines(rows[start : start + _ROWS])]
+    and builds no record for each.  Rows are taken a batch at a time, so that they are
+    never all held beside their lines; lines in order already (what stamps sorted by
+    derived file, then source, nearly always give) are not sorted again."""
+    remaining = iter(rows)
+    lines: list[bytes] = []
+    while batch := list(islice(remaining, _ROWS)):
+        lines += _lines(batch)
     if not all(map(operator.le, lines, islice(lines, 1, None))):
         lines.sort()
+    lines.insert(0, _HEADER_LINE)
     lines.append(b"")
-    return HEADER.encode() + b"\n".join(lines)
+    return b"\n".join(lines)  # the one copy of a large lock's bytes
 
 
-def _lines(rows: Sequence[LockRow]) -> list[bytes]:
+_HEADER_LINE = HEADER.encode().removesuffix(b"\n")
+
+
+def _lines(rows: list[LockRow]) -> list[bytes]:
     """The rows as lines, encoded in one call: every row is a flat array that starts with
     a string, and inside a string orjson escapes each quote and each line break, so
     ``],["`` occurs only between two rows and a line break nowhere."""
-    if not rows:
-        return []
     return orjson.dumps(rows)[1:-1].replace(b'],["', b']\n["').split(b"\n")
 
 
 _ROWS = 4096
-"""Rows encoded in one call: few calls, and a large lock is never held twice more."""
+"""Rows encoded in one call: few calls, and small buffers."""
 
 
 def decode_lock(data: bytes) -> LockRead:

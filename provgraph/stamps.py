@@ -90,7 +90,7 @@ def reconcile_as_table(
 
 
 _Row = tuple[str, str, EdgeStatus, float | None, float | None, str | None]
-"""An edge's fields in ``EDGE_COLUMNS`` order: a tuple costs a twentieth of an ``Edge`` to make."""
+"""An edge's fields in ``EDGE_COLUMNS`` order: a tuple is made in a fraction of an ``Edge``'s time."""
 _BY_DERIVED = itemgetter(1, 0)
 
 
