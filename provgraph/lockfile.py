@@ -108,28 +108,32 @@ LockRow = tuple[str, str, str | None, float, float | None, str | None]
 
 def encode_rows(rows: Iterable[LockRow]) -> bytes:
     """``encode_lock`` of the records these rows hold: a full save has its stamps at hand,
-    and builds no record for each.  Rows are taken a batch at a time, so that they are
-    never all held beside their lines; lines in order already (what stamps sorted by
-    derived file, then source, nearly always give) are not sorted again."""
+    and builds no record for each.  Rows are encoded a batch at a time, and each batch is
+    kept as the one buffer of its lines: a large lock is never held as an object per line.
+    Lines in order already (what stamps sorted by derived file, then source, nearly always
+    give) are not sorted again."""
     remaining = iter(rows)
-    lines: list[bytes] = []
+    batches: list[bytes] = []
+    last, in_order = b"", True
     while batch := list(islice(remaining, _ROWS)):
-        lines += _lines(batch)
-    if not all(map(operator.le, lines, islice(lines, 1, None))):
-        lines.sort()
-    lines.insert(0, _HEADER_LINE)
-    lines.append(b"")
-    return b"\n".join(lines)  # the one copy of a large lock's bytes
+        encoded = _lines(batch)
+        lines = encoded.split(b"\n")
+        in_order = in_order and last <= lines[0] and all(map(operator.le, lines, islice(lines, 1, None)))
+        last = lines[-1]
+        batches.append(encoded)
+    if not in_order:
+        batches = sorted(b"\n".join(batches).split(b"\n"))
+    return b"\n".join([_HEADER_LINE, *batches, b""])
 
 
 _HEADER_LINE = HEADER.encode().removesuffix(b"\n")
 
 
-def _lines(rows: list[LockRow]) -> list[bytes]:
+def _lines(rows: list[LockRow]) -> bytes:
     """The rows as lines, encoded in one call: every row is a flat array that starts with
     a string, and inside a string orjson escapes each quote and each line break, so
     ``],["`` occurs only between two rows and a line break nowhere."""
-    return orjson.dumps(rows)[1:-1].replace(b'],["', b']\n["').split(b"\n")
+    return orjson.dumps(rows)[1:-1].replace(b'],["', b']\n["')
 
 
 _ROWS = 4096
