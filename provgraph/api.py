@@ -268,12 +268,12 @@ class Memory:
         save: bool,
     ) -> tuple[Report, nochange.Conditions | None]:
         """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
-        if save and not restamp and self.files.trusts_stat:
+        if save and not restamp and self.files.trusts_stat and self._store.has_cache():
             patched = self._patched(listing, tuple(walk_problems), started_ns, now)
             if patched is not None:
                 return patched
         from .scan import scan  # the no-change path above needs neither
-        from .stamps import reconcile
+        from .stamps import reconcile_as_table
 
         state = self._store.load()
         racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
@@ -292,14 +292,15 @@ class Memory:
         not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
         if not_derived:
             raise NotDerived(not_derived)
-        derivations, edges = reconcile(state.derivations, snapshot, now.timestamp(), restamp)
+        derivations, edges = reconcile_as_table(state.derivations, snapshot, now.timestamp(), restamp)
+        children = children_of(edges)  # for the cycle search and the cache: built once
         report = Report(
             root=self._root,
             scanned_at=now,
             file_count=len(snapshot.files),
             edges=edges,
             stale=propagate(edges),
-            cycles=find_cycles(edges),
+            cycles=find_cycles(edges, children),
             problems=snapshot.problems,
         )
         seen, refused = dict(snapshot.seen), dict(snapshot.refused)
@@ -307,7 +308,7 @@ class Memory:
         conditions: nochange.Conditions | None = None
         if save:
             state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
-            conditions = self._store.save(state)
+            conditions = self._store.save(state, children)
             if nochange.listing_key(listing) != conditions.listing:
                 conditions = None  # a file changed as it was read: the hints below saw another listing
         return _with_hints(report, listing), conditions

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from .lockfile import Record, encode_lock
+from .lockfile import encode_rows
 from .model import EDGE_COLUMNS, Edge, EdgeStatus, EdgeTable, FileMeta, Problem, ProblemKind, Report, Stamp, column
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
@@ -123,12 +123,13 @@ class StoredReport(NamedTuple):
 def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
     """The lock for these stamps; None when there is none and nothing to put in it (a
     folder without derived files gets no lock)."""
-    records = [
-        Record(derived, source, stamp, derivation.derived_at)
+    if not exists and not any(derivation.stamps for derivation in derivations.values()):
+        return None
+    return encode_rows(
+        (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
         for derived, derivation in derivations.items()
         for source, stamp in derivation.stamps.items()
-    ]
-    return encode_lock(records) if records or exists else None
+    )
 
 
 def derivations_of(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:
@@ -589,12 +590,15 @@ def _updated(batch: Mapping[str, list[Any]], changes: Mapping[str, object | None
 
 def _seen_row(seen: Seen) -> list[object]:
     """One file's row: its metadata, hash and declaration, and the declaration resolved
-    when it declares something."""
-    row: list[object] = [*seen.meta, seen.sha256, _encode_declaration(seen.declaration)]
-    if seen.resolved is not None and seen.declaration is not None:
-        sources, refused = seen.resolved
-        row.append([sources, [[problem.kind.value, problem.detail] for problem in refused]])
-    return row
+    when it declares something.  (A full save encodes one per file: the fields are
+    unpacked once, and an empty list of problems is not built by a loop.)"""
+    meta, sha256, declaration, resolved = seen
+    encoded = _encode_declaration(declaration)
+    if resolved is None or declaration is None:
+        return [*meta, sha256, encoded]
+    sources, refused = resolved
+    problems = [[problem.kind.value, problem.detail] for problem in refused] if refused else []
+    return [*meta, sha256, encoded, [sources, problems]]
 
 
 _NO_DECLARATION: tuple[()] = ()
@@ -604,13 +608,10 @@ _NO_DECLARATION: tuple[()] = ()
 def _encode_declaration(declaration: Declaration | None) -> list[object] | tuple[()] | None:
     if declaration is None:
         return None
-    if not declaration.entries and declaration.derived_at is None and not declaration.problems:
+    entries, derived_at, problems = declaration.entries, declaration.derived_at, declaration.problems
+    if not entries and derived_at is None and not problems:
         return _NO_DECLARATION
-    return [
-        list(declaration.entries),
-        declaration.derived_at,
-        [[kind.value, detail] for kind, detail in declaration.problems],
-    ]
+    return [list(entries), derived_at, [[kind.value, detail] for kind, detail in problems] if problems else []]
 
 
 def encode_problem(problem: Problem) -> list[str]:

@@ -159,14 +159,15 @@ def _earliest(children: Mapping[str, list[str]], broken: list[Edge]) -> dict[str
     return earliest
 
 
-def find_cycles(edges: Sequence[Edge]) -> tuple[tuple[str, ...], ...]:
+def find_cycles(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = None) -> tuple[tuple[str, ...], ...]:
     """One cycle per knot of mutually derived files, in derivation order.
 
     Each cycle starts at its alphabetically first file and is the shortest
     way back to it, so the report is small, real and deterministic.  A file
-    naming itself is a cycle of one.
+    naming itself is a cycle of one.  ``children`` is ``children_of(edges)`` when
+    the caller has it (a full scan writes it into the cache too).
     """
-    children = children_of(edges)
+    children = children_of(edges) if children is None else children
     knotted = _not_peelable(children)
     if not knotted:
         return ()

@@ -15,9 +15,11 @@ must report the same one).  Pure: bytes in, records out.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, NamedTuple
 
 import orjson
@@ -35,6 +37,7 @@ __all__ = [
     "decode_lock",
     "decode_stamps",
     "encode_lock",
+    "encode_rows",
     "is_sync_copy",
     "merge_reads",
 ]
@@ -92,14 +95,49 @@ class LockRead:
 def encode_lock(records: Iterable[Record]) -> bytes:
     """The lock's bytes: the header, then one sorted line per edge.  Equal records give
     equal bytes, so an unchanged lock is never rewritten."""
-    # each line is copied as it is ended: orjson hands out every result in a buffer of a
-    # few kilobytes, and a hundred thousand of those kept would take hundreds of megabytes
-    lines = sorted(
-        orjson.dumps([r.derived, r.source, r.stamp.sha256, r.stamp.stamped_at, r.stamp.mismatch_since, r.derived_at])
-        + b"\n"
-        for r in records
-    )
-    return b"".join([HEADER.encode(), *lines])
+    return encode_rows((r.derived, r.source, *_stamp_values(r.stamp), r.derived_at) for r in records)
+
+
+def _stamp_values(stamp: Stamp) -> tuple[str | None, float, float | None]:
+    return stamp.sha256, stamp.stamped_at, stamp.mismatch_since
+
+
+LockRow = tuple[str, str, str | None, float, float | None, str | None]
+"""One line's values, in the order the header names them."""
+
+
+def encode_rows(rows: Iterable[LockRow]) -> bytes:
+    """``encode_lock`` of the records these rows hold: a full save has its stamps at hand,
+    and builds no record for each.  Rows are encoded a batch at a time, and each batch is
+    kept as the one buffer of its lines: a large lock is never held as an object per line.
+    Lines in order already (what stamps sorted by derived file, then source, nearly always
+    give) are not sorted again."""
+    remaining = iter(rows)
+    batches: list[bytes] = []
+    last, in_order = b"", True
+    while batch := list(islice(remaining, _ROWS)):
+        encoded = _lines(batch)
+        lines = encoded.split(b"\n")
+        in_order = in_order and last <= lines[0] and all(map(operator.le, lines, islice(lines, 1, None)))
+        last = lines[-1]
+        batches.append(encoded)
+    if not in_order:
+        batches = sorted(b"\n".join(batches).split(b"\n"))
+    return b"\n".join([_HEADER_LINE, *batches, b""])
+
+
+_HEADER_LINE = HEADER.encode().removesuffix(b"\n")
+
+
+def _lines(rows: list[LockRow]) -> bytes:
+    """The rows as lines, encoded in one call: every row is a flat array that starts with
+    a string, and inside a string orjson escapes each quote and each line break, so
+    ``],["`` occurs only between two rows and a line break nowhere."""
+    return orjson.dumps(rows)[1:-1].replace(b'],["', b']\n["')
+
+
+_ROWS = 4096
+"""Rows encoded in one call: few calls, and small buffers."""
 
 
 def decode_lock(data: bytes) -> LockRead:

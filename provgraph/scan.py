@@ -304,7 +304,7 @@ class _Reader:
             if not declaration.problems:
                 self.problems.append(Problem(path, ProblemKind.UNREADABLE, _INCOMPLETE))
             return declaration
-        self.seen[path] = Seen(meta, None, declaration)
+        self.seen[path] = _new_row(Seen, (meta, None, declaration, None))
         return declaration
 
     def resolution(self, path: str, declaration: Declaration, lookup: Lookup) -> Resolution:
@@ -317,7 +317,7 @@ class _Reader:
         sources, refused = resolve_entries(path, declaration.entries, lookup)
         resolved = tuple([self.names.get(source, source) for source in sources]), refused
         if seen is not None:
-            self.seen[path] = Seen(seen.meta, seen.sha256, seen.declaration, resolved)  # _replace, without its cost
+            self.seen[path] = _new_row(Seen, (seen.meta, seen.sha256, seen.declaration, resolved))
         return resolved
 
     def source(self, path: str, meta: FileMeta | None) -> SourceState:
@@ -370,9 +370,15 @@ class _Reader:
         else:
             hasher = getattr(self.files, "sha256", None)
             sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()
-        self.seen[path] = Seen(meta, sha) if current is None else Seen(meta, sha, current.declaration, current.resolved)
+        declaration, resolved = (None, None) if current is None else (current.declaration, current.resolved)
+        self.seen[path] = _new_row(Seen, (meta, sha, declaration, resolved))
         return sha
 
+
+_new_row = tuple.__new__
+"""How the reader makes a ``Seen``: with every field given, ``Seen(...)`` would run a Python
+``__new__`` per call, and a first scan makes one per file, and another per source (as
+``files`` makes a ``FileMeta``, and ``namedtuple``'s own ``_make`` builds them)."""
 
 _INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -436,6 +436,18 @@ class StateStore:
             self._set_aside(folders, folders.state, CACHE_NAME, reason)
             return State()
 
+    def has_cache(self) -> bool:
+        """Whether the state folder holds a cache at all: a first scan has none, and need
+        not prepare what a patch of one reads (``api``'s listing record, ``previous``)."""
+        folders = self._tx.folders
+        if folders is None or folders.state < 0:
+            return False
+        try:
+            os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
+        except OSError:
+            return False  # ``previous`` could not read it either
+        return True
+
     def last_report(self) -> Report | None:
         """The last result the cache holds (its stale entries propagated again), or None."""
         folders = self._tx.folders
@@ -639,16 +651,18 @@ class StateStore:
 
     # -- writing --
 
-    def save(self, state: State) -> Conditions:
+    def save(self, state: State, children: Mapping[str, list[str]] | None = None) -> Conditions:
         """Write the lock when a stamp or a date changed, then the cache; a converted
         ``state.json`` is set aside only once both are written.  Returns what the cache
-        records for the no-change rule: while it holds, ``state.report`` is the answer."""
+        records for the no-change rule: while it holds, ``state.report`` is the answer.
+        ``children`` is ``lineage.children_of`` of the report's edges when the caller has
+        it (the cycle search needed it too): a large lineage's is not built twice."""
         self._recalled = None
         folders = self._tx.folders
         if folders is None or not self._tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
         if state.report is None:  # a state saved as loaded keeps the last result
-            state = replace(state, report=self.last_report())
+            state, children = replace(state, report=self.last_report()), None
         as_locked = self._tx.as_locked
         if as_locked is not None and state.derivations == as_locked:
             data, seal = self._tx.lock_bytes, self._reseal(folders)
@@ -659,11 +673,11 @@ class StateStore:
                 self._tx.lock_bytes = data
             seal = self._seal(folders, data)
         self._tx.as_locked = None
-        per_file = _per_file(state.seen)
-        conditions = _conditions(state, seal, per_file.memory)
+        read = _memory_files_read(state.seen)
+        per_file = _per_file(state.seen, read)
+        conditions = _conditions(state, seal, per_file.memory, read)
         canonical = as_locked is None or state.derivations != as_locked
-        read = {path for path, seen in state.seen.items() if seen.declaration is not None}
-        lineage = _lineage_of(state.report, read)
+        lineage = _lineage_of(state.report, read, children)
         entries = _entries(state, os.fsdecode(self.root), conditions, canonical, per_file, lineage)
         self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         if self._tx.migrating:
@@ -794,9 +808,6 @@ def _others_after(
     }
 
 
-_SOURCE = attrgetter("source")
-
-
 def _meta_of(row: Seen | list[Any]) -> FileMeta:
     """A file's metadata from its row, decoded (``Seen``) or as the cache held it."""
     return FileMeta(*row[:4]) if type(row) is list else row.meta  # type: ignore[union-attr]
@@ -898,12 +909,18 @@ class _PerFile:
     others: list[str]
 
 
-def _per_file(seen: Mapping[str, Seen]) -> _PerFile:
-    """The per-file part of a full scan's cache: the memory files are those read with a
-    declaration (as ``_conditions`` counts them)."""
+def _memory_files_read(seen: Mapping[str, Seen]) -> dict[str, FileMeta]:
+    """The memory files a full scan read, with their metadata: those seen with a
+    declaration.  The per-file table, the no-change conditions and the lineage's index
+    all count them so."""
+    return {path: row.meta for path, row in seen.items() if row.declaration is not None}
+
+
+def _per_file(seen: Mapping[str, Seen], read: Mapping[str, FileMeta]) -> _PerFile:
+    """The per-file part of a full scan's cache, ``read`` its memory files (``_memory_files_read``)."""
     rows, firsts = encode_seen(seen)
-    found = memory_files({path: row.meta for path, row in seen.items() if row.declaration is not None})
-    others = sorted(path for path, row in seen.items() if row.declaration is None)
+    found = memory_files(read)
+    others = sorted(seen.keys() - read.keys()) if len(read) < len(seen) else []
     return _PerFile(rows, firsts, None if found is None else found[1], others)
 
 
@@ -967,17 +984,18 @@ def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
     return MemoryFiles(paths, binascii.a2b_base64(metas), _text(listing_key))
 
 
-def _conditions(state: State, seal: LockSeal | None, memory: MemoryFiles | None) -> Conditions:
+def _conditions(
+    state: State, seal: LockSeal | None, memory: MemoryFiles | None, read: Mapping[str, FileMeta]
+) -> Conditions:
     """The no-change check's part, derived from the rest: the memory files read at the
-    last full scan are the ones seen with a declaration (``memory``, when their numbers
-    fit); the sources outside them are the report's and the refused ones
-    (``nochange.watched_sources``)."""
-    read = {path: seen.meta for path, seen in state.seen.items() if seen.declaration is not None}
+    last full scan are the ones seen with a declaration (``read``; ``memory``, their
+    record, when their numbers fit); the sources outside them are the report's and the
+    refused ones (``nochange.watched_sources``)."""
     watched = watched_sources(
-        map(_SOURCE, state.report.edges) if state.report is not None else (),
+        column(state.report.edges, "source") if state.report is not None else (),
         read,
         {path: kind.value for path, kind in state.refused.items()},
-        {path: seen.meta for path, seen in state.seen.items()},
+        {path: seen.meta for path, seen in state.seen.items() if seen.declaration is None},  # those not ``read``
     )
     rows = tuple(problem.row for problem in state.walk_problems)
     key = listing_key(read) if memory is None else memory.listing_key
@@ -1039,13 +1057,16 @@ class _Lineage:
     patchable: bool
 
 
-def _lineage_of(report: Report | None, read: Collection[str]) -> _Lineage:
+def _lineage_of(
+    report: Report | None, read: Collection[str], children: Mapping[str, list[str]] | None = None
+) -> _Lineage:
     """A full scan's: a patch builds on it when every derived file is among the memory files
-    ``read`` (one kept while it could not be read is left to the full scan)."""
+    ``read`` (one kept while it could not be read is left to the full scan).  ``children``:
+    ``children_of`` the report's edges, when known."""
     edges = () if report is None else report.edges
-    children, firsts = encode_table(children_of(edges))
+    encoded, firsts = encode_table(children_of(edges) if children is None or report is None else children)
     patchable = all(map(read.__contains__, set(column(edges, "derived"))))
-    return _Lineage(edge_batches(edges), broken_edges(edges), children, firsts, patchable)
+    return _Lineage(edge_batches(edges), broken_edges(edges), encoded, firsts, patchable)
 
 
 def _checksum(document: Mapping[str, Any], edges: memoryview, children: bytes) -> int:

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from unittest.mock import patch
 
+import orjson
 import pytest
 from depth import examples
 from hypothesis import given, settings
@@ -203,6 +204,32 @@ def test_any_lock_loads_back_equal_and_encodes_to_the_same_bytes(records: list[R
     assert read.records == table and read.merged == read.damaged == 0
     assert encode_lock(read.records.values()) == data
     assert encode_lock(reversed(list(table.values()))) == data
+
+
+_ODD_NAMES = st.sampled_from(
+    ["a", "a!", "a b", 'a],["b.md', "a]\n[b.md", "a\\b.md", "a\x01.md", "a\u2028.md", "é.md", "A.md"]
+)
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(
+    st.lists(
+        st.builds(Record, _ODD_NAMES | _NAMES, _ODD_NAMES | _NAMES, _RECORD.map(lambda r: r.stamp), st.none()),
+        max_size=12,
+    ),
+    st.sampled_from([1, 2, 3, 4096]),
+)
+def test_a_lock_holds_one_line_per_edge_sorted_as_bytes_whatever_the_names(records: list[Record], batch: int) -> None:
+    table = _table(records)
+    lines = sorted(
+        orjson.dumps([r.derived, r.source, r.stamp.sha256, r.stamp.stamped_at, r.stamp.mismatch_since, r.derived_at])
+        + b"\n"
+        for r in table.values()
+    )
+    with patch.object(lockfile, "_ROWS", batch):
+        data = encode_lock(table.values())
+    assert data == lockfile.HEADER.encode() + b"".join(lines)
+    assert decode_lock(data).records == table
 
 
 @settings(max_examples=examples(200), deadline=None)
