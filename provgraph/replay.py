@@ -30,15 +30,14 @@ from .nochange import (
     LOCK_NAME,
     Conditions,
     Glance,
+    InOrder,
     LockSeal,
-    Look,
     Sight,
     Watched,
-    holds,
     holds_as_proven,
+    holds_in_order,
     is_sync_copy,
     lock_as_sealed,
-    metas_of,
     numbers_bytes,
     renewed_seal,
 )
@@ -288,12 +287,12 @@ def _holds(
     walk's order), and the lock's renewed seal if it earned one; else None.  With a
     ``proof`` (the bytes of a walk the rule held for, kept in the record) the listing is
     compared with it; else the rule is applied in full, and the bytes returned become
-    the record's proof."""
+    the record's proof (made only then: a change run never needs them)."""
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     started_ns = wall_ns()
     paths, numbers, problems = walk_in_order(root, real_root)
-    rows, listing = tuple(sorted(set(problems))), numbers_bytes(paths, numbers)
+    rows, listing = tuple(sorted(set(problems))), b""
     renewed: list[LockSeal] = []
 
     def lock_holds(seal: LockSeal | None) -> bool:
@@ -303,10 +302,11 @@ def _holds(
         return sight(root, real_root, path)
 
     if proof:
+        listing = numbers_bytes(paths, numbers)
         held = holds_as_proven(conditions, Glance(listing, rows, conditions.settings), proof, lock_holds, sight_of)
     else:
-        look = Look(dict(zip(paths, metas_of(numbers), strict=True)), rows, conditions.settings)
-        held = holds(conditions, look, lock_holds, sight_of)
+        held = holds_in_order(conditions, InOrder(paths, numbers, rows, conditions.settings), lock_holds, sight_of)
+        listing = numbers_bytes(paths, numbers) if held else listing
     if not held:  # the full run that follows takes this walk over rather than walking again
         hand_over(root, real_root, started_ns, (paths, numbers, problems))
         return None
