@@ -271,13 +271,16 @@ def holds(
 
     ``lock_holds`` applies ``lock_as_sealed`` to the lock on disk; ``sight`` looks at
     one source (None when it cannot be looked at, which is never as before).  The
-    cheap comparisons come first; the lock, the digest and the watched sources after."""
+    cheap comparisons come first (a file just written, what a change run meets, is
+    seen before a young lock is read); the lock, the digest and the watched sources after."""
+    if _newest(look.listing.values()) >= conditions.scan_started_ns - RACY_WINDOW_NS:
+        return False
     return _all_hold(
         conditions,
         look.walk_problems,
         look.settings,
         lock_holds,
-        lambda: _listing_holds(conditions, look.listing),
+        lambda: listing_key(look.listing) == conditions.listing,
         sight,
     )
 
@@ -333,12 +336,6 @@ def _all_hold(
         return False
     limit = conditions.scan_started_ns - RACY_WINDOW_NS
     return all(_as_before(sight(before.path), before, limit) for before in conditions.watched)
-
-
-def _listing_holds(conditions: Conditions, listing: Mapping[str, Meta]) -> bool:
-    """Rules 3 and 4: the same files with the same metadata, none of them racy."""
-    limit = conditions.scan_started_ns - RACY_WINDOW_NS
-    return _newest(listing.values()) < limit and listing_key(listing) == conditions.listing
 
 
 def _as_before(now: Watched | None, before: Watched, limit: int) -> bool:

@@ -378,11 +378,15 @@ def _write(chunks: list[Chunk]) -> None:
 # -- the record -------------------------------------------------------------------
 
 
-def record(command: Command, state_path: str, conditions: Conditions, text: str, code: int) -> None:
+def record(
+    command: Command, state_path: str, conditions: Conditions, text: str, code: int, lock: bytes | None = None
+) -> None:
     """Write the answer ``text`` (with exit ``code``) of ``command`` for ``conditions``
     beside the cache, replacing the last one; quietly nothing when it cannot be written
     (it only saves time: the full path answers without it).  Its proof is left empty:
-    the first quick answer that applies the rule in full keeps the walk it proved."""
+    the first quick answer that applies the rule in full keeps the walk it proved.
+    ``lock``: the bytes of the lock the conditions' seal was made for, when the caller
+    knows them to have its sha256 (``state.StateStore.known_lock``); else they are read."""
     parts = _parts(command, text)
     if parts is None:
         return
@@ -393,7 +397,7 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
     try:
         root = (_read(state, ROOT_NAME) or b"") if command.state is not None else b""
         fields = [FORMAT, command.key(), root, b"%d" % code, b"%d" % len(parts), *parts]
-        fields += [_sealed_lock(command, conditions), b"", *_encode_conditions(conditions)]
+        fields += [_sealed_lock(command, conditions, lock), b"", *_encode_conditions(conditions)]
         _write_record(command, state, state_path, fields)
     except (OSError, ValueError):
         pass
@@ -413,11 +417,13 @@ def _write_record(command: Command, state: int, state_path: str, fields: list[by
         write_file(folders, state, _name(command), [_pack(fields)])
 
 
-def _sealed_lock(command: Command, conditions: Conditions) -> bytes:
+def _sealed_lock(command: Command, conditions: Conditions, known: bytes | None) -> bytes:
     """``=`` and the lock's bytes when they have the seal's sha256 (a young lock is then
     compared with them rather than hashed), else nothing.  Nothing too when the lock's
     metadata already proves its bytes: they would never be compared, only read with
-    the record each time."""
+    the record each time.  ``known`` bytes have that sha256 already: they are kept as
+    they are, unread and unhashed (a lock another process rewrote since is told apart
+    when they are compared with it)."""
     import hashlib
 
     if conditions.lock is None:
@@ -431,6 +437,8 @@ def _sealed_lock(command: Command, conditions: Conditions) -> bytes:
         meta = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
         if lock_as_sealed(conditions.lock, meta, lambda: None):  # with no bytes: by its metadata alone
             return b""
+        if known is not None:
+            return b"=" + known
         data = _read(descriptor, LOCK_NAME)
     except OSError:
         return b""
