@@ -318,7 +318,7 @@ def patch_report(
     )
     updated, new_edges = reconcile(records, snapshot, now.timestamp())
     old_edges = [edge for path in sorted(compared) for edge in previous.edges.edges_of(path)]
-    batches = previous.edges.replaced({path: _of(new_edges, path) for path in compared})
+    batches = previous.edges.replaced(_by_derived(new_edges, compared))
     children = Children(previous.children, _children_changed(previous.children, compared, old_edges, new_edges))
     broken = _broken(previous.broken, compared, new_edges)
     known = KnownEdges(batches.size, batches.derived, broken, children, batches.columns)
@@ -348,8 +348,14 @@ def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]
     return found in row[5][2] or (len(row) > 6 and found in row[6][1])
 
 
-def _of(edges: tuple[Edge, ...], path: str) -> tuple[Edge, ...]:
-    return tuple(edge for edge in edges if edge.derived == path)
+def _by_derived(edges: tuple[Edge, ...], compared: Collection[str]) -> dict[str, tuple[Edge, ...]]:
+    """Each compared file's edges, in order (none for one that declares nothing now):
+    grouped in one pass, since a change that touched many files compares them all."""
+    grouped: dict[str, list[Edge]] = {path: [] for path in compared}
+    for edge in edges:
+        if edge.derived in grouped:
+            grouped[edge.derived].append(edge)
+    return {path: tuple(found) for path, found in grouped.items()}
 
 
 def _broken(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
