@@ -212,7 +212,7 @@ def _check(command: Command, state: int) -> tuple[Chunk, Chunk | None, int] | No
     if command.state is not None and not _state_of(state, command, fields[2]):
         return None
     code, parts = int(fields[3]), int(fields[4])
-    if parts not in (1, 2):
+    if parts not in (1, 2) or not all(map(fields.whole_text, range(5, 5 + parts))):
         return None
     before, after = fields.view(5), fields.view(6) if parts == 2 else None
     known, proof = fields[5 + parts], fields[6 + parts]
@@ -406,15 +406,16 @@ def record(
 
 
 def _write_record(command: Command, state: int, state_path: str, fields: list[bytes]) -> None:
-    """Replace the record of ``command`` in the state folder (open as ``state``) atomically;
-    quietly nothing when it cannot be written (a read-only folder still answers)."""
+    """Replace the record of ``command`` in the state folder (open as ``state``) atomically,
+    without syncing it to the disk (``_Fields.whole_text`` says why that is safe); quietly
+    nothing when it cannot be written (a read-only folder still answers)."""
     import contextlib
 
     from .statefolder import Folders, write_file
 
     folders = Folders(state, state, state_path, state_path)
     with contextlib.suppress(OSError):
-        write_file(folders, state, _name(command), [_pack(fields)])
+        write_file(folders, state, _name(command), [_pack(fields)], durable=False)
 
 
 def _sealed_lock(command: Command, conditions: Conditions, known: bytes | None) -> bytes:
@@ -451,7 +452,10 @@ def _sealed_lock(command: Command, conditions: Conditions, known: bytes | None) 
 
 def _parts(command: Command, text: str) -> list[bytes] | None:
     """The text as UTF-8, for ``status --json`` in two parts around its ``scanned_at``;
-    None when it cannot be stored (a text that is not valid Unicode is not replayed)."""
+    None when it cannot be stored (a text that is not valid Unicode is not replayed, nor
+    one holding a NUL byte, which ``_Fields.whole_text`` takes for a torn record)."""
+    if "\0" in text:
+        return None
     try:
         if command.name != "status --json":
             return [text.encode()]
@@ -506,6 +510,16 @@ class _Fields:
     def __getitem__(self, index: int) -> bytes:
         start, end = self.spans[index]
         return self.data[start:end]
+
+    def whole_text(self, index: int) -> bool:
+        """Whether the field holds no NUL byte, as every text provgraph prints (a path holds
+        none, and every other name is escaped).  The record is written without syncing it to
+        the disk, since any full run writes it again: a crash of the machine may leave it
+        torn, and the blocks never written then read as zeros.  Zeros in the conditions or
+        the proof only fail to match (the full path answers), but zeros in the text would be
+        printed: a text that holds one never is."""
+        start, end = self.spans[index]
+        return self.data.find(b"\0", start, end) < 0
 
     def view(self, index: int) -> memoryview:
         """The field in place, not copied."""
