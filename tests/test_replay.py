@@ -305,6 +305,15 @@ def test_a_missing_or_damaged_record_falls_through_never_a_traceback(folders, da
     assert same_answers(root) == [False, False, False]
 
 
+def test_the_answers_record_is_not_synced_to_the_disk_only_the_lock_is(tmp_path, synced) -> None:
+    """The record is derived again by any full run, as the cache is: a full run that writes
+    the lock, the cache and a record syncs the lock (and its folder) alone.  A record torn
+    by a crash of the machine is never printed (``torn text`` above)."""
+    root = memory_folder(tmp_path / "memory")  # two runs, each writing the lock
+    assert sorted((root / ".provgraph").glob("answer-*")) == [root / ".provgraph" / "answer-status"]
+    assert [name.split(".")[:2] for name in synced] == [["provgraph", "lock"], ["memory"]] * 2
+
+
 def test_the_quick_json_answer_carries_the_real_now_not_the_stored_one(folders) -> None:
     root = folders["state elsewhere"]
     state = ("--state", str(root.parent / "states" / "one"))
