@@ -45,7 +45,7 @@ from .walk import hand_over, sight, walk_in_order
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
 __all__ = ["RECORD_NAMES", "Command", "answer", "parse", "record"]
 
@@ -415,7 +415,7 @@ def _write_record(command: Command, state: int, state_path: str, fields: list[by
 
     folders = Folders(state, state, state_path, state_path)
     with contextlib.suppress(OSError):
-        write_file(folders, state, _name(command), [_pack(fields)], durable=False)
+        write_file(folders, state, _name(command), _packed(fields), durable=False)
 
 
 def _sealed_lock(command: Command, conditions: Conditions, known: bytes | None) -> bytes:
@@ -482,7 +482,15 @@ def _read(folder: int, name: str) -> bytes | None:
 
 def _pack(fields: Iterable[bytes]) -> bytes:
     """Each field as its length, a newline, its bytes: nothing in a field can end it."""
-    return b"".join(b"%d\n%s" % (len(field), field) for field in fields)
+    return b"".join(_packed(fields))
+
+
+def _packed(fields: Iterable[bytes]) -> Iterator[bytes]:
+    """``_pack`` as the pieces to write one after the other, each field as it is: a large
+    lock's bytes kept in the record are not copied again to be written."""
+    for field in fields:
+        yield b"%d\n" % len(field)
+        yield field
 
 
 class _Fields:

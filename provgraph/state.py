@@ -243,6 +243,8 @@ class StateStore:
         ended = getattr(self._local, "transaction", None)
         if ended is not None and ended.cache is not None:
             os.close(ended.cache)
+        if folders is not None:
+            self._local.known_lock = None  # the last transaction's, asked for once it ended or never
         self._local.transaction = _Transaction(folders, exclusive)
 
     # -- the folders and the exclusive lock --
@@ -736,8 +738,9 @@ class StateStore:
     def known_lock(self, seal: LockSeal | None) -> bytes | None:
         """The bytes of the lock ``seal`` was made for, when this thread's last patched save
         hashed them or wrote them (their sha256 is the seal's): whoever keeps them to compare
-        with the lock later need not read and hash it again.  None for any other seal."""
-        known = getattr(self._local, "known_lock", None)
+        with the lock later need not read and hash it again.  None for any other seal.  Given
+        once, and kept at most until the next transaction: a large lock's bytes do not stay."""
+        known, self._local.known_lock = getattr(self._local, "known_lock", None), None
         return known[1] if known is not None and seal is not None and known[0] == seal else None
 
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
