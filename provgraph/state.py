@@ -770,16 +770,17 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
     """The paths of ``listing`` sorted, and their record for the next cache
     (``incremental.MemoryFiles``); None when a number does not fit in 64 bits.  The files
     are sorted and their numbers gathered once, for that record (packed, four 64-bit
-    numbers a file) and for the no-change rule's ``listing_key`` (the sha256 of
-    ``numbers_bytes`` of these very numbers)."""
+    numbers a file, and that in base64 as the cache writes it) and for the no-change rule's
+    ``listing_key`` (the sha256 of ``numbers_bytes`` of these very numbers)."""
     paths = sorted(listing)
     numbers = list(chain.from_iterable(_values_in_order(listing, paths)))
     try:
         packed = array("q", numbers).tobytes()
     except OverflowError:
         return None
-    names = joined_paths(paths)
-    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, _numbers_digest(len(paths), names, numbers))
+    names, text = joined_paths(paths), binascii.b2a_base64(packed, newline=False).decode()
+    key = _numbers_digest(len(paths), names, numbers)
+    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, key, text)
 
 
 def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Iterable[FileMeta]:
@@ -998,7 +999,7 @@ def _entries(
 def _encode_memory_files(files: MemoryFiles | None) -> list[str] | None:
     if files is None:
         return None
-    return [files.paths, binascii.b2a_base64(files.metas, newline=False).decode()]
+    return [files.paths, files.text]
 
 
 def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
@@ -1006,7 +1007,7 @@ def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
     if not isinstance(data, list) or len(data) != 2:
         raise _Corrupt("the memory files' metadata is not what provgraph writes")
     paths, metas = map(_text, data)
-    return MemoryFiles(paths, binascii.a2b_base64(metas), _text(listing_key))
+    return MemoryFiles(paths, b"", _text(listing_key), metas)
 
 
 def _conditions(state: State, seal: LockSeal | None, memory: MemoryFiles | None) -> Conditions:
