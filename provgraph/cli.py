@@ -212,7 +212,8 @@ def _remember(options: Options, memory: Memory, conditions: Conditions | None, t
     else:
         name = "check --allow-broken" if options.allow_broken else "check"
     command = replay.Command(name, options.root, options.state, _sources_heading(options))
-    replay.record(command, memory._store.state_path, conditions, text, code)
+    store = memory._store
+    replay.record(command, store.state_path, conditions, text, code, store.known_lock(conditions.lock))
 
 
 def broken_declarations(report: Report) -> tuple[Problem, ...]:

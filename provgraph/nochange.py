@@ -50,6 +50,7 @@ __all__ = [
     "RACY_WINDOW_NS",
     "Conditions",
     "Glance",
+    "InOrder",
     "LockSeal",
     "Look",
     "Sight",
@@ -58,6 +59,7 @@ __all__ = [
     "encode_watched",
     "holds",
     "holds_as_proven",
+    "holds_in_order",
     "is_sync_copy",
     "listing_bytes",
     "listing_key",
@@ -242,6 +244,23 @@ class Glance(_Record):
         super().__init__(listing, walk_problems, settings)
 
 
+class InOrder(_Record):
+    """What the command's quick answer sees when its record holds no proof yet (the first
+    look after a full run): the walk's paths and their numbers (four a file, ``Meta``'s
+    order) as the folders listed them, the walk's problems, and the settings."""
+
+    __slots__ = ("paths", "numbers", "walk_problems", "settings")
+    paths: Sequence[str]
+    numbers: list[int]
+    walk_problems: tuple[ProblemRow, ...]
+    settings: str
+
+    def __init__(
+        self, paths: Sequence[str], numbers: list[int], walk_problems: tuple[ProblemRow, ...], settings: str
+    ) -> None:
+        super().__init__(paths, numbers, walk_problems, settings)
+
+
 def holds(
     conditions: Conditions,
     look: Look,
@@ -252,13 +271,16 @@ def holds(
 
     ``lock_holds`` applies ``lock_as_sealed`` to the lock on disk; ``sight`` looks at
     one source (None when it cannot be looked at, which is never as before).  The
-    cheap comparisons come first; the lock, the digest and the watched sources after."""
+    cheap comparisons come first (a file just written, what a change run meets, is
+    seen before a young lock is read); the lock, the digest and the watched sources after."""
+    if _newest(look.listing.values()) >= conditions.scan_started_ns - RACY_WINDOW_NS:
+        return False
     return _all_hold(
         conditions,
         look.walk_problems,
         look.settings,
         lock_holds,
-        lambda: _listing_holds(conditions, look.listing),
+        lambda: listing_key(look.listing) == conditions.listing,
         sight,
     )
 
@@ -281,6 +303,25 @@ def holds_as_proven(
     )
 
 
+def holds_in_order(
+    conditions: Conditions,
+    seen: InOrder,
+    lock_holds: Callable[[LockSeal | None], bool],
+    sight: Callable[[str], Watched | None],
+) -> bool:
+    """``holds``, for a walk seen as its paths and numbers in the walk's order.  Rule 4 is
+    looked at first, on the numbers themselves: a file just written (what a change run
+    meets) is found before the listing is mapped and digested and before the lock is read,
+    a large one while it is young.  The rules are the same conjunction, in another order."""
+    if _newest_number(seen.numbers) >= conditions.scan_started_ns - RACY_WINDOW_NS:
+        return False
+
+    def listing_holds() -> bool:
+        return listing_key(dict(zip(seen.paths, metas_of(seen.numbers), strict=True))) == conditions.listing
+
+    return _all_hold(conditions, seen.walk_problems, seen.settings, lock_holds, listing_holds, sight)
+
+
 def _all_hold(
     conditions: Conditions,
     walk_problems: tuple[ProblemRow, ...],
@@ -297,12 +338,6 @@ def _all_hold(
     return all(_as_before(sight(before.path), before, limit) for before in conditions.watched)
 
 
-def _listing_holds(conditions: Conditions, listing: Mapping[str, Meta]) -> bool:
-    """Rules 3 and 4: the same files with the same metadata, none of them racy."""
-    limit = conditions.scan_started_ns - RACY_WINDOW_NS
-    return _newest(listing.values()) < limit and listing_key(listing) == conditions.listing
-
-
 def _as_before(now: Watched | None, before: Watched, limit: int) -> bool:
     return now == before and (now.meta is None or max(now.meta[1], now.meta[2]) < limit)
 
@@ -313,6 +348,12 @@ def _newest(metas: Iterable[Meta]) -> int:
     loop in Python over a large folder's files cost more than the rest of the rule."""
     columns = tuple(zip(*metas, strict=True))
     return max(max(columns[1]), max(columns[2])) if columns else 0
+
+
+def _newest_number(numbers: list[int]) -> int:
+    """``_newest`` of a walk's numbers, four a file: the latest of every second and third
+    (mtime and ctime), taken by slices and ``max``, loops that run in C."""
+    return max(max(numbers[1::4], default=0), max(numbers[2::4], default=0))
 
 
 def lock_as_sealed(

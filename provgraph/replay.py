@@ -30,15 +30,14 @@ from .nochange import (
     LOCK_NAME,
     Conditions,
     Glance,
+    InOrder,
     LockSeal,
-    Look,
     Sight,
     Watched,
-    holds,
     holds_as_proven,
+    holds_in_order,
     is_sync_copy,
     lock_as_sealed,
-    metas_of,
     numbers_bytes,
     renewed_seal,
 )
@@ -46,7 +45,7 @@ from .walk import hand_over, sight, walk_in_order
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Sequence
 
 __all__ = ["RECORD_NAMES", "Command", "answer", "parse", "record"]
 
@@ -213,7 +212,7 @@ def _check(command: Command, state: int) -> tuple[Chunk, Chunk | None, int] | No
     if command.state is not None and not _state_of(state, command, fields[2]):
         return None
     code, parts = int(fields[3]), int(fields[4])
-    if parts not in (1, 2):
+    if parts not in (1, 2) or not all(map(fields.whole_text, range(5, 5 + parts))):
         return None
     before, after = fields.view(5), fields.view(6) if parts == 2 else None
     known, proof = fields[5 + parts], fields[6 + parts]
@@ -288,12 +287,12 @@ def _holds(
     walk's order), and the lock's renewed seal if it earned one; else None.  With a
     ``proof`` (the bytes of a walk the rule held for, kept in the record) the listing is
     compared with it; else the rule is applied in full, and the bytes returned become
-    the record's proof."""
+    the record's proof (made only then: a change run never needs them)."""
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     started_ns = wall_ns()
     paths, numbers, problems = walk_in_order(root, real_root)
-    rows, listing = tuple(sorted(set(problems))), numbers_bytes(paths, numbers)
+    rows, listing = tuple(sorted(set(problems))), b""
     renewed: list[LockSeal] = []
 
     def lock_holds(seal: LockSeal | None) -> bool:
@@ -303,10 +302,11 @@ def _holds(
         return sight(root, real_root, path)
 
     if proof:
+        listing = numbers_bytes(paths, numbers)
         held = holds_as_proven(conditions, Glance(listing, rows, conditions.settings), proof, lock_holds, sight_of)
     else:
-        look = Look(dict(zip(paths, metas_of(numbers), strict=True)), rows, conditions.settings)
-        held = holds(conditions, look, lock_holds, sight_of)
+        held = holds_in_order(conditions, InOrder(paths, numbers, rows, conditions.settings), lock_holds, sight_of)
+        listing = numbers_bytes(paths, numbers) if held else listing
     if not held:  # the full run that follows takes this walk over rather than walking again
         hand_over(root, real_root, started_ns, (paths, numbers, problems))
         return None
@@ -378,11 +378,15 @@ def _write(chunks: list[Chunk]) -> None:
 # -- the record -------------------------------------------------------------------
 
 
-def record(command: Command, state_path: str, conditions: Conditions, text: str, code: int) -> None:
+def record(
+    command: Command, state_path: str, conditions: Conditions, text: str, code: int, lock: bytes | None = None
+) -> None:
     """Write the answer ``text`` (with exit ``code``) of ``command`` for ``conditions``
     beside the cache, replacing the last one; quietly nothing when it cannot be written
     (it only saves time: the full path answers without it).  Its proof is left empty:
-    the first quick answer that applies the rule in full keeps the walk it proved."""
+    the first quick answer that applies the rule in full keeps the walk it proved.
+    ``lock``: the bytes of the lock the conditions' seal was made for, when the caller
+    knows them to have its sha256 (``state.StateStore.known_lock``); else they are read."""
     parts = _parts(command, text)
     if parts is None:
         return
@@ -393,7 +397,7 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
     try:
         root = (_read(state, ROOT_NAME) or b"") if command.state is not None else b""
         fields = [FORMAT, command.key(), root, b"%d" % code, b"%d" % len(parts), *parts]
-        fields += [_sealed_lock(command, conditions), b"", *_encode_conditions(conditions)]
+        fields += [_sealed_lock(command, conditions, lock), b"", *_encode_conditions(conditions)]
         _write_record(command, state, state_path, fields)
     except (OSError, ValueError):
         pass
@@ -402,22 +406,25 @@ def record(command: Command, state_path: str, conditions: Conditions, text: str,
 
 
 def _write_record(command: Command, state: int, state_path: str, fields: list[bytes]) -> None:
-    """Replace the record of ``command`` in the state folder (open as ``state``) atomically;
-    quietly nothing when it cannot be written (a read-only folder still answers)."""
+    """Replace the record of ``command`` in the state folder (open as ``state``) atomically,
+    without syncing it to the disk (``_Fields.whole_text`` says why that is safe); quietly
+    nothing when it cannot be written (a read-only folder still answers)."""
     import contextlib
 
     from .statefolder import Folders, write_file
 
     folders = Folders(state, state, state_path, state_path)
     with contextlib.suppress(OSError):
-        write_file(folders, state, _name(command), [_pack(fields)])
+        write_file(folders, state, _name(command), _packed(fields), durable=False)
 
 
-def _sealed_lock(command: Command, conditions: Conditions) -> bytes:
+def _sealed_lock(command: Command, conditions: Conditions, known: bytes | None) -> bytes:
     """``=`` and the lock's bytes when they have the seal's sha256 (a young lock is then
     compared with them rather than hashed), else nothing.  Nothing too when the lock's
     metadata already proves its bytes: they would never be compared, only read with
-    the record each time."""
+    the record each time.  ``known`` bytes have that sha256 already: they are kept as
+    they are, unread and unhashed (a lock another process rewrote since is told apart
+    when they are compared with it)."""
     import hashlib
 
     if conditions.lock is None:
@@ -431,6 +438,8 @@ def _sealed_lock(command: Command, conditions: Conditions) -> bytes:
         meta = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
         if lock_as_sealed(conditions.lock, meta, lambda: None):  # with no bytes: by its metadata alone
             return b""
+        if known is not None:
+            return b"=" + known
         data = _read(descriptor, LOCK_NAME)
     except OSError:
         return b""
@@ -443,7 +452,10 @@ def _sealed_lock(command: Command, conditions: Conditions) -> bytes:
 
 def _parts(command: Command, text: str) -> list[bytes] | None:
     """The text as UTF-8, for ``status --json`` in two parts around its ``scanned_at``;
-    None when it cannot be stored (a text that is not valid Unicode is not replayed)."""
+    None when it cannot be stored (a text that is not valid Unicode is not replayed, nor
+    one holding a NUL byte, which ``_Fields.whole_text`` takes for a torn record)."""
+    if "\0" in text:
+        return None
     try:
         if command.name != "status --json":
             return [text.encode()]
@@ -470,7 +482,15 @@ def _read(folder: int, name: str) -> bytes | None:
 
 def _pack(fields: Iterable[bytes]) -> bytes:
     """Each field as its length, a newline, its bytes: nothing in a field can end it."""
-    return b"".join(b"%d\n%s" % (len(field), field) for field in fields)
+    return b"".join(_packed(fields))
+
+
+def _packed(fields: Iterable[bytes]) -> Iterator[bytes]:
+    """``_pack`` as the pieces to write one after the other, each field as it is: a large
+    lock's bytes kept in the record are not copied again to be written."""
+    for field in fields:
+        yield b"%d\n" % len(field)
+        yield field
 
 
 class _Fields:
@@ -498,6 +518,16 @@ class _Fields:
     def __getitem__(self, index: int) -> bytes:
         start, end = self.spans[index]
         return self.data[start:end]
+
+    def whole_text(self, index: int) -> bool:
+        """Whether the field holds no NUL byte, as every text provgraph prints (a path holds
+        none, and every other name is escaped).  The record is written without syncing it to
+        the disk, since any full run writes it again: a crash of the machine may leave it
+        torn, and the blocks never written then read as zeros.  Zeros in the conditions or
+        the proof only fail to match (the full path answers), but zeros in the text would be
+        printed: a text that holds one never is."""
+        start, end = self.spans[index]
+        return self.data.find(b"\0", start, end) < 0
 
     def view(self, index: int) -> memoryview:
         """The field in place, not copied."""

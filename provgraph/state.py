@@ -203,6 +203,9 @@ class _Transaction:
     """The stamps as loaded, when the lock's bytes are exactly their encoding (clean, and
     the very bytes the seal vouches for): a save with equal stamps neither encodes nor
     rewrites the lock."""
+    hashed_lock: bytes | None = None
+    """The lock's bytes as ``previous`` read them, when they were hashed and found to be
+    the sealed ones (a young lock, whose metadata proves nothing yet)."""
 
 
 class StateStore:
@@ -240,6 +243,8 @@ class StateStore:
         ended = getattr(self._local, "transaction", None)
         if ended is not None and ended.cache is not None:
             os.close(ended.cache)
+        if folders is not None:
+            self._local.known_lock = None  # the last transaction's, asked for once it ended or never
         self._local.transaction = _Transaction(folders, exclusive)
 
     # -- the folders and the exclusive lock --
@@ -484,12 +489,14 @@ class StateStore:
             return None  # ``load`` reads it again, and says why when it cannot
         if front is None or tail is None:
             return None
+        lock_read = _LockRead(partial(self._lock_bytes_or_none, folders))
         try:
-            parsed = self._parsed(front, tail, settings, walk_problems, partial(_read_span, self._tx.cache))
+            parsed = self._parsed(front, tail, settings, walk_problems, partial(_read_span, self._tx.cache), lock_read)
             del front, tail
-            lock_data = None if parsed is None else self._read(folders.lock, LOCK_NAME, folders.lock_path)
+            lock_data = None if parsed is None else lock_read()
             if parsed is None or lock_data is None:
                 return None
+            self._tx.hashed_lock = lock_data if lock_read.hashed else None
             head, stored, lineage = parsed
             lock = LockLines.of(lock_data, head.get("lock_canonical") is True)
             files = _decode_memory_files(head["memory_files"], head["listing"])
@@ -520,6 +527,7 @@ class StateStore:
         settings: str,
         walk_problems: tuple[Problem, ...],
         read: Span,
+        lock_read: _LockRead,
     ) -> tuple[dict[str, Any], StoredReport, _Read] | None:
         """The cache's head, last result and what a patch reads instead of its edges, when the
         head says a patch may build on them and on the lock (``_patchable``).  ``head`` is
@@ -533,7 +541,7 @@ class StateStore:
         document.update(orjson.loads(b"{" + rest[1:]))
         if document.get("version") != VERSION or document.get("edge_batches") is None:
             return None  # an earlier layout, or edges a patch cannot build on: the full scan answers
-        if not self._patchable(document, settings, walk_problems):
+        if not self._patchable(document, settings, walk_problems, lock_read):
             return None
         stored, (edges_at, edges_end) = _report_without_edges(head, report_at + len(REPORT), tables_at)
         seen_at, sizes = tables_at + len(TABLES), document["row_sizes"]
@@ -558,16 +566,17 @@ class StateStore:
         )
         return document, stored, lineage
 
-    def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...]) -> bool:
+    def _patchable(self, head: Any, settings: str, walk_problems: tuple[Problem, ...], lock_read: _LockRead) -> bool:
         """Whether the cache is for this root and these settings, with nothing refused and
-        the same walk problems, and the lock is the one it was written with."""
+        the same walk problems, and the lock is the one it was written with (its bytes, when
+        they must be read for that, read by ``lock_read`` once: the patch reads the same)."""
         _check_format(head)
         if head["root"] != os.fsdecode(self.root) or head.get("settings", "") != settings or head["refused"]:
             return False
         if tuple(_decode_problem(row) for row in head["walk_problems"]) != walk_problems:
             return False
         seal = _decode_seal(head["lock"])
-        if seal is None or not self.lock_unchanged(seal):
+        if seal is None or not self.lock_unchanged(seal, lock_read.hashing):
             return False
         self._tx.seal = seal
         return True
@@ -603,9 +612,10 @@ class StateStore:
         self._recalled = (bytes(head), recall) if recall is not None else None
         return recall
 
-    def lock_unchanged(self, seal: LockSeal | None) -> bool:
+    def lock_unchanged(self, seal: LockSeal | None, read: Callable[[], bytes | None] | None = None) -> bool:
         """The lock on disk against ``seal`` (``nochange.lock_as_sealed``); never the
-        lock it was sealed for while a sync tool's conflict copy waits to be merged."""
+        lock it was sealed for while a sync tool's conflict copy waits to be merged.
+        ``read`` gives its bytes when its metadata cannot prove them."""
         folders = self._tx.folders
         if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
@@ -618,7 +628,7 @@ class StateStore:
         if not stat.S_ISREG(info.st_mode):
             return False
         meta = FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
-        return lock_as_sealed(seal, meta, lambda: self._lock_bytes_or_none(folders))
+        return lock_as_sealed(seal, meta, read or (lambda: self._lock_bytes_or_none(folders)))
 
     def _lock_bytes_or_none(self, folders: Folders) -> bytes | None:
         try:
@@ -718,11 +728,12 @@ class StateStore:
         assert isinstance(previous.children, RowTable), "as ``previous`` read it"
         children = previous.children.written(patch.children.changed, list)
         if lock is None:
-            seal = self._reseal(folders)
+            seal, known = self._reseal(folders), self._tx.hashed_lock
         else:
             self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
-            self._tx.lock_bytes = lock
+            self._tx.lock_bytes = known = lock
             seal = self._seal(folders, lock)
+        self._local.known_lock = None if seal is None or known is None else (seal, known)
         others = _others_after(rows, previous.others, updates, listing)
         stats = {path: _meta_of(row) for path, row in others.items()}
         broken = broken_edges(state.report.edges)
@@ -737,6 +748,14 @@ class StateStore:
         entries = _entries(state, os.fsdecode(self.root), conditions, lock_canonical, per_file, lineage)
         self._write(folders, folders.state, CACHE_NAME, stream(entries), "write")
         return conditions
+
+    def known_lock(self, seal: LockSeal | None) -> bytes | None:
+        """The bytes of the lock ``seal`` was made for, when this thread's last patched save
+        hashed them or wrote them (their sha256 is the seal's): whoever keeps them to compare
+        with the lock later need not read and hash it again.  None for any other seal.  Given
+        once, and kept at most until the next transaction: a large lock's bytes do not stay."""
+        known, self._local.known_lock = getattr(self._local, "known_lock", None), None
+        return known[1] if known is not None and seal is not None and known[0] == seal else None
 
     def _seal(self, folders: Folders, data: bytes | None) -> LockSeal | None:
         if data is None:
@@ -765,16 +784,17 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
     """The paths of ``listing`` sorted, and their record for the next cache
     (``incremental.MemoryFiles``); None when a number does not fit in 64 bits.  The files
     are sorted and their numbers gathered once, for that record (packed, four 64-bit
-    numbers a file) and for the no-change rule's ``listing_key`` (the sha256 of
-    ``numbers_bytes`` of these very numbers)."""
+    numbers a file, and that in base64 as the cache writes it) and for the no-change rule's
+    ``listing_key`` (the sha256 of ``numbers_bytes`` of these very numbers)."""
     paths = sorted(listing)
     numbers = list(chain.from_iterable(_values_in_order(listing, paths)))
     try:
         packed = array("q", numbers).tobytes()
     except OverflowError:
         return None
-    names = joined_paths(paths)
-    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, _numbers_digest(len(paths), names, numbers))
+    names, text = joined_paths(paths), binascii.b2a_base64(packed, newline=False).decode()
+    key = _numbers_digest(len(paths), names, numbers)
+    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, key, text)
 
 
 def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Iterable[FileMeta]:
@@ -811,6 +831,26 @@ def _others_after(
 def _meta_of(row: Seen | list[Any]) -> FileMeta:
     """A file's metadata from its row, decoded (``Seen``) or as the cache held it."""
     return FileMeta(*row[:4]) if type(row) is list else row.meta  # type: ignore[union-attr]
+
+
+class _LockRead:
+    """The lock's bytes, read once when first asked for, and whether they were read to be
+    hashed against a seal (``hashing``): what a patch then reads of them is the very bytes
+    the seal was checked with."""
+
+    def __init__(self, read: Callable[[], bytes | None]) -> None:
+        self._read = read
+        self._data: list[bytes | None] = []
+        self.hashed = False
+
+    def __call__(self) -> bytes | None:
+        if not self._data:
+            self._data.append(self._read())
+        return self._data[0]
+
+    def hashing(self) -> bytes | None:
+        self.hashed = True
+        return self()
 
 
 def _lock_meta(folders: Folders) -> FileMeta | None:
@@ -884,7 +924,10 @@ def _read_tail(descriptor: int, mark: bytes) -> tuple[int, bytes] | None:
 _REFUSED = b',"refused":'
 """Where the small tail of the cache starts, after the per-file table (found from the end:
 a file named ``refused`` is a key inside that table, never after it)."""
-_HEAD_CHUNK = 256 * 1024
+_HEAD_CHUNK = 1024 * 1024
+"""Bytes read at a time from the cache's front and back: a large folder's front is megabytes
+(a chunk of 256 KiB took half again as long to read 1 MiB); a chunk of several MiB costs
+more to allocate than it saves."""
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
@@ -973,7 +1016,7 @@ def _entries(
 def _encode_memory_files(files: MemoryFiles | None) -> list[str] | None:
     if files is None:
         return None
-    return [files.paths, binascii.b2a_base64(files.metas, newline=False).decode()]
+    return [files.paths, files.text]
 
 
 def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
@@ -981,7 +1024,7 @@ def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
     if not isinstance(data, list) or len(data) != 2:
         raise _Corrupt("the memory files' metadata is not what provgraph writes")
     paths, metas = map(_text, data)
-    return MemoryFiles(paths, binascii.a2b_base64(metas), _text(listing_key))
+    return MemoryFiles(paths, b"", _text(listing_key), metas)
 
 
 def _conditions(

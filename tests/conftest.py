@@ -158,6 +158,20 @@ def utc() -> Iterator[None]:
     time.tzset()
 
 
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files and folders synced to the disk (``os.fsync``) from now on, in order."""
+    names: list[str] = []
+    fsync = os.fsync
+
+    def noted(descriptor: int) -> None:
+        names.append(os.path.basename(os.readlink(f"/proc/self/fd/{descriptor}")))
+        fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", noted)
+    return names
+
+
 class Clock:
     """A clock that only moves when told: ``clock.now``, ``clock.advance(days=1)``."""
 

@@ -10,9 +10,24 @@ import copy
 import pickle
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from provgraph.model import ProblemKind
-from provgraph.nochange import Sight, Watched, decode_watched, encode_watched
+from provgraph.nochange import (
+    RACY_WINDOW_NS,
+    Conditions,
+    InOrder,
+    LockSeal,
+    Look,
+    Sight,
+    Watched,
+    decode_watched,
+    encode_watched,
+    holds,
+    holds_in_order,
+    listing_key,
+)
 
 MEMBERS = {"FILE": "file", "MISSING": "missing", "OUTSIDE_ROOT": "outside-root", "NOT_REGULAR": "bad-entry"}
 
@@ -55,3 +70,54 @@ def test_watched_sources_read_back_as_the_cache_writes_them() -> None:
     assert decode_watched(rows) == watched
     with pytest.raises(ValueError):
         decode_watched([["away.md", "elsewhere"]])
+
+
+_NOW = 10 * RACY_WINDOW_NS
+_TIMES = st.sampled_from([0, _NOW - RACY_WINDOW_NS - 1, _NOW - RACY_WINDOW_NS, _NOW + 5])
+_METAS = st.tuples(st.integers(0, 3), _TIMES, _TIMES, st.integers(0, 3))
+_LISTINGS = st.dictionaries(st.sampled_from(["a.md", "b.md", "n/c.md", "n/d.md"]), _METAS, max_size=4)
+_ROWS = st.lists(st.sampled_from([("n", "unreadable", "denied"), ("x.md", "outside-root", "link")]), max_size=2)
+
+
+@given(
+    listing=_LISTINGS,
+    recorded=_LISTINGS,
+    rows=_ROWS.map(tuple),
+    recorded_rows=_ROWS.map(tuple),
+    lock_holds=st.booleans(),
+    seen=st.sampled_from([None, Watched("s.txt", Sight.MISSING)]),
+    settings=st.sampled_from(["[null]", '["## Sources"]']),
+)
+def test_the_quick_answers_first_look_applies_the_very_rule_a_refresh_applies(
+    listing, recorded, rows, recorded_rows, lock_holds, seen, settings
+) -> None:
+    """The command's quick answer looks at a walk's paths and numbers in the walk's order,
+    and the rule's cheapest part first; it must hold exactly when the refresh's rule holds.
+    A file just written (a change run) is seen before the lock, a large one, is read."""
+    seal = LockSeal((1, 2, 3, 4), "0" * 64, _NOW)
+    watched = (Watched("s.txt", Sight.MISSING),)
+    conditions = Conditions(seal, _NOW, tuple(recorded_rows), listing_key(recorded), watched, "[null]")
+    paths = list(listing)
+    numbers = [number for path in paths for number in listing[path]]
+    looked: list[LockSeal | None] = []
+
+    def lock(given_seal: LockSeal | None) -> bool:
+        looked.append(given_seal)
+        return lock_holds
+
+    def sight(path: str) -> Watched | None:
+        return seen
+
+    in_order = holds_in_order(conditions, InOrder(paths, numbers, tuple(rows), settings), lock, sight)
+    racy = any(max(meta[1], meta[2]) >= _NOW - RACY_WINDOW_NS for meta in listing.values())
+    assert not (racy and looked)
+    expected = holds(conditions, Look(listing, tuple(rows), settings), lock, sight)
+    assert in_order == expected
+    assert expected == (
+        listing == recorded
+        and not racy
+        and tuple(rows) == tuple(recorded_rows)
+        and settings == "[null]"
+        and lock_holds
+        and seen == watched[0]
+    )

@@ -282,13 +282,19 @@ def test_a_state_folder_elsewhere_gets_its_own_quick_answer(folders) -> None:
     assert same_answers(root, f"--state={state}") == [True, True, True]
 
 
-@pytest.mark.parametrize("damage", ["missing", "empty", "cut short", "garbage", "a folder"])
+@pytest.mark.parametrize("damage", ["missing", "empty", "cut short", "garbage", "torn text", "a folder"])
 def test_a_missing_or_damaged_record_falls_through_never_a_traceback(folders, damage) -> None:
+    """The record is not synced to the disk: a crash of the machine may leave it torn, its
+    text zeroed where every other part still reads (``torn text``).  It is never printed."""
     root = folders["damaged"]
     for record in (root / ".provgraph").glob("answer-*"):
         data = record.read_bytes()
         record.unlink()
-        if damage == "empty":
+        if damage == "torn text":
+            start, end = replay._Fields(data).spans[5]
+            assert end - start > 2
+            record.write_bytes(data[: start + 1] + bytes(end - start - 2) + data[end - 1 :])
+        elif damage == "empty":
             record.write_bytes(b"")
         elif damage == "cut short":
             record.write_bytes(data[: len(data) // 2])
@@ -297,6 +303,15 @@ def test_a_missing_or_damaged_record_falls_through_never_a_traceback(folders, da
         elif damage == "a folder":
             record.mkdir()
     assert same_answers(root) == [False, False, False]
+
+
+def test_the_answers_record_is_not_synced_to_the_disk_only_the_lock_is(tmp_path, synced) -> None:
+    """The record is derived again by any full run, as the cache is: a full run that writes
+    the lock, the cache and a record syncs the lock (and its folder) alone.  A record torn
+    by a crash of the machine is never printed (``torn text`` above)."""
+    root = memory_folder(tmp_path / "memory")  # two runs, each writing the lock
+    assert sorted((root / ".provgraph").glob("answer-*")) == [root / ".provgraph" / "answer-status"]
+    assert [name.split(".")[:2] for name in synced] == [["provgraph", "lock"], ["memory"]] * 2
 
 
 def test_the_quick_json_answer_carries_the_real_now_not_the_stored_one(folders) -> None:
@@ -404,20 +419,24 @@ def test_the_quick_answers_now_is_written_as_the_full_path_writes_it(zone, monke
     assert clock.now_text() == "2026-11-24T10:00:00+05:30"
 
 
-OPENED_LOCK = """
+_COUNTING_LOCK_OPENS = """
 import sys
-from pathlib import Path
-import provgraph.nochange
-provgraph.nochange.RACY_WINDOW_NS = int(sys.argv[1])
 opened = []
 def hook(event, args):
     if event == "open" and str(args[0]).endswith("provgraph.lock"):
         opened.append(args[0])
 sys.addaudithook(hook)
+"""
+OPENED_LOCK = (
+    _COUNTING_LOCK_OPENS
+    + """
+import provgraph.nochange
+provgraph.nochange.RACY_WINDOW_NS = int(sys.argv[1])
 from provgraph.replay import answer
 code = answer(sys.argv[2:])
 print(code, len(opened), file=sys.stderr)
 """
+)
 SHORT_RACY_WINDOW_NS = 500_000_000
 """A racy window for the tests that only need files to age past it: the rule is the same
 whatever its length, and the folders of ``folders`` show it at its real length."""
@@ -492,6 +511,43 @@ def test_a_record_keeps_the_locks_bytes_only_while_its_metadata_cannot_prove_the
     )
     assert done.stderr.split() == ["0", "0"]  # answered, the lock unopened
     assert same_answers(root)[0]  # ``status``, the full path's very answer
+
+
+OPENED_LOCK_BY_A_FULL_RUN = (
+    _COUNTING_LOCK_OPENS
+    + """
+from provgraph.replay import answer
+code = answer(sys.argv[1:])
+if code is None:
+    from provgraph.cli import cli
+    code = cli(*sys.argv[1:])
+print(code, len(opened), file=sys.stderr)
+"""
+)
+
+
+def test_a_change_run_while_the_lock_is_young_reads_it_once_and_its_record_keeps_those_bytes(tmp_path) -> None:
+    """Right after a run wrote the lock, its metadata proves nothing: the command after a small
+    change reads it once, both to find it is the lock the cache was written with and to
+    patch it, and the record it leaves keeps those very bytes (to compare a young lock
+    with) without reading the lock again; the answers stay the full path's."""
+    root = memory_folder(tmp_path / "memory")  # its last run wrote the lock
+    write(root / "notes" / "other.md", "---\nname: Other\n---\nEdited.\n")
+    done = subprocess.run(
+        [sys.executable, "-c", OPENED_LOCK_BY_A_FULL_RUN, "status"],
+        cwd=root,
+        env={**os.environ, **SETTINGS},
+        capture_output=True,
+        text=True,
+    )
+    assert done.stderr.split() == ["0", "1"]
+    fields = replay._Fields((root / ".provgraph" / "answer-status").read_bytes()).tail(0)
+    assert fields[6] == b"=" + (root / "provgraph.lock").read_bytes()
+    time.sleep(PAST_THE_RACY_WINDOW)
+    same_answers(root)
+    assert same_answers(root) == [True, True, True]
+    another_clones_stamps(root)
+    assert same_answers(root) == [False, False, False]
 
 
 def test_a_lock_is_sealed_again_only_when_old_enough_and_not_already_proven() -> None:

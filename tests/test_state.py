@@ -158,20 +158,12 @@ def test_a_reader_always_sees_a_whole_file(lived) -> None:
 
 
 def test_the_lock_is_synced_to_the_disk_before_it_replaces_the_old_one_and_the_cache_is_not(
-    memory, clock, monkeypatch
+    memory, clock, synced
 ) -> None:
     """The stamps must survive a crash of the machine; the cache is derived again (a torn
     one gives the full scan: ``test_a_cache_torn_by_a_crash_of_the_machine_gives_the_full_scans_answer``)."""
     memory.write("facts.md", "v1")
     memory.write("profile.md", derived_from="facts.md")
-    synced: list[str] = []
-    fsync = os.fsync
-
-    def noted(descriptor: int) -> None:
-        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{descriptor}")))
-        fsync(descriptor)
-
-    monkeypatch.setattr(os, "fsync", noted)
     api = memory.open()
     api.refresh(now=clock.now)  # adopts the declaration: writes the lock, then the cache
     assert api.lock_path.is_file() and (api.state_path / "cache.json").is_file()
