@@ -647,13 +647,13 @@ class StateStore:
         """Move a damaged file into the state folder, unchanged, and say so in one line."""
         if not self._tx.exclusive:
             return
-        where = os.path.join(folders.lock_path if source == folders.lock else folders.state_path, name)
+        where = folders.path_of(source, name)
         aside = self._move_aside(folders, source, name, "corrupt")
         rest = "the valid lines were loaded" if kept else "starting afresh"
         self._warn(f"{where} could not be read ({reason}); kept as {aside}, {rest}")
 
     def _move_aside(self, folders: Folders, source: int, name: str, why: str) -> str:
-        where = os.path.join(folders.lock_path if source == folders.lock else folders.state_path, name)
+        where = folders.path_of(source, name)
         try:
             return os.path.join(self.state_path, set_aside(folders, source, name, why))
         except OSError as error:
@@ -773,7 +773,7 @@ class StateStore:
         """Every file is replaced atomically; only the cache is not synced to the disk: it is
         derived again from the memory files and the lock, and a torn one (after a crash of
         the machine) fails to parse, or its checksum, and gives the full scan."""
-        where = os.path.join(folders.lock_path if target == folders.lock else folders.state_path, name)
+        where = folders.path_of(target, name)
         try:
             write_file(folders, target, name, chunks, durable=name != CACHE_NAME)
         except OSError as error:

@@ -51,6 +51,10 @@ class Folders:
     state_path: str | os.PathLike[str]
     lock_path: str | os.PathLike[str]
 
+    def path_of(self, folder: int, name: str) -> str:
+        """The path of ``name`` in ``folder`` (``lock`` or ``state``), for messages."""
+        return os.path.join(self.lock_path if folder == self.lock else self.state_path, name)
+
     def close(self) -> None:
         for descriptor in {self.state, self.lock} - {-1}:
             with contextlib.suppress(OSError):
