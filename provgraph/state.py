@@ -1002,13 +1002,9 @@ def _entries(
     yield "others", per_file.others
     yield "lock_canonical", lock_canonical
     index = [batch.entry for batch in lineage.batches] if lineage.patchable and report is not None else None
-    for name, value in (
-        ("edge_batches", index),
-        ("edge_sizes", edge_sizes),
-        ("broken", [edge_row(edge) for edge in lineage.broken]),
-        ("children_batches", lineage.children_firsts),
-        ("children_sizes", children_sizes),
-    ):
+    broken = [edge_row(edge) for edge in lineage.broken]
+    checked = (index, edge_sizes, broken, lineage.children_firsts, children_sizes)
+    for name, value in zip(_CHECKED, checked, strict=True):  # in the order ``_checksum`` reads them
         yield name, Chunks(checksum.over([orjson.dumps(value)]))
     yield "index_check", checksum.value
 
@@ -1123,6 +1119,7 @@ def _checksum(document: Mapping[str, Any], edges: memoryview, children: bytes) -
 
 
 _CHECKED = ("edge_batches", "edge_sizes", "broken", "children_batches", "children_sizes")
+"""The small entries after the tables that the checksum covers, in the order they are written."""
 
 
 def _slice(data: bytes, start: int, stop: int) -> bytes:
