@@ -293,13 +293,13 @@ class Memory:
         if not_derived:
             raise NotDerived(not_derived)
         derivations, edges = reconcile_as_table(state.derivations, snapshot, now.timestamp(), restamp)
-        children = children_of(edges)  # for the cycle search and the cache: built once
+        children = children_of(edges)  # for staleness, the cycle search and the cache: built once
         report = Report(
             root=self._root,
             scanned_at=now,
             file_count=len(snapshot.files),
             edges=edges,
-            stale=propagate(edges),
+            stale=propagate(edges, children),
             cycles=find_cycles(edges, children),
             problems=snapshot.problems,
         )

@@ -41,14 +41,15 @@ def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
     return children
 
 
-def propagate(edges: Sequence[Edge]) -> tuple[StaleEntry, ...]:
+def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = None) -> tuple[StaleEntry, ...]:
     """Every file reachable from a changed or missing edge, with its root causes.
 
     Causes are grouped by (origin, kind): one BFS from all the targets of the
     origin's broken edges gives the shortest chains, as parent links that every
     cause of the group shares, and a second pass in order of date gives each
     file the earliest originating change that reaches it.  Time and memory go
-    with the number of causes, never with the length of their chains.
+    with the number of causes, never with the length of their chains.  ``children`` is
+    ``children_of(edges)`` when the caller has it, as for ``find_cycles``.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
     broken = broken_edges(edges)  # an edge made only where one is broken
@@ -56,8 +57,9 @@ def propagate(edges: Sequence[Edge]) -> tuple[StaleEntry, ...]:
         groups[(edge.source, edge.status)].append(edge)
     if not groups:
         return ()
-    known = children_known(edges)
-    children = _Children(edges) if known is None else known
+    if children is None:
+        known = children_known(edges)
+        children = _Children(edges) if known is None else known
     causes: dict[str, list[Cause]] = defaultdict(list)
     for (origin, kind), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
         parents, depths = _shortest_parents(children, sorted(edge.derived for edge in group))
