@@ -383,6 +383,12 @@ def decode_edge_rows(rows: Bytes) -> EdgeTable:
     return table
 
 
+def batch_of(firsts: Sequence[str], path: str) -> int:
+    """The batch of a table kept in batches sorted by path (``firsts``: the first path of
+    each) that holds ``path``, or would: the last whose first path is not after it."""
+    return max(0, bisect_right(firsts, path) - 1)
+
+
 class StoredEdges:
     """The last result's edges as the cache holds them: batches sorted by derived file, one
     file's edges all in one batch, kept as the bytes read.  A file's batch is found by the
@@ -408,8 +414,8 @@ class StoredEdges:
         self._parsed: dict[int, EdgeTable] = {}
 
     def _index_of(self, path: str) -> int:
-        """The batch that holds ``path``'s edges, or would: the last whose first is not after it."""
-        return max(0, bisect_right(self._firsts, path) - 1)
+        """The batch that holds ``path``'s edges, or would (``batch_of``)."""
+        return batch_of(self._firsts, path)
 
     def _batch(self, index: int) -> EdgeTable:
         table = self._parsed.get(index)
@@ -535,8 +541,8 @@ class RowTable(Mapping[str, list[Any]]):
         return batch
 
     def _index_of(self, path: str) -> int:
-        """The batch that holds ``path``, or would: the last whose first path is not after it."""
-        return max(0, bisect_right(self._firsts, path) - 1)
+        """The batch that holds ``path``'s row, or would (``batch_of``)."""
+        return batch_of(self._firsts, path)
 
     def __getitem__(self, path: str) -> list[Any]:
         if not self._firsts or path < self._firsts[0]:
