@@ -30,7 +30,18 @@ import orjson
 
 from .lineage import find_cycles, propagate
 from .lockfile import HEADER, Record, decode_stamps, encode_lock
-from .model import Edge, EdgeStatus, EdgeTable, FileMeta, KnownEdges, Problem, Report, Snapshot, SourceState
+from .model import (
+    Edge,
+    EdgeStatus,
+    EdgeTable,
+    FileMeta,
+    KnownEdges,
+    Problem,
+    Report,
+    Snapshot,
+    SourceState,
+    broken_edges,
+)
 from .stamps import Derivation, reconcile
 
 __all__ = [
@@ -373,7 +384,7 @@ def _broken(before: tuple[Edge, ...], compared: Collection[str], new_edges: tupl
     """The edges that are not clean once the compared files' edges are ``new_edges``, in the
     result's order (by derived file, then source)."""
     kept = [edge for edge in before if edge.derived not in compared]
-    kept += (edge for edge in new_edges if edge.status is not EdgeStatus.CLEAN)
+    kept += broken_edges(new_edges)
     return tuple(sorted(kept, key=_order))
 
 
