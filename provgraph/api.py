@@ -513,14 +513,13 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
 
     Hints depend on which files exist, so they are worked out from the current
     listing on every refresh, the no-change path included, never stored."""
-    if all(edge.status is not EdgeStatus.MISSING for edge in broken_edges(report.edges)):
+    missing = [edge.source for edge in broken_edges(report.edges) if edge.status is EdgeStatus.MISSING]
+    if not missing:
         return report
     from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
 
     lookup = Lookup(listing)
-    hints = {
-        edge.source: did_you_mean(edge.source, lookup) for edge in report.edges if edge.status is EdgeStatus.MISSING
-    }
+    hints = {source: did_you_mean(source, lookup) for source in missing}
     if not any(hints.values()):
         return report
     edges = tuple(replace(edge, did_you_mean=_new_hint(hints, edge)) for edge in report.edges)
