@@ -567,10 +567,6 @@ def _require_plain_lines_before(text: str) -> None:
         raise _Unsure
 
 
-_CONTROL = _on_first_use(r"[\x00-\x09\x0b-\x1f\x7f]")
-"""In ASCII text, what ``str.splitlines`` splits on besides ``\\n``, and what ``_odd_characters`` rejects:
-the characters of ASCII text that are not printable, but for ``\\n`` (``_common_declaration``
-asks ``str.isprintable``, which answers in a fraction of the pattern's time)."""
 _LINE_KEY = "\n" + _KEY
 _COMMON_ENTRY = r"(?:[A-Za-z0-9_./][A-Za-z0-9_./ -]*|\[[A-Za-z0-9_ .,+/-]*\]\([A-Za-z0-9_./+#%-]*\))"
 _COMMON_ENTRIES = _on_first_use(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
@@ -586,7 +582,10 @@ def _common_declaration(text: str) -> Declaration | None:
     test of the lines before a declaration that YAML refuses) in fewer steps; None for
     anything else, which that reader then reads."""
     if not text.isascii() or "metadata:" in text or not text.replace("\n", "").isprintable():
-        return None  # lines are now split on "\n" alone, as ``splitlines`` would (see ``_CONTROL``)
+        # in ASCII, the characters that are not printable but for "\n" are those ``splitlines``
+        # also splits on and ``_odd_characters`` rejects: without them, lines split on "\n"
+        # alone, as ``splitlines`` would split them
+        return None
     start = 0 if text.startswith(_KEY) else text.find(_LINE_KEY) + 1
     if not start and not text.startswith(_KEY):
         return None

@@ -436,7 +436,6 @@ def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp
 
 
 COMMON_PATH_PATTERNS = {
-    "_CONTROL",
     "_COMMON_ENTRIES",
     "_COMMON_ITEM",
     "_FOUND_ENTRY",
