@@ -480,21 +480,17 @@ def _read(folder: int, name: str) -> bytes | None:
         return file.read()
 
 
-def _pack(fields: Iterable[bytes]) -> bytes:
-    """Each field as its length, a newline, its bytes: nothing in a field can end it."""
-    return b"".join(_packed(fields))
-
-
 def _packed(fields: Iterable[bytes]) -> Iterator[bytes]:
-    """``_pack`` as the pieces to write one after the other, each field as it is: a large
-    lock's bytes kept in the record are not copied again to be written."""
+    """Each field as its length, a newline, its bytes (nothing in a field can end it), as
+    the pieces to write one after the other, each field as it is: a large lock's bytes kept
+    in the record are not copied again to be written."""
     for field in fields:
         yield b"%d\n" % len(field)
         yield field
 
 
 class _Fields:
-    """A record's fields (``_pack``), found where they lie in its bytes.  The stored text
+    """A record's fields (``_packed``), found where they lie in its bytes.  The stored text
     is printed from there rather than copied out: the answer about a large folder with
     many stale files is megabytes."""
 
