@@ -15,11 +15,21 @@ import stat as stat_module
 
 from .nochange import ProblemRow, Sight, Watched
 
-__all__ = ["hand_over", "handed_over", "is_utf8", "place", "printable", "sight", "walk_in_order"]
+__all__ = [
+    "FOLDER_FLAGS",
+    "ROOT_FLAGS",
+    "hand_over",
+    "handed_over",
+    "is_utf8",
+    "place",
+    "printable",
+    "sight",
+    "walk_in_order",
+]
 
-_ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 """The root is opened through a link, as it was named."""
-_FOLDER = _ROOT | os.O_NOFOLLOW
+FOLDER_FLAGS = ROOT_FLAGS | os.O_NOFOLLOW
 Walked = tuple[list[str], list[int], list[ProblemRow]]
 """``walk_in_order``'s answer: each file's path; what stat said of it, four numbers a file
 in the same order (size, mtime, ctime, inode: ``nochange.metas_of`` groups them); the problems."""
@@ -89,7 +99,7 @@ class _Walker:
         in it rather than by a path the system resolves again from the root; a subfolder
         (never the root) that became a symlink since it was listed is not followed."""
         add_path, add_numbers = self.paths.append, self.numbers.extend
-        descriptor = os.open(folder, _FOLDER if prefix else _ROOT)
+        descriptor = os.open(folder, FOLDER_FLAGS if prefix else ROOT_FLAGS)
         try:
             with os.scandir(descriptor) as entries:
                 for entry in entries:
