@@ -30,11 +30,10 @@ import contextlib
 import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cached_property
-from typing import AnyStr
+from typing import AnyStr, NamedTuple
 
-from .model import Problem, ProblemKind
+from .model import Frozen, Problem, ProblemKind
 
 __all__ = [
     "Declaration",
@@ -103,12 +102,12 @@ null) is written with, or the ``.md`` that none ends with.  A line break is not 
 YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Declaration:
+class Declaration(NamedTuple):
     """What one file's frontmatter says about its derivation, before resolution.
 
     ``entries`` are the strings as written (Markdown links not yet unwrapped);
-    ``problems`` are (kind, detail) pairs about the frontmatter itself.
+    ``problems`` are (kind, detail) pairs about the frontmatter itself.  A ``NamedTuple``,
+    not a dataclass: ~0.1 ms to create against ~0.7, on every full run.
     """
 
     entries: tuple[str, ...] = ()
@@ -801,8 +800,7 @@ def _unquote(value: str) -> str:
     return value
 
 
-@dataclass(frozen=True, eq=False, repr=False)
-class Lookup:
+class Lookup(Frozen):
     """What resolving an entry needs to know beyond the entry itself.
 
     ``files`` are the memory files that exist now (root-relative), which wiki
@@ -811,13 +809,16 @@ class Lookup:
     agent in a sandbox sees), so that an entry written with one of them means
     the file under the root.
 
-    Equal only to itself, and without a generated repr: a scan makes one, and nothing
-    compares two (comparing would compare every file name) or prints one; those methods
-    cost every run a quarter of a millisecond to create.
+    Equal only to itself, and shown by its address: a scan makes one, and nothing compares
+    two (comparing would compare every file name) or prints one.  A ``Frozen`` class, not
+    a dataclass: ~0.4 ms less to create on every full run.
     """
 
-    files: Collection[str] = frozenset()
-    roots: tuple[str, ...] = ()
+    files: Collection[str]
+    roots: tuple[str, ...]
+
+    def __init__(self, files: Collection[str] = frozenset(), roots: tuple[str, ...] = ()) -> None:
+        super().__init__(files=files, roots=roots)
 
     @cached_property
     def by_name(self) -> Mapping[str, tuple[str, ...]]:

@@ -84,6 +84,21 @@ def test_the_installed_command_answers_an_unchanged_folder_without_importing_re(
     assert "provgraph.cli" not in imported  # the script starts at the quick answer
 
 
+def test_the_quick_answer_that_records_its_proof_imports_no_dataclasses(installed) -> None:
+    """The first quick answer after a full run writes its record through ``statefolder``,
+    whose ``Folders`` is a plain class: ``dataclasses`` (with ``inspect``, ``ast`` and ``re``)
+    would cost that answer more than it spends on a small folder."""
+    interpreter, root = installed
+    recorded = False
+    for _ in range(3):
+        done, imported = _imports(interpreter, *interpreter.provgraph, "status", "--json", cwd=root)
+        assert done.returncode == 0, done.stderr
+        if "provgraph.api" not in imported:  # a quick answer
+            assert "dataclasses" not in imported
+            recorded = recorded or "provgraph.statefolder" in imported
+    assert recorded
+
+
 def test_the_installed_command_runs_the_demo(installed, tmp_path: Path) -> None:
     interpreter, _ = installed
     shown = subprocess.run(

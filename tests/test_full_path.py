@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from conftest import PROVGRAPH, importing
 from depth import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+
+import provgraph
 
 STALE = 400
 """Derived files made stale: enough that the answer is larger than a pipe holds at once."""
@@ -231,6 +234,41 @@ def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path
         assert ONLY_FOR_OTHER_COMMANDS.isdisjoint(imported), ONLY_FOR_OTHER_COMMANDS & imported
     done, imported = importing(str(PROVGRAPH), "lineage", "--root", str(root), "facts.md")
     assert done.returncode == 0 and {"provgraph.queries", "provgraph.answers"} <= imported
+
+
+HANDLED_BY_USERS = {"FileLineage", *provgraph.__all__}
+"""The types a user handles (the package's names, and what ``Memory.lineage`` returns): they
+stay dataclasses.  Every other value is a ``NamedTuple`` or a plain class, which costs a
+tenth of a dataclass to create, and every full run creates them all."""
+
+_RECORDING_DATACLASSES = """
+import dataclasses, sys
+made = set()
+process = dataclasses._process_class
+def recording(cls, *args):
+    made.add(cls.__qualname__) if cls.__module__.startswith("provgraph") else None
+    return process(cls, *args)
+dataclasses._process_class = recording
+from provgraph.cli import cli
+first = cli("status", "--json", sys.argv[1])
+with open(sys.argv[1] + "/facts.md", "a") as facts:
+    facts.write("And coffee.\\n")
+changed = cli("status", "--json", sys.argv[1])
+print(first, changed, *sorted(made), file=sys.stderr)
+"""
+
+
+def test_a_full_run_makes_a_dataclass_only_of_a_type_users_handle(tmp_path: Path) -> None:
+    root = _folder(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _RECORDING_DATACLASSES, str(root)], capture_output=True, text=True, timeout=60
+    )
+    first, changed, *made = done.stderr.split()
+    assert (first, changed) == ("0", "0")
+    scanned, end = json.JSONDecoder().raw_decode(done.stdout)
+    assert json.loads(done.stdout[end:])["counts"]["stale"] == STALE > scanned["counts"]["stale"]
+    assert "Report" in made  # the recording saw the classes being made
+    assert set(made) <= HANDLED_BY_USERS, set(made) - HANDLED_BY_USERS
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:

@@ -20,7 +20,6 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -119,7 +118,7 @@ def _kept(state_folder: Path, root: Path) -> tuple[object, ...]:
     watched = recall.conditions.watched, recall.conditions.listing, recall.conditions.walk_problems
     document = orjson.loads((state_folder / "cache.json").read_bytes())
     index = document["broken"], document["children"], document["edge_batches"] is None
-    return replace(state, scan_started_ns=0), last, lock.read_bytes() if lock.exists() else None, watched, index
+    return state._replace(scan_started_ns=0), last, lock.read_bytes() if lock.exists() else None, watched, index
 
 
 @settings(max_examples=examples(40), deadline=None)

@@ -621,11 +621,11 @@ def test_saved_state_loads_back_equal_and_gives_the_same_report(scenario):
         with store.locked():
             loaded, last = store.load(), store.last_report()
         # the date of a stored result is not kept: a reused result gets the date of its refresh
-        assert loaded == replace(saved[-1], report=None)
+        assert loaded == saved[-1]._replace(report=None)
         assert last == replace(report, scanned_at=EPOCH)
         copy = StateStore(folder.root, folder.root.parent / "copy")
         with copy.locked():
-            copy.save(replace(loaded, report=last))
+            copy.save(loaded._replace(report=last))
             assert copy.load() == loaded
             assert copy.last_report() == last
         assert Memory(folder.root).refresh(now=T0 + DAY) == report
