@@ -28,12 +28,9 @@ from .model import (
     Cause,
     Edge,
     EdgeStatus,
-    Explanation,
-    FileLineage,
     FileMeta,
     NodeStatus,
     Problem,
-    Relative,
     Report,
     SourceState,
     StaleEntry,
@@ -48,7 +45,18 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from . import incremental
+    from .explanations import Explanation, FileLineage, Relative
     from .scan import Rescan, Seen
+else:
+
+    def __getattr__(name: str) -> object:
+        """``Explanation``, still given here, made when first asked for (see ``explanations``)."""
+        if name == "Explanation":
+            from .explanations import Explanation
+
+            return Explanation
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
@@ -182,6 +190,8 @@ class Memory:
 
         A query answers from the ``report`` it is given (``refresh()``'s) and never scans
         or writes the state itself: the one call that may rewrite it is ``refresh``."""
+        from .explanations import Explanation  # only ``why`` and ``lineage`` ask
+
         statuses = node_statuses(report.edges, report.stale)
         sources = tuple(edge for edge in report.edges if edge.derived == path)
         return Explanation(

@@ -219,7 +219,13 @@ def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) ->
     assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
 
 
-ONLY_FOR_OTHER_COMMANDS = {"provgraph.queries", "provgraph.answers", "provgraph.shell", "yaml"}
+ONLY_FOR_OTHER_COMMANDS = {
+    "provgraph.queries",
+    "provgraph.answers",
+    "provgraph.explanations",
+    "provgraph.shell",
+    "yaml",
+}
 """What ``why``, ``lineage``, ``stamp`` and the hooks need, and a refresh of a folder whose
 declarations read without YAML never does."""
 
