@@ -340,11 +340,15 @@ class Memory:
             return None  # a damaged row: the full scan reads the cache again and sets it aside
         if found is None:
             return None
-        patch, updates, lock = found
+        from .incremental import still_racy
+
+        patch, updates, lock, changed = found
         state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
         canonical = previous.lock.canonical or lock is not None
+        racy = still_racy(changed, listing, started_ns - RACY_WINDOW_NS)
+        record = files[1]._replace(racy=racy)
         try:
-            conditions = self._store.save_patched(state, previous, updates, lock, listing, files[1], canonical, patch)
+            conditions = self._store.save_patched(state, previous, updates, lock, listing, record, canonical, patch)
         except Corrupt:
             return None  # a damaged index of the cache's batches, met before anything was written
         return _with_hints(patch.report, listing), conditions
@@ -355,15 +359,16 @@ class Memory:
         listing: dict[str, FileMeta],
         files: tuple[list[str], incremental.MemoryFiles],
         now: datetime,
-    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None] | None:
-        """The patch, the rows that changed (None: dropped) and the lock's next bytes (None:
-        unchanged); ``files`` are the listing's paths sorted and their record (``memory_files``)."""
+    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None, set[str]] | None:
+        """The patch, the rows that changed (None: dropped), the lock's next bytes (None:
+        unchanged) and the files read again; ``files`` are the listing's paths sorted and
+        their record (``memory_files``)."""
         from . import incremental
         from .scan import Rescan
 
         racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
         paths, listed = files
-        changed = incremental.changed_files(previous.memory_files, listed, paths, racy_from_ns)
+        changed = incremental.changed_files(previous.memory_files, listed, paths)
         if changed is None:
             return None
         others = previous.others
@@ -388,7 +393,7 @@ class Memory:
         for path in others:
             if path not in patch.children or (path in changed and path not in rescan.seen):
                 updates[path] = None  # no longer a source, or gone
-        return patch, updates, lock
+        return patch, updates, lock, changed
 
     def _unchanged(
         self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import binascii
 import struct
-from array import array
 from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from datetime import datetime
 from itertools import compress, repeat
@@ -73,14 +72,18 @@ class MemoryFiles(NamedTuple):
 
     paths: str
     """The sha256 of the paths, in order (joined as ``nochange.joined_paths`` joins them)."""
-    metas: bytes
-    """Empty in the record read back from the cache, which is compared by its ``text``."""
     listing_key: str
     """``nochange.listing_key`` of the same files, from the same bytes."""
     text: str
-    """``metas`` in base64, as the cache writes them: the last scan's and the current ones
+    """Their metadata packed, in base64, as the cache writes it: the last scan's and the current ones
     are compared as text, and only a part that differs is decoded (decoding a large
     folder's whole record cost more than the rest of the comparison)."""
+    racy: tuple[str, ...] = ()
+    """The files, sorted, whose mtime or ctime is at or after the racy mark of the scan that
+    recorded them (``RACY_WINDOW_NS`` before its start): the next refresh reads them again
+    even with the same metadata.  A file not named here had, with the metadata recorded,
+    times before that mark, so it is racy at no later scan while its metadata stays: the
+    next refresh need not look at every file's times again."""
 
 
 _META = struct.Struct("4q")
@@ -233,18 +236,33 @@ def _records(derived: str, derivation: Derivation) -> list[Record]:
     return [Record(derived, source, stamp, derivation.derived_at) for source, stamp in derivation.stamps.items()]
 
 
-def changed_files(before: MemoryFiles, now: MemoryFiles, paths: Sequence[str], racy_from_ns: int) -> set[str] | None:
+def changed_files(before: MemoryFiles, now: MemoryFiles, paths: Sequence[str]) -> set[str] | None:
     """The memory files (``paths``, those of ``now``) whose metadata moved since ``before``
     or that are racy (written too close to the last scan for their metadata to vouch for
-    them); None when the memory files are not the ones of ``before``."""
+    them: ``before.racy``); None when the memory files are not the ones of ``before``."""
     if before.paths != now.paths or len(before.text) != len(now.text):
         return None
     changed = {paths[index] for index in _differing(before.text, now.text)}
-    numbers = array("q", now.metas)
-    for times in (numbers[1::4], numbers[2::4]):  # every mtime_ns, every ctime_ns
-        if times and max(times) >= racy_from_ns:
-            changed.update(compress(paths, map(ge, times, repeat(racy_from_ns))))  # a loop in C
+    changed.update(before.racy)
     return changed
+
+
+def racy_files(paths: Sequence[str], numbers: Sequence[int], racy_from_ns: int) -> tuple[str, ...]:
+    """Those of ``paths`` whose mtime or ctime (``numbers``, four a file as ``MemoryFiles``
+    packs them) is at or after ``racy_from_ns``, in order: loops in C, and only when one is."""
+    mtimes, ctimes = numbers[1::4], numbers[2::4]
+    if not mtimes or max(max(mtimes), max(ctimes)) < racy_from_ns:
+        return ()
+    return tuple(compress(paths, map(ge, map(max, mtimes, ctimes), repeat(racy_from_ns))))
+
+
+def still_racy(read: Collection[str], listing: Mapping[str, FileMeta], racy_from_ns: int) -> tuple[str, ...]:
+    """``racy_files`` of a listing whose files a patch ``read`` again where ``changed_files``
+    said so (every file whose metadata moved, every racy one): any other file has the
+    metadata of the last record, whose times were before the last racy mark, and the marks
+    only move on."""
+    candidates = listing.keys() & read
+    return tuple(sorted(path for path in candidates if max(listing[path][1:3]) >= racy_from_ns))
 
 
 def _differing(before: str, now: str) -> Iterator[int]:

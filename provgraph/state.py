@@ -72,12 +72,13 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
-from .incremental import LockLines, MemoryFiles, Patch, Previous
+from .incremental import LockLines, MemoryFiles, Patch, Previous, racy_files
 from .lineage import children_of, propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
 from .model import Edge, EdgeStatus, FileMeta, Frozen, Problem, ProblemKind, Report, broken_edges, column
 from .nochange import (
+    RACY_WINDOW_NS,
     Conditions,
     LockSeal,
     decode_watched,
@@ -724,7 +725,7 @@ class StateStore:
             seal = self._seal(folders, data)
         self._tx.as_locked = None
         read = _memory_files_read(state.seen)
-        per_file = _per_file(state.seen, read)
+        per_file = _per_file(state.seen, read, state.scan_started_ns - RACY_WINDOW_NS)
         conditions = _conditions(state, seal, per_file.memory, read)
         canonical = as_locked is None or state.derivations != as_locked
         lineage = _lineage_of(state.report, read, children)
@@ -820,12 +821,16 @@ class StateStore:
             raise StateError(where, _cannot(what, where, error)) from error
 
 
-def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFiles] | None:
+def memory_files(
+    listing: Mapping[str, FileMeta], racy_from_ns: int | None = None
+) -> tuple[list[str], MemoryFiles] | None:
     """The paths of ``listing`` sorted, and their record for the next cache
     (``incremental.MemoryFiles``); None when a number does not fit in 64 bits.  The files
     are sorted and their numbers gathered once, for that record (packed, four 64-bit
-    numbers a file, and that in base64 as the cache writes it) and for the no-change rule's
-    ``listing_key`` (the sha256 of ``numbers_bytes`` of these very numbers)."""
+    numbers a file, and that in base64 as the cache writes it), for the no-change rule's
+    ``listing_key`` (the sha256 of ``numbers_bytes`` of these very numbers), and, given the
+    racy mark of the scan that records them, for the files racy at the next scan (a patch
+    finds those among the few files it reads: ``incremental.still_racy``)."""
     paths = sorted(listing)
     numbers = list(chain.from_iterable(_values_in_order(listing, paths)))
     try:
@@ -834,7 +839,8 @@ def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFile
         return None
     names, text = joined_paths(paths), binascii.b2a_base64(packed, newline=False).decode()
     key = _numbers_digest(len(paths), names, numbers)
-    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, key, text)
+    racy = () if racy_from_ns is None else racy_files(paths, numbers, racy_from_ns)
+    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), key, text, racy)
 
 
 def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Iterable[FileMeta]:
@@ -999,10 +1005,11 @@ def _memory_files_read(seen: Mapping[str, Seen]) -> dict[str, FileMeta]:
     return {path: row.meta for path, row in seen.items() if row.declaration is not None}
 
 
-def _per_file(seen: Mapping[str, Seen], read: Mapping[str, FileMeta]) -> _PerFile:
-    """The per-file part of a full scan's cache, ``read`` its memory files (``_memory_files_read``)."""
+def _per_file(seen: Mapping[str, Seen], read: Mapping[str, FileMeta], racy_from_ns: int) -> _PerFile:
+    """The per-file part of a full scan's cache, ``read`` its memory files (``_memory_files_read``),
+    ``racy_from_ns`` the racy mark of the next scan."""
     rows, firsts = encode_seen(seen)
-    found = memory_files(read)
+    found = memory_files(read, racy_from_ns)
     others = sorted(seen.keys() - read.keys()) if len(read) < len(seen) else []
     return _PerFile(rows, firsts, None if found is None else found[1], others)
 
@@ -1049,18 +1056,17 @@ def _entries(
     yield "index_check", checksum.value
 
 
-def _encode_memory_files(files: MemoryFiles | None) -> list[str] | None:
+def _encode_memory_files(files: MemoryFiles | None) -> list[object] | None:
     if files is None:
         return None
-    return [files.paths, files.text]
+    return [files.paths, files.text, files.racy]
 
 
 def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
     """Raises ``Corrupt`` for None (a number did not fit): such a cache is not patched."""
-    if not isinstance(data, list) or len(data) != 2:
+    if not isinstance(data, list) or len(data) != 3 or not isinstance(data[2], list):
         raise _Corrupt("the memory files' metadata is not what provgraph writes")
-    paths, metas = map(_text, data)
-    return MemoryFiles(paths, b"", _text(listing_key), metas)
+    return MemoryFiles(_text(data[0]), _text(listing_key), _text(data[1]), tuple(map(_text, data[2])))
 
 
 def _conditions(

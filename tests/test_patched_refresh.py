@@ -249,8 +249,14 @@ _VERSION_2 = ("children", "edge_batches", "edge_sizes", "broken", "children_batc
 
 @pytest.mark.parametrize(
     "removed, version",
-    [(_VERSION_2, 1), ((*_VERSION_2, "row_batches", "memory_files", "others"), 1), ((), 1), (_VERSION_2[1:], 2)],
-    ids=["version 1", "version 1 before patches", "version 1 numbered", "version 2 without its index"],
+    [
+        (_VERSION_2, 1),
+        ((*_VERSION_2, "row_batches", "memory_files", "others"), 1),
+        ((), 1),
+        (_VERSION_2[1:], 2),
+        ((), 2),
+    ],
+    ids=["version 1", "version 1 before patches", "version 1 numbered", "version 2 without its index", "version 2"],
 )
 def test_a_cache_of_an_earlier_layout_is_read_by_a_full_scan_then_patched(
     tmp_path: Path, removed: tuple[str, ...], version: int, logged
@@ -340,15 +346,48 @@ def test_a_refresh_reads_again_exactly_the_files_whose_metadata_moved_or_that_ar
         f"f{index:02d}.md": FileMeta(1 + moved, mtime, ctime, index)
         for index, (mtime, ctime, moved) in enumerate(files)
     }
-    old, new = memory_files(before), memory_files(now)
+    old, new = memory_files(before, racy_from_ns), memory_files(now)
     assert old is not None and new is not None
-    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], racy_from_ns)
+    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0])
     expected = {
         path
         for path, (mtime, ctime, moved) in zip(before, files, strict=True)
         if moved or mtime >= racy_from_ns or ctime >= racy_from_ns
     }
     assert changed == expected
+
+
+@given(
+    st.lists(st.tuples(_TIMES, _TIMES), min_size=1, max_size=12),
+    st.dictionaries(st.integers(0, 11), st.tuples(_TIMES, _TIMES), max_size=12),
+    _TIMES,
+    st.integers(0, 3),
+)
+def test_the_files_racy_at_the_next_scan_are_found_among_the_few_a_patch_reads(
+    files: list[tuple[int, int]], written: dict[int, tuple[int, int]], racy_from_ns: int, later: int
+) -> None:
+    """A patch looks at the times of the files it read again (those whose metadata moved,
+    and those the last record named racy), no other, and finds the same files racy at the
+    next scan as a look at every file's times: a file whose metadata did not move had its
+    times before the last mark."""
+    paths = [f"f{index:02d}.md" for index in range(len(files))]
+    before = {
+        path: FileMeta(1, mtime, ctime, index)
+        for index, (path, (mtime, ctime)) in enumerate(zip(paths, files, strict=True))
+    }
+    now = dict(before)
+    for index, (mtime, ctime) in written.items():
+        if index < len(paths):
+            now[paths[index]] = FileMeta(2, mtime, ctime, index)
+    old, new = memory_files(before, racy_from_ns), memory_files(now, racy_from_ns + later)
+    assert old is not None and new is not None
+    read = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0])
+    assert read is not None
+    found = provgraph.incremental.still_racy(read, now, racy_from_ns + later)
+    assert found == new[1].racy
+    assert set(found) == {
+        path for path, meta in now.items() if max(meta.mtime_ns, meta.ctime_ns) >= racy_from_ns + later
+    }
 
 
 def _read_back(files: provgraph.incremental.MemoryFiles) -> provgraph.incremental.MemoryFiles:
@@ -365,9 +404,9 @@ def test_in_a_large_folder_the_files_read_again_are_found_across_every_compared_
     metadata moved is found wherever it falls, first or last of a part, or in the last one."""
     before = {f"f{index:03d}.md": FileMeta(1, 0, 0, index) for index in range(count)}
     now = {path: meta._replace(size=2) if index in moved else meta for index, (path, meta) in enumerate(before.items())}
-    old, new = memory_files(before), memory_files(now)
+    old, new = memory_files(before, 1), memory_files(now)
     assert old is not None and new is not None
-    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], 1)
+    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0])
     assert changed == {f"f{index:03d}.md" for index in moved if index < count}
 
 
