@@ -331,8 +331,8 @@ class Memory:
         they touch compared with their stamps.  None when the change is not one it
         handles (files added or removed, a refused source, ...): the full scan answers."""
         files = memory_files(listing)  # before the cache is read: the two need not coexist
-        previous = None if files is None else self._store.previous(self._settings, walk_problems)
-        if files is None or previous is None:
+        previous = self._store.previous(self._settings, walk_problems)
+        if previous is None:
             return None
         try:
             found = self._patch(previous, listing, files, now)
@@ -368,7 +368,7 @@ class Memory:
 
         racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
         paths, listed = files
-        changed = incremental.changed_files(previous.memory_files, listed, paths)
+        changed = incremental.changed_files(previous.memory_files, listed, paths, listing, previous.rows)
         if changed is None:
             return None
         others = previous.others

@@ -77,8 +77,8 @@ VERSION = 3
 """Version 2 adds what a refresh after a small change needs to leave the last result's
 edges unread (``StoredEdges``): batches of edges that never split one file's, their
 index, the broken edges, what derives from each file, and a checksum of those parts.
-Version 3 adds to the memory files' record the files racy at the next scan
-(``incremental.MemoryFiles.racy``)."""
+Version 3 records the memory files' metadata as a digest for each part of them, no longer
+packed whole, and the files racy at the next scan (``incremental.MemoryFiles``)."""
 READABLE = (1, 2, 3)
 """The versions a full scan reads (an earlier cache is as good for it); only ``VERSION``
 is patched."""

@@ -18,14 +18,13 @@ starts afresh.
 
 from __future__ import annotations
 
-import binascii
 import contextlib
 import errno
 import hashlib
+import marshal
 import os
 import stat
 import threading
-from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import cached_property, partial
@@ -72,7 +71,7 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
-from .incremental import LockLines, MemoryFiles, Patch, Previous, racy_files
+from .incremental import FILES_PER_PART, LockLines, MemoryFiles, Patch, Previous, racy_files
 from .lineage import children_of, propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
@@ -747,7 +746,7 @@ class StateStore:
         updates: Mapping[str, Seen | None],
         lock: bytes | None,
         listing: Mapping[str, FileMeta],
-        files: MemoryFiles | None,
+        files: MemoryFiles,
         lock_canonical: bool,
         patch: Patch,
     ) -> Conditions:
@@ -781,8 +780,7 @@ class StateStore:
         missing = (edge.source for edge in broken if edge.status is EdgeStatus.MISSING)
         watched = watched_sources(chain(others, missing), listing, {}, stats)  # every source outside the listing
         problems = tuple(problem.row for problem in state.walk_problems)
-        key = listing_key(listing) if files is None else files.listing_key
-        conditions = Conditions(seal, state.scan_started_ns, problems, key, watched, state.settings)
+        conditions = Conditions(seal, state.scan_started_ns, problems, files.listing_key, watched, state.settings)
         per_file = _PerFile(table, firsts, files, sorted(others))
         assert isinstance(patch.batches, EdgeBatches), "as ``StoredEdges.replaced`` made them"
         lineage = _Lineage(patch.batches.batches, broken, *children, patchable=True)
@@ -821,26 +819,18 @@ class StateStore:
             raise StateError(where, _cannot(what, where, error)) from error
 
 
-def memory_files(
-    listing: Mapping[str, FileMeta], racy_from_ns: int | None = None
-) -> tuple[list[str], MemoryFiles] | None:
+def memory_files(listing: Mapping[str, FileMeta], racy_from_ns: int | None = None) -> tuple[list[str], MemoryFiles]:
     """The paths of ``listing`` sorted, and their record for the next cache
-    (``incremental.MemoryFiles``); None when a number does not fit in 64 bits.  The files
-    are sorted and their numbers gathered once, for that record (packed, four 64-bit
-    numbers a file, and that in base64 as the cache writes it), for the no-change rule's
-    ``listing_key`` (the sha256 of ``numbers_bytes`` of these very numbers), and, given the
-    racy mark of the scan that records them, for the files racy at the next scan (a patch
-    finds those among the few files it reads: ``incremental.still_racy``)."""
+    (``incremental.MemoryFiles``).  The files are sorted and their numbers gathered once,
+    for that record, for the no-change rule's ``listing_key`` (the sha256 of
+    ``numbers_bytes`` of these very numbers), and, given the racy mark of the scan that
+    records them, for the files racy at the next scan (a patch finds those among the few
+    files it reads: ``incremental.still_racy``)."""
     paths = sorted(listing)
     numbers = list(chain.from_iterable(_values_in_order(listing, paths)))
-    try:
-        packed = array("q", numbers).tobytes()
-    except OverflowError:
-        return None
-    names, text = joined_paths(paths), binascii.b2a_base64(packed, newline=False).decode()
-    key = _numbers_digest(len(paths), names, numbers)
+    names, key, parts = _digests(len(paths), joined_paths(paths), numbers)
     racy = () if racy_from_ns is None else racy_files(paths, numbers, racy_from_ns)
-    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), key, text, racy)
+    return paths, MemoryFiles(names, key, parts, racy)
 
 
 def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Iterable[FileMeta]:
@@ -852,14 +842,26 @@ def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Itera
     return values
 
 
-def _numbers_digest(count: int, names: bytes, numbers: list[int]) -> str:
-    """The sha256 of ``nochange.numbers_bytes`` of these paths and numbers, fed in its parts:
-    a large folder's paths are joined and encoded once, for both digests, and its listing
-    is never copied into one buffer."""
-    digest = hashlib.sha256()
-    for part in listing_parts(count, names, numbers):
-        digest.update(part)
-    return digest.hexdigest()
+def _digests(count: int, names: bytes, numbers: list[int]) -> tuple[str, str, tuple[str, ...]]:
+    """The sha256 of the count and the paths, of the whole (``nochange.listing_key``), and
+    of each part's numbers (``MemoryFiles``), from one pass over ``nochange.numbers_bytes``
+    of these paths and numbers, fed in its pieces: ``marshal`` writes a list as its length,
+    then each item on its own, so the items of the parts written one after the other are
+    those of the whole list, which is never written whole (nor a large folder's listing
+    copied into one buffer)."""
+    head, _, separator, empty = listing_parts(count, names, [])
+    digest = hashlib.sha256(head)
+    digest.update(names)
+    paths = digest.hexdigest()  # and the digest goes on
+    digest.update(separator)
+    digest.update(empty[:1] + len(numbers).to_bytes(4, "little"))  # the list's type and length
+    parts = []
+    step = FILES_PER_PART * 4
+    for start in range(0, len(numbers), step):
+        items = marshal.dumps(numbers[start : start + step], 2)[len(empty) :]
+        digest.update(items)
+        parts.append(hashlib.sha256(items).hexdigest())
+    return paths, digest.hexdigest(), tuple(parts)
 
 
 def _others_after(
@@ -988,13 +990,13 @@ def _cannot(what: str, path: str, error: OSError) -> str:
 
 class _PerFile(NamedTuple):
     """The cache's per-file part: the rows (sorted by path, in batches), the first path of
-    each batch, the memory files' paths and metadata as bytes (``incremental.MemoryFiles``;
-    None when a number does not fit), and the files the rows hold that are not memory files.
+    each batch, the digests of the memory files' paths and metadata (``incremental.MemoryFiles``),
+    and the files the rows hold that are not memory files.
     A ``NamedTuple``, not a dataclass: ~0.5 ms less to create on every full run."""
 
     rows: Chunks
     firsts: list[str]
-    memory: MemoryFiles | None
+    memory: MemoryFiles
     others: list[str]
 
 
@@ -1011,7 +1013,7 @@ def _per_file(seen: Mapping[str, Seen], read: Mapping[str, FileMeta], racy_from_
     rows, firsts = encode_seen(seen)
     found = memory_files(read, racy_from_ns)
     others = sorted(seen.keys() - read.keys()) if len(read) < len(seen) else []
-    return _PerFile(rows, firsts, None if found is None else found[1], others)
+    return _PerFile(rows, firsts, found[1], others)
 
 
 def _entries(
@@ -1056,25 +1058,21 @@ def _entries(
     yield "index_check", checksum.value
 
 
-def _encode_memory_files(files: MemoryFiles | None) -> list[object] | None:
-    if files is None:
-        return None
-    return [files.paths, files.text, files.racy]
+def _encode_memory_files(files: MemoryFiles) -> list[object]:
+    return [files.paths, files.parts, files.racy]
 
 
 def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
-    """Raises ``Corrupt`` for None (a number did not fit): such a cache is not patched."""
-    if not isinstance(data, list) or len(data) != 3 or not isinstance(data[2], list):
+    """Raises ``Corrupt`` for anything else (an earlier version's None)."""
+    if not isinstance(data, list) or len(data) != 3 or not all(isinstance(item, list) for item in data[1:]):
         raise _Corrupt("the memory files' metadata is not what provgraph writes")
-    return MemoryFiles(_text(data[0]), _text(listing_key), _text(data[1]), tuple(map(_text, data[2])))
+    return MemoryFiles(_text(data[0]), _text(listing_key), tuple(map(_text, data[1])), tuple(map(_text, data[2])))
 
 
-def _conditions(
-    state: State, seal: LockSeal | None, memory: MemoryFiles | None, read: Mapping[str, FileMeta]
-) -> Conditions:
+def _conditions(state: State, seal: LockSeal | None, memory: MemoryFiles, read: Mapping[str, FileMeta]) -> Conditions:
     """The no-change check's part, derived from the rest: the memory files read at the
     last full scan are the ones seen with a declaration (``read``; ``memory``, their
-    record, when their numbers fit); the sources outside them are the report's and the
+    record); the sources outside them are the report's and the
     refused ones (``nochange.watched_sources``)."""
     watched = watched_sources(
         column(state.report.edges, "source") if state.report is not None else (),
@@ -1083,8 +1081,7 @@ def _conditions(
         {path: seen.meta for path, seen in state.seen.items() if seen.declaration is None},  # those not ``read``
     )
     rows = tuple(problem.row for problem in state.walk_problems)
-    key = listing_key(read) if memory is None else memory.listing_key
-    return Conditions(seal, state.scan_started_ns, rows, key, watched, state.settings)
+    return Conditions(seal, state.scan_started_ns, rows, memory.listing_key, watched, state.settings)
 
 
 def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:

@@ -308,7 +308,8 @@ def test_the_memory_files_are_recorded_with_the_no_change_rules_listing_key(tmp_
     paths, files = found
     assert paths == sorted(listing)
     assert files.listing_key == listing_key(listing)
-    assert memory_files({**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}) is None
+    huge = {**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}  # more than 64 bits: recorded all the same
+    assert memory_files(huge)[1].listing_key == listing_key(huge)
 
 
 _WORDS = st.text(st.characters(blacklist_characters="\0/"), min_size=1, max_size=6)
@@ -348,7 +349,7 @@ def test_a_refresh_reads_again_exactly_the_files_whose_metadata_moved_or_that_ar
     }
     old, new = memory_files(before, racy_from_ns), memory_files(now)
     assert old is not None and new is not None
-    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0])
+    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], now, _rows(before))
     expected = {
         path
         for path, (mtime, ctime, moved) in zip(before, files, strict=True)
@@ -381,13 +382,18 @@ def test_the_files_racy_at_the_next_scan_are_found_among_the_few_a_patch_reads(
             now[paths[index]] = FileMeta(2, mtime, ctime, index)
     old, new = memory_files(before, racy_from_ns), memory_files(now, racy_from_ns + later)
     assert old is not None and new is not None
-    read = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0])
+    read = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], now, _rows(before))
     assert read is not None
     found = provgraph.incremental.still_racy(read, now, racy_from_ns + later)
     assert found == new[1].racy
     assert set(found) == {
         path for path, meta in now.items() if max(meta.mtime_ns, meta.ctime_ns) >= racy_from_ns + later
     }
+
+
+def _rows(listing: dict[str, FileMeta]) -> dict[str, list[object]]:
+    """The rows a scan of ``listing`` writes, as far as a refresh compares them (metadata first)."""
+    return {path: [*meta, None, None] for path, meta in listing.items()}
 
 
 def _read_back(files: provgraph.incremental.MemoryFiles) -> provgraph.incremental.MemoryFiles:
@@ -400,14 +406,16 @@ def _read_back(files: provgraph.incremental.MemoryFiles) -> provgraph.incrementa
 def test_in_a_large_folder_the_files_read_again_are_found_across_every_compared_chunk(
     count: int, moved: set[int]
 ) -> None:
-    """The records are compared a part at a time (the text of 96 files): a file whose
-    metadata moved is found wherever it falls, first or last of a part, or in the last one."""
+    """The records are compared a part at a time (a digest of 64 files' metadata), and the
+    files of a part that differs against their rows: a file whose metadata moved is found
+    wherever it falls, first or last of a part, or in the last one, and no other."""
     before = {f"f{index:03d}.md": FileMeta(1, 0, 0, index) for index in range(count)}
     now = {path: meta._replace(size=2) if index in moved else meta for index, (path, meta) in enumerate(before.items())}
     old, new = memory_files(before, 1), memory_files(now)
     assert old is not None and new is not None
-    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0])
+    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], now, _rows(before))
     assert changed == {f"f{index:03d}.md" for index in moved if index < count}
+    assert new[1].listing_key == listing_key(now)  # the numbers of many parts, digested as one
 
 
 _PAYLOADS = st.lists(st.binary(min_size=1, max_size=6).filter(lambda data: b",\n" not in data), max_size=6)
