@@ -19,12 +19,24 @@ import math
 from binascii import crc32
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .lockfile import encode_rows
-from .model import EDGE_COLUMNS, Edge, EdgeStatus, EdgeTable, FileMeta, Problem, ProblemKind, Report, Stamp, column
+from .model import (
+    EDGE_COLUMNS,
+    Edge,
+    EdgeStatus,
+    EdgeTable,
+    FileMeta,
+    NamedTuple,
+    Problem,
+    ProblemKind,
+    Report,
+    Stamp,
+    column,
+)
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
     from .declarations import Declaration

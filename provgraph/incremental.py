@@ -20,7 +20,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from datetime import datetime
 from itertools import compress, repeat
 from operator import ge
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -32,6 +32,7 @@ from .model import (
     EdgeTable,
     FileMeta,
     KnownEdges,
+    NamedTuple,
     Problem,
     Report,
     Snapshot,

@@ -4,19 +4,21 @@ Everything here is plain data.  What users handle (``Report``, ``Edge``, ``Cause
 are frozen dataclasses; the values only the stages pass each other are ``NamedTuple``s
 or ``Frozen`` classes, because every full run creates each of these classes, and a
 dataclass costs half a millisecond to create where a ``NamedTuple`` costs a quarter of
-that or less.  The pipeline stages (scan, declarations, stamps, lineage, render) pass
+that or less (less again on this module's own ``NamedTuple`` base, which skips the check
+of each annotation).  The pipeline stages (scan, declarations, stamps, lineage, render) pass
 these values to each other; nothing in this module touches the disk or the clock.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, repeat
 from operator import attrgetter, is_not
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 __all__ = [
     "EDGE_COLUMNS",
@@ -29,6 +31,7 @@ __all__ = [
     "FileMeta",
     "Frozen",
     "KnownEdges",
+    "NamedTuple",
     "NodeStatus",
     "Problem",
     "ProblemKind",
@@ -45,8 +48,31 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from typing import NamedTuple
+
     from .explanations import Explanation, FileLineage, Relative
 else:
+
+    class _NamedTupleType(type):
+        """Makes of a class body what ``typing.NamedTuple`` makes of it (a ``namedtuple`` with
+        the body's defaults, methods, properties and docstring), without checking each
+        annotation: ``typing`` compiles every annotation written as text (all of them, under
+        ``from __future__ import annotations``), about 15 µs each, and a full run creates some
+        eighty.  Type checkers see ``typing.NamedTuple`` itself, and check what it checks."""
+
+        def __new__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> type:
+            if not bases:
+                return super().__new__(cls, name, bases, namespace)
+            fields = namespace.get("__annotations__", {})
+            defaults = [namespace[field] for field in fields if field in namespace]
+            made = namedtuple(name, fields, defaults=defaults, module=namespace["__module__"])
+            for key, value in namespace.items():
+                if key not in fields and key not in ("__module__", "__qualname__"):
+                    setattr(made, key, value)
+            return made
+
+    class NamedTuple(metaclass=_NamedTupleType):
+        """The base of provgraph's named tuples, ``class Stamp(NamedTuple)`` as with ``typing``'s."""
 
     def __getattr__(name: str) -> object:
         """``Explanation``, ``Relative`` and ``FileLineage``, made when first asked for (PEP 562):

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -75,7 +75,7 @@ from .incremental import FILES_PER_PART, LockLines, MemoryFiles, Patch, Previous
 from .lineage import children_of, propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
-from .model import Edge, EdgeStatus, FileMeta, Frozen, Problem, ProblemKind, Report, broken_edges, column
+from .model import Edge, EdgeStatus, FileMeta, Frozen, NamedTuple, Problem, ProblemKind, Report, broken_edges, column
 from .nochange import (
     RACY_WINDOW_NS,
     Conditions,
