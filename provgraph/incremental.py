@@ -138,22 +138,38 @@ class Previous(NamedTuple):
     lock: LockLines
 
 
+class LockData(Protocol):
+    """The lock's bytes as ``LockLines`` reads them: ``bytes``, or the open file read where
+    it is looked at (``state``), so that a lock of megabytes is not read whole for the few
+    lines a change reaches.  ``find`` and ``rfind`` look for one byte."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, where: slice, /) -> bytes: ...
+
+    def find(self, byte: bytes, start: int, /) -> int: ...
+
+    def rfind(self, byte: bytes, start: int, end: int, /) -> int: ...
+
+    def startswith(self, prefix: bytes, start: int = 0, /) -> bool: ...
+
+
 class LockLines:
     """The lock's lines as provgraph writes them (header, then one sorted line per edge),
     kept as the bytes read: a derived file's lines are found by the beginning they share
     (a binary search over the bytes), decoded only for the files a change reaches, and
     the others are written back as they were."""
 
-    def __init__(self, data: bytes, canonical: bool) -> None:
+    def __init__(self, data: LockData, canonical: bool) -> None:
         self.data = data
         self.canonical = canonical
         """Whether the lines are known to be exactly what ``encode_lock`` makes of their
         stamps; else they are checked before any line is replaced."""
 
     @classmethod
-    def of(cls, data: bytes, canonical: bool) -> LockLines | None:
+    def of(cls, data: LockData, canonical: bool) -> LockLines | None:
         """None when ``data`` is not one header then whole lines."""
-        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and not data.endswith(b"\n")):
+        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and data[len(data) - 1 :] != b"\n"):
             return None
         return cls(data, canonical)
 

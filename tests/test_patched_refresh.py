@@ -691,3 +691,55 @@ def test_the_tail_of_the_cache_is_found_however_the_file_is_read_in_chunks(data:
     at = data.rfind(mark)
     assert found == (at, data[at:])
     assert missing is None
+
+
+_LOCK_PATHS = st.lists(
+    st.sampled_from(["a.md", "b.md", "b/c.md", "d é.md", "e.md"]), min_size=1, max_size=3, unique=True
+)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a.md", "b.md", "b/c.md", "d é.md"]),
+        st.dictionaries(
+            st.sampled_from(["s.md", "t.md", "u/v.md"]),
+            st.sampled_from(["a" * 64, "b" * 64, ""]),
+            min_size=1,
+            max_size=3,
+        ),
+        max_size=4,
+    ),
+    _LOCK_PATHS,
+    st.sampled_from((1, 2, 7, 64, 4096)),
+)
+def test_a_lock_read_where_a_patch_looks_gives_what_its_bytes_give(
+    table: dict[str, dict[str, str]], asked: list[str], block: int
+) -> None:
+    """A patch reads the lock's lines from the open file a block at a time, where its binary
+    search looks: the stamps, the lines it replaces and the lock it writes are those the
+    whole bytes give, whatever the size of the blocks."""
+    derivations = {
+        derived: stamps.Derivation(None, {source: model.Stamp(sha or None, 1.5) for source, sha in sources.items()})
+        for derived, sources in table.items()
+    }
+    data = codec.lock_bytes(derivations, True)
+    assert data is not None
+    updated = {path: stamps.Derivation("2026-11-10", {"s.md": model.Stamp("f" * 64, 2.0)}) for path in asked[:1]}
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(provgraph.state, "_LOCK_BLOCK", block)
+        Path(folder, "lock").write_bytes(data)
+        descriptor = os.open(Path(folder, "lock"), os.O_RDONLY)
+        try:
+            paged = provgraph.incremental.LockLines.of(provgraph.state._PagedLock(descriptor, len(data)), False)
+            whole = provgraph.incremental.LockLines.of(data, False)
+            assert paged is not None and whole is not None
+            assert [paged.has(path) for path in asked] == [whole.has(path) for path in asked]
+            assert (
+                paged.derivations(asked)
+                == whole.derivations(asked)
+                == {path: derivations[path] for path in asked if path in derivations}
+            )
+            assert paged.replaced(asked, updated) == whole.replaced(asked, updated) is not None
+        finally:
+            os.close(descriptor)
