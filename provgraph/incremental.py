@@ -156,9 +156,10 @@ class LockData(Protocol):
 
 class LockLines:
     """The lock's lines as provgraph writes them (header, then one sorted line per edge),
-    kept as the bytes read: a derived file's lines are found by the beginning they share
-    (a binary search over the bytes), decoded only for the files a change reaches, and
-    the others are written back as they were."""
+    kept as the bytes read (or the open file, read where it is looked at): a derived
+    file's lines are found by the beginning they share (a binary search over the bytes),
+    decoded only for the files a change reaches, and the others are written back as they
+    were."""
 
     def __init__(self, data: LockData, canonical: bool) -> None:
         self.data = data
