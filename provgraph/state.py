@@ -581,6 +581,9 @@ class StateStore:
         else read whole."""
         if lock_read.hashed or self._tx.seal is None:
             return lock_read()
+        if self._tx.lock_file is not None:
+            os.close(self._tx.lock_file)
+            self._tx.lock_file = None
         try:
             descriptor = os.open(LOCK_NAME, _READ_FLAGS, dir_fd=folders.lock)
         except OSError:
