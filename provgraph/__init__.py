@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .api import Explanation, Memory, NotDerived, RootError, find_root
+    from .api import Memory, NotDerived, RootError, find_root
+    from .explanations import Explanation, Relative
     from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, ProblemKind, Report, StaleEntry
-    from .queries import Relative
     from .state import StateError
 
 __all__ = [
@@ -36,9 +36,9 @@ __all__ = [
 ]
 
 _HOMES = {
-    "api": ("Explanation", "Memory", "NotDerived", "RootError", "find_root"),
+    "api": ("Memory", "NotDerived", "RootError", "find_root"),
+    "explanations": ("Explanation", "Relative"),
     "model": ("Cause", "Edge", "EdgeStatus", "NodeStatus", "Problem", "ProblemKind", "Report", "StaleEntry"),
-    "queries": ("Relative",),
     "state": ("StateError",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}

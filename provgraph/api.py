@@ -28,12 +28,9 @@ from .model import (
     Cause,
     Edge,
     EdgeStatus,
-    Explanation,
-    FileLineage,
     FileMeta,
     NodeStatus,
     Problem,
-    Relative,
     Report,
     SourceState,
     StaleEntry,
@@ -48,7 +45,18 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from . import incremental
+    from .explanations import Explanation, FileLineage, Relative
     from .scan import Rescan, Seen
+else:
+
+    def __getattr__(name: str) -> object:
+        """``Explanation``, still given here, made when first asked for (see ``explanations``)."""
+        if name == "Explanation":
+            from .explanations import Explanation
+
+            return Explanation
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
@@ -182,6 +190,8 @@ class Memory:
 
         A query answers from the ``report`` it is given (``refresh()``'s) and never scans
         or writes the state itself: the one call that may rewrite it is ``refresh``."""
+        from .explanations import Explanation  # only ``why`` and ``lineage`` ask
+
         statuses = node_statuses(report.edges, report.stale)
         sources = tuple(edge for edge in report.edges if edge.derived == path)
         return Explanation(
@@ -321,8 +331,8 @@ class Memory:
         they touch compared with their stamps.  None when the change is not one it
         handles (files added or removed, a refused source, ...): the full scan answers."""
         files = memory_files(listing)  # before the cache is read: the two need not coexist
-        previous = None if files is None else self._store.previous(self._settings, walk_problems)
-        if files is None or previous is None:
+        previous = self._store.previous(self._settings, walk_problems)
+        if previous is None:
             return None
         try:
             found = self._patch(previous, listing, files, now)
@@ -330,11 +340,15 @@ class Memory:
             return None  # a damaged row: the full scan reads the cache again and sets it aside
         if found is None:
             return None
-        patch, updates, lock = found
+        from .incremental import still_racy
+
+        patch, updates, lock, changed = found
         state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
         canonical = previous.lock.canonical or lock is not None
+        racy = still_racy(changed, listing, started_ns - RACY_WINDOW_NS)
+        record = files[1]._replace(racy=racy)
         try:
-            conditions = self._store.save_patched(state, previous, updates, lock, listing, files[1], canonical, patch)
+            conditions = self._store.save_patched(state, previous, updates, lock, listing, record, canonical, patch)
         except Corrupt:
             return None  # a damaged index of the cache's batches, met before anything was written
         return _with_hints(patch.report, listing), conditions
@@ -345,15 +359,16 @@ class Memory:
         listing: dict[str, FileMeta],
         files: tuple[list[str], incremental.MemoryFiles],
         now: datetime,
-    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None] | None:
-        """The patch, the rows that changed (None: dropped) and the lock's next bytes (None:
-        unchanged); ``files`` are the listing's paths sorted and their record (``memory_files``)."""
+    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None, set[str]] | None:
+        """The patch, the rows that changed (None: dropped), the lock's next bytes (None:
+        unchanged) and the files read again; ``files`` are the listing's paths sorted and
+        their record (``memory_files``)."""
         from . import incremental
         from .scan import Rescan
 
         racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
         paths, listed = files
-        changed = incremental.changed_files(previous.memory_files, listed, paths, racy_from_ns)
+        changed = incremental.changed_files(previous.memory_files, listed, paths, listing, previous.rows)
         if changed is None:
             return None
         others = previous.others
@@ -378,7 +393,7 @@ class Memory:
         for path in others:
             if path not in patch.children or (path in changed and path not in rescan.seen):
                 updates[path] = None  # no longer a source, or gone
-        return patch, updates, lock
+        return patch, updates, lock, changed
 
     def _unchanged(
         self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]

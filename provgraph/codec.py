@@ -19,12 +19,24 @@ import math
 from binascii import crc32
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .lockfile import encode_rows
-from .model import EDGE_COLUMNS, Edge, EdgeStatus, EdgeTable, FileMeta, Problem, ProblemKind, Report, Stamp, column
+from .model import (
+    EDGE_COLUMNS,
+    Edge,
+    EdgeStatus,
+    EdgeTable,
+    FileMeta,
+    NamedTuple,
+    Problem,
+    ProblemKind,
+    Report,
+    Stamp,
+    column,
+)
 
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
     from .declarations import Declaration
@@ -73,11 +85,13 @@ __all__ = [
 ]
 
 FORMAT = "provgraph-cache"
-VERSION = 2
+VERSION = 3
 """Version 2 adds what a refresh after a small change needs to leave the last result's
 edges unread (``StoredEdges``): batches of edges that never split one file's, their
-index, the broken edges, what derives from each file, and a checksum of those parts."""
-READABLE = (1, 2)
+index, the broken edges, what derives from each file, and a checksum of those parts.
+Version 3 records the memory files' metadata as a digest for each part of them, no longer
+packed whole, and the files racy at the next scan (``incremental.MemoryFiles``)."""
+READABLE = (1, 2, 3)
 """The versions a full scan reads (an earlier cache is as good for it); only ``VERSION``
 is patched."""
 LEGACY_FORMAT = "provgraph-state"

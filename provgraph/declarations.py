@@ -31,9 +31,9 @@ import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from functools import cached_property
-from typing import AnyStr, NamedTuple
+from typing import AnyStr
 
-from .model import Frozen, Problem, ProblemKind
+from .model import Frozen, NamedTuple, Problem, ProblemKind
 
 __all__ = [
     "Declaration",

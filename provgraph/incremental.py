@@ -16,14 +16,11 @@ does a lock that is not exactly as provgraph writes it.
 
 from __future__ import annotations
 
-import binascii
-import struct
-from array import array
 from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from datetime import datetime
 from itertools import compress, repeat
 from operator import ge
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -35,6 +32,7 @@ from .model import (
     EdgeTable,
     FileMeta,
     KnownEdges,
+    NamedTuple,
     Problem,
     Report,
     Snapshot,
@@ -65,28 +63,30 @@ _HEADER = HEADER.encode()
 
 
 class MemoryFiles(NamedTuple):
-    """The memory files of a scan in path order, as values that compare as bytes: a digest
-    of their paths, and their metadata packed (four 64-bit numbers a file).  The cache
-    keeps those of the last scan, so a refresh finds the files whose metadata moved by
-    comparing bytes, without a row or a tuple for each of the files that did not.  A
+    """The memory files of a scan in path order, as digests that compare as text: of their
+    paths, and of their metadata a part of ``FILES_PER_PART`` files at a time.  The cache
+    keeps those of the last scan, so a refresh finds the parts where some file's metadata
+    moved by comparing a few short strings, and looks at the files of those parts only,
+    against their rows, without a tuple for each of the files that did not move.  A
     ``NamedTuple``, not a dataclass: ~0.5 ms less to create on every full run."""
 
     paths: str
-    """The sha256 of the paths, in order (joined as ``nochange.joined_paths`` joins them)."""
-    metas: bytes
-    """Empty in the record read back from the cache, which is compared by its ``text``."""
+    """The sha256 of the count and the paths, in order (the beginning of ``numbers_bytes``)."""
     listing_key: str
     """``nochange.listing_key`` of the same files, from the same bytes."""
-    text: str
-    """``metas`` in base64, as the cache writes them: the last scan's and the current ones
-    are compared as text, and only a part that differs is decoded (decoding a large
-    folder's whole record cost more than the rest of the comparison)."""
+    parts: tuple[str, ...]
+    """The sha256 of each part's metadata, as ``nochange.numbers_bytes`` writes its numbers."""
+    racy: tuple[str, ...] = ()
+    """The files, sorted, whose mtime or ctime is at or after the racy mark of the scan that
+    recorded them (``RACY_WINDOW_NS`` before its start): the next refresh reads them again
+    even with the same metadata.  A file not named here had, with the metadata recorded,
+    times before that mark, so it is racy at no later scan while its metadata stays: the
+    next refresh need not look at every file's times again."""
 
 
-_META = struct.Struct("4q")
-_CHUNK = 96 * _META.size // 3 * 4
-"""Characters of base64 compared at once before looking at each file of a chunk that
-differs: the text of 96 files, 3,072 bytes, a whole number of base64's 3-byte groups."""
+FILES_PER_PART = 64
+"""Files whose metadata one digest of ``MemoryFiles.parts`` covers: a change makes a refresh
+compare the rows of that many files; a large folder records a digest for each part."""
 
 
 class Batches(Protocol):
@@ -138,22 +138,39 @@ class Previous(NamedTuple):
     lock: LockLines
 
 
+class LockData(Protocol):
+    """The lock's bytes as ``LockLines`` reads them: ``bytes``, or the open file read where
+    it is looked at (``state``), so that a lock of megabytes is not read whole for the few
+    lines a change reaches.  ``find`` and ``rfind`` look for one byte."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, where: slice, /) -> bytes: ...
+
+    def find(self, byte: bytes, start: int, /) -> int: ...
+
+    def rfind(self, byte: bytes, start: int, end: int, /) -> int: ...
+
+    def startswith(self, prefix: bytes, start: int = 0, /) -> bool: ...
+
+
 class LockLines:
     """The lock's lines as provgraph writes them (header, then one sorted line per edge),
-    kept as the bytes read: a derived file's lines are found by the beginning they share
-    (a binary search over the bytes), decoded only for the files a change reaches, and
-    the others are written back as they were."""
+    kept as the bytes read (or the open file, read where it is looked at): a derived
+    file's lines are found by the beginning they share (a binary search over the bytes),
+    decoded only for the files a change reaches, and the others are written back as they
+    were."""
 
-    def __init__(self, data: bytes, canonical: bool) -> None:
+    def __init__(self, data: LockData, canonical: bool) -> None:
         self.data = data
         self.canonical = canonical
         """Whether the lines are known to be exactly what ``encode_lock`` makes of their
         stamps; else they are checked before any line is replaced."""
 
     @classmethod
-    def of(cls, data: bytes, canonical: bool) -> LockLines | None:
+    def of(cls, data: LockData, canonical: bool) -> LockLines | None:
         """None when ``data`` is not one header then whole lines."""
-        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and not data.endswith(b"\n")):
+        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and data[len(data) - 1 :] != b"\n"):
             return None
         return cls(data, canonical)
 
@@ -233,31 +250,48 @@ def _records(derived: str, derivation: Derivation) -> list[Record]:
     return [Record(derived, source, stamp, derivation.derived_at) for source, stamp in derivation.stamps.items()]
 
 
-def changed_files(before: MemoryFiles, now: MemoryFiles, paths: Sequence[str], racy_from_ns: int) -> set[str] | None:
-    """The memory files (``paths``, those of ``now``) whose metadata moved since ``before``
-    or that are racy (written too close to the last scan for their metadata to vouch for
-    them); None when the memory files are not the ones of ``before``."""
-    if before.paths != now.paths or len(before.text) != len(now.text):
+def changed_files(
+    before: MemoryFiles,
+    now: MemoryFiles,
+    paths: Sequence[str],
+    listing: Mapping[str, FileMeta],
+    rows: Mapping[str, Row],
+) -> set[str] | None:
+    """The memory files (``paths``, those of ``now``, with their metadata in ``listing``)
+    whose metadata moved since ``before`` (the record of the scan that wrote ``rows``), or
+    that are racy (written too close to that scan for their metadata to vouch for them:
+    ``before.racy``); None when the memory files are not the ones of ``before``."""
+    if before.paths != now.paths or len(before.parts) != len(now.parts):
         return None
-    changed = {paths[index] for index in _differing(before.text, now.text)}
-    numbers = array("q", now.metas)
-    for times in (numbers[1::4], numbers[2::4]):  # every mtime_ns, every ctime_ns
-        if times and max(times) >= racy_from_ns:
-            changed.update(compress(paths, map(ge, times, repeat(racy_from_ns))))  # a loop in C
+    changed = set(before.racy)
+    for index, (old, new) in enumerate(zip(before.parts, now.parts, strict=True)):
+        if old != new:
+            part = paths[index * FILES_PER_PART : (index + 1) * FILES_PER_PART]
+            changed.update(path for path in part if _moved(rows.get(path), listing[path]))
     return changed
 
 
-def _differing(before: str, now: str) -> Iterator[int]:
-    """The indexes of the files whose packed metadata differs, from their base64 text (a
-    chunk at a time; ``binascii.Error``, a ``ValueError``, for a chunk that is not base64)."""
-    for chunk in range(0, len(now), _CHUNK):
-        if before[chunk : chunk + _CHUNK] != now[chunk : chunk + _CHUNK]:
-            old = binascii.a2b_base64(before[chunk : chunk + _CHUNK])
-            new = binascii.a2b_base64(now[chunk : chunk + _CHUNK])
-            first = chunk // 4 * 3 // _META.size
-            for at in range(0, max(len(old), len(new)), _META.size):
-                if old[at : at + _META.size] != new[at : at + _META.size]:
-                    yield first + at // _META.size
+def _moved(row: Row | None, meta: FileMeta) -> bool:
+    """Whether a file's metadata is not the one its row holds (no row: it moved)."""
+    return row is None or row[:4] != list(meta)
+
+
+def racy_files(paths: Sequence[str], numbers: Sequence[int], racy_from_ns: int) -> tuple[str, ...]:
+    """Those of ``paths`` whose mtime or ctime (``numbers``, four a file as ``MemoryFiles``
+    packs them) is at or after ``racy_from_ns``, in order: loops in C, and only when one is."""
+    mtimes, ctimes = numbers[1::4], numbers[2::4]
+    if not mtimes or max(max(mtimes), max(ctimes)) < racy_from_ns:
+        return ()
+    return tuple(compress(paths, map(ge, map(max, mtimes, ctimes), repeat(racy_from_ns))))
+
+
+def still_racy(read: Collection[str], listing: Mapping[str, FileMeta], racy_from_ns: int) -> tuple[str, ...]:
+    """``racy_files`` of a listing whose files a patch ``read`` again where ``changed_files``
+    said so (every file whose metadata moved, every racy one): any other file has the
+    metadata of the last record, whose times were before the last racy mark, and the marks
+    only move on."""
+    candidates = listing.keys() & read
+    return tuple(sorted(path for path in candidates if max(listing[path][1:3]) >= racy_from_ns))
 
 
 def affected(previous: Previous, changed: Set[str], declaring: Collection[str]) -> set[str]:

@@ -19,13 +19,13 @@ import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from .errors import ProvgraphError
 from .lockname import LOCK_NAME, is_sync_copy
-from .model import Stamp
+from .model import NamedTuple, Stamp
 
 __all__ = [
     "HEADER",

@@ -4,19 +4,21 @@ Everything here is plain data.  What users handle (``Report``, ``Edge``, ``Cause
 are frozen dataclasses; the values only the stages pass each other are ``NamedTuple``s
 or ``Frozen`` classes, because every full run creates each of these classes, and a
 dataclass costs half a millisecond to create where a ``NamedTuple`` costs a quarter of
-that or less.  The pipeline stages (scan, declarations, stamps, lineage, render) pass
+that or less (less again on this module's own ``NamedTuple`` base, which skips the check
+of each annotation).  The pipeline stages (scan, declarations, stamps, lineage, render) pass
 these values to each other; nothing in this module touches the disk or the clock.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, repeat
 from operator import attrgetter, is_not
-from typing import Any, Generic, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 __all__ = [
     "EDGE_COLUMNS",
@@ -29,6 +31,7 @@ __all__ = [
     "FileMeta",
     "Frozen",
     "KnownEdges",
+    "NamedTuple",
     "NodeStatus",
     "Problem",
     "ProblemKind",
@@ -43,6 +46,46 @@ __all__ = [
     "column",
     "derived_count",
 ]
+
+if TYPE_CHECKING:
+    from typing import NamedTuple
+
+    from .explanations import Explanation, FileLineage, Relative
+else:
+
+    class _NamedTupleType(type):
+        """Makes of a class body what ``typing.NamedTuple`` makes of it (a ``namedtuple`` with
+        the body's defaults, methods, properties and docstring), without checking each
+        annotation: ``typing`` compiles every annotation written as text (all of them, under
+        ``from __future__ import annotations``), about 15 µs each, and a full run creates some
+        eighty.  Type checkers see ``typing.NamedTuple`` itself, and check what it checks."""
+
+        def __new__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> type:
+            if not bases:
+                return super().__new__(cls, name, bases, namespace)
+            fields = namespace.get("__annotations__", {})
+            defaults = [namespace[field] for field in fields if field in namespace]
+            made = namedtuple(name, fields, defaults=defaults, module=namespace["__module__"])
+            for key, value in namespace.items():
+                if key not in fields and key not in ("__module__", "__qualname__"):
+                    setattr(made, key, value)
+            return made
+
+    class NamedTuple(metaclass=_NamedTupleType):
+        """The base of provgraph's named tuples, ``class Stamp(NamedTuple)`` as with ``typing``'s."""
+
+    def __getattr__(name: str) -> object:
+        """``Explanation``, ``Relative`` and ``FileLineage``, made when first asked for (PEP 562):
+        only ``why`` and ``lineage`` use them, and a refresh, which every command makes,
+        would spend about 2 ms creating these three dataclasses for nothing."""
+        if name in _EXPLAINED:
+            from . import explanations
+
+            return getattr(explanations, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_EXPLAINED = frozenset({"Explanation", "FileLineage", "Relative"})
 
 
 class ProblemKind(enum.StrEnum):
@@ -468,56 +511,3 @@ class Report:
             if stale.path == path:
                 return stale
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Everything ``why`` says about one file."""
-
-    path: str
-    status: NodeStatus | None
-    """None when the file takes no part in any derivation."""
-    sources: tuple[Edge, ...]
-    """The file's own declared sources, as they compare now."""
-    stale: StaleEntry | None
-    stale_sources: tuple[str, ...]
-    """Sources of this file that are themselves stale (staleness flowing through)."""
-    derived_from_it: tuple[str, ...]
-    """Files that declare this file as a source."""
-    in_cycles: tuple[tuple[str, ...], ...]
-    problems: tuple[Problem, ...] = ()
-    """What could not be honoured in this file's declaration (a broken frontmatter,
-    a refused entry): why it may declare fewer sources than it says."""
-
-
-@dataclass(frozen=True, slots=True)
-class Relative:
-    """A file related to the one asked about, and how."""
-
-    path: str
-    status: NodeStatus
-    chain: tuple[str, ...]
-    """A shortest derivation chain, always written upstream first:
-    ``(source, ..., derived)``."""
-
-    @property
-    def distance(self) -> int:
-        """1 for a direct source or derived file, 2 through one file, and so on."""
-        return len(self.chain) - 1
-
-
-@dataclass(frozen=True, slots=True)
-class FileLineage:
-    """Everything ``provgraph lineage`` and an agent's lineage tool say about one file.
-
-    The file's own explanation, then what derives from it: what an edit of
-    the file will affect, and what to re-check after it.
-    """
-
-    explanation: Explanation
-    descendants: tuple[Relative, ...]
-    """Every file derived from it, directly or through others, nearest first."""
-    stale: Mapping[str, StaleEntry]
-    """The stale entry of each stale descendant, by path."""
-    exists: bool
-    """False when the file is not there and nothing names it as a source."""

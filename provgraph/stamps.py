@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from operator import itemgetter
-from typing import NamedTuple
 
-from .model import Edge, EdgeStatus, EdgeTable, Snapshot, SourceState, Stamp
+from .model import Edge, EdgeStatus, EdgeTable, NamedTuple, Snapshot, SourceState, Stamp
 
 __all__ = ["Derivation", "reconcile", "reconcile_as_table"]
 

@@ -18,20 +18,19 @@ starts afresh.
 
 from __future__ import annotations
 
-import binascii
 import contextlib
 import errno
 import hashlib
+import marshal
 import os
 import stat
 import threading
-from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -72,12 +71,13 @@ from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
 from .errors import ProvgraphError
-from .incremental import LockLines, MemoryFiles, Patch, Previous
+from .incremental import FILES_PER_PART, LockData, LockLines, MemoryFiles, Patch, Previous, racy_files
 from .lineage import children_of, propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
-from .model import Edge, EdgeStatus, FileMeta, Frozen, Problem, ProblemKind, Report, broken_edges, column
+from .model import Edge, EdgeStatus, FileMeta, Frozen, NamedTuple, Problem, ProblemKind, Report, broken_edges, column
 from .nochange import (
+    RACY_WINDOW_NS,
     Conditions,
     LockSeal,
     decode_watched,
@@ -223,7 +223,17 @@ class _Transaction:
     """What one transaction opened and read: a ``Memory`` may be used from several threads.
     A plain class, not a dataclass: ~0.4 ms less to create on every full run."""
 
-    __slots__ = ("folders", "exclusive", "lock_bytes", "migrating", "seal", "cache", "as_locked", "hashed_lock")
+    __slots__ = (
+        "folders",
+        "exclusive",
+        "lock_bytes",
+        "migrating",
+        "seal",
+        "cache",
+        "lock_file",
+        "as_locked",
+        "hashed_lock",
+    )
     folders: Folders | None
     exclusive: bool
     lock_bytes: bytes | None
@@ -235,6 +245,9 @@ class _Transaction:
     cache: int | None
     """The cache as ``previous`` opened it, kept open until the transaction ends: the batches
     of rows a patch leaves alone are copied from it as they were read."""
+    lock_file: int | None
+    """The lock as ``previous`` opened it, when a patch reads it where it looks (``_PagedLock``),
+    kept open until the transaction ends."""
     as_locked: dict[str, Derivation] | None
     """The stamps as loaded, when the lock's bytes are exactly their encoding (clean, and
     the very bytes the seal vouches for): a save with equal stamps neither encodes nor
@@ -245,7 +258,7 @@ class _Transaction:
 
     def __init__(self, folders: Folders | None = None, exclusive: bool = False) -> None:
         self.folders, self.exclusive, self.migrating = folders, exclusive, False
-        self.lock_bytes = self.seal = self.cache = self.as_locked = self.hashed_lock = None
+        self.lock_bytes = self.seal = self.cache = self.lock_file = self.as_locked = self.hashed_lock = None
 
 
 class StateStore:
@@ -281,8 +294,9 @@ class StateStore:
 
     def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
         ended = getattr(self._local, "transaction", None)
-        if ended is not None and ended.cache is not None:
-            os.close(ended.cache)
+        for descriptor in () if ended is None else (ended.cache, ended.lock_file):
+            if descriptor is not None:
+                os.close(descriptor)
         if folders is not None:
             self._local.known_lock = None  # the last transaction's, asked for once it ended or never
         self._local.transaction = _Transaction(folders, exclusive)
@@ -533,10 +547,10 @@ class StateStore:
         try:
             parsed = self._parsed(front, tail, settings, walk_problems, partial(_read_span, self._tx.cache), lock_read)
             del front, tail
-            lock_data = None if parsed is None else lock_read()
+            lock_data = None if parsed is None else self._lock_data(folders, lock_read)
             if parsed is None or lock_data is None:
                 return None
-            self._tx.hashed_lock = lock_data if lock_read.hashed else None
+            self._tx.hashed_lock = lock_read() if lock_read.hashed else None
             head, stored, lineage = parsed
             lock = LockLines.of(lock_data, head.get("lock_canonical") is True)
             files = _decode_memory_files(head["memory_files"], head["listing"])
@@ -559,6 +573,27 @@ class StateStore:
             scan_started_ns=int(head["scan_started_ns"]),
             lock=lock,
         )
+
+    def _lock_data(self, folders: Folders, lock_read: _LockRead) -> LockData | None:
+        """The lock's bytes for a patch: those read to be hashed against the seal when they
+        were, else the lock file opened and read where the patch looks (``_PagedLock``),
+        when it is the very file the seal names (the metadata that proved it unchanged);
+        else read whole."""
+        if lock_read.hashed or self._tx.seal is None:
+            return lock_read()
+        if self._tx.lock_file is not None:
+            os.close(self._tx.lock_file)
+            self._tx.lock_file = None
+        try:
+            descriptor = os.open(LOCK_NAME, _READ_FLAGS, dir_fd=folders.lock)
+        except OSError:
+            return lock_read()
+        info = os.fstat(descriptor)
+        if (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino) != self._tx.seal.meta:
+            os.close(descriptor)
+            return lock_read()
+        self._tx.lock_file = descriptor
+        return _PagedLock(descriptor, info.st_size)
 
     def _parsed(
         self,
@@ -724,7 +759,7 @@ class StateStore:
             seal = self._seal(folders, data)
         self._tx.as_locked = None
         read = _memory_files_read(state.seen)
-        per_file = _per_file(state.seen, read)
+        per_file = _per_file(state.seen, read, state.scan_started_ns - RACY_WINDOW_NS)
         conditions = _conditions(state, seal, per_file.memory, read)
         canonical = as_locked is None or state.derivations != as_locked
         lineage = _lineage_of(state.report, read, children)
@@ -746,7 +781,7 @@ class StateStore:
         updates: Mapping[str, Seen | None],
         lock: bytes | None,
         listing: Mapping[str, FileMeta],
-        files: MemoryFiles | None,
+        files: MemoryFiles,
         lock_canonical: bool,
         patch: Patch,
     ) -> Conditions:
@@ -780,8 +815,7 @@ class StateStore:
         missing = (edge.source for edge in broken if edge.status is EdgeStatus.MISSING)
         watched = watched_sources(chain(others, missing), listing, {}, stats)  # every source outside the listing
         problems = tuple(problem.row for problem in state.walk_problems)
-        key = listing_key(listing) if files is None else files.listing_key
-        conditions = Conditions(seal, state.scan_started_ns, problems, key, watched, state.settings)
+        conditions = Conditions(seal, state.scan_started_ns, problems, files.listing_key, watched, state.settings)
         per_file = _PerFile(table, firsts, files, sorted(others))
         assert isinstance(patch.batches, EdgeBatches), "as ``StoredEdges.replaced`` made them"
         lineage = _Lineage(patch.batches.batches, broken, *children, patchable=True)
@@ -820,21 +854,18 @@ class StateStore:
             raise StateError(where, _cannot(what, where, error)) from error
 
 
-def memory_files(listing: Mapping[str, FileMeta]) -> tuple[list[str], MemoryFiles] | None:
+def memory_files(listing: Mapping[str, FileMeta], racy_from_ns: int | None = None) -> tuple[list[str], MemoryFiles]:
     """The paths of ``listing`` sorted, and their record for the next cache
-    (``incremental.MemoryFiles``); None when a number does not fit in 64 bits.  The files
-    are sorted and their numbers gathered once, for that record (packed, four 64-bit
-    numbers a file, and that in base64 as the cache writes it) and for the no-change rule's
-    ``listing_key`` (the sha256 of ``numbers_bytes`` of these very numbers)."""
+    (``incremental.MemoryFiles``).  The files are sorted and their numbers gathered once,
+    for that record, for the no-change rule's ``listing_key`` (the sha256 of
+    ``numbers_bytes`` of these very numbers), and, given the racy mark of the scan that
+    records them, for the files racy at the next scan (a patch finds those among the few
+    files it reads: ``incremental.still_racy``)."""
     paths = sorted(listing)
     numbers = list(chain.from_iterable(_values_in_order(listing, paths)))
-    try:
-        packed = array("q", numbers).tobytes()
-    except OverflowError:
-        return None
-    names, text = joined_paths(paths), binascii.b2a_base64(packed, newline=False).decode()
-    key = _numbers_digest(len(paths), names, numbers)
-    return paths, MemoryFiles(hashlib.sha256(names).hexdigest(), packed, key, text)
+    names, key, parts = _digests(len(paths), joined_paths(paths), numbers)
+    racy = () if racy_from_ns is None else racy_files(paths, numbers, racy_from_ns)
+    return paths, MemoryFiles(names, key, parts, racy)
 
 
 def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Iterable[FileMeta]:
@@ -846,14 +877,26 @@ def _values_in_order(listing: Mapping[str, FileMeta], paths: list[str]) -> Itera
     return values
 
 
-def _numbers_digest(count: int, names: bytes, numbers: list[int]) -> str:
-    """The sha256 of ``nochange.numbers_bytes`` of these paths and numbers, fed in its parts:
-    a large folder's paths are joined and encoded once, for both digests, and its listing
-    is never copied into one buffer."""
-    digest = hashlib.sha256()
-    for part in listing_parts(count, names, numbers):
-        digest.update(part)
-    return digest.hexdigest()
+def _digests(count: int, names: bytes, numbers: list[int]) -> tuple[str, str, tuple[str, ...]]:
+    """The sha256 of the count and the paths, of the whole (``nochange.listing_key``), and
+    of each part's numbers (``MemoryFiles``), from one pass over ``nochange.numbers_bytes``
+    of these paths and numbers, fed in its pieces: ``marshal`` writes a list as its length,
+    then each item on its own, so the items of the parts written one after the other are
+    those of the whole list, which is never written whole (nor a large folder's listing
+    copied into one buffer)."""
+    head, _, separator, empty = listing_parts(count, names, [])
+    digest = hashlib.sha256(head)
+    digest.update(names)
+    paths = digest.hexdigest()  # and the digest goes on
+    digest.update(separator)
+    digest.update(empty[:1] + len(numbers).to_bytes(4, "little"))  # the list's type and length
+    parts = []
+    step = FILES_PER_PART * 4
+    for start in range(0, len(numbers), step):
+        items = marshal.dumps(numbers[start : start + step], 2)[len(empty) :]
+        digest.update(items)
+        parts.append(hashlib.sha256(items).hexdigest())
+    return paths, digest.hexdigest(), tuple(parts)
 
 
 def _others_after(
@@ -891,6 +934,66 @@ class _LockRead:
     def hashing(self) -> bytes | None:
         self.hashed = True
         return self()
+
+
+class _PagedLock:
+    """A lock file's bytes as ``incremental.LockLines`` reads them (``LockData``), read from
+    the open file a block at a time, when first looked at: a patch finds the lines of the
+    few files a change reaches by a binary search, which touches a few dozen blocks of a
+    lock of megabytes (reading a lock of 10,000 edges whole took 1 ms in a new process)."""
+
+    def __init__(self, descriptor: int, size: int) -> None:
+        self._descriptor, self._size = descriptor, size
+        self._blocks: dict[int, bytes] = {}
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _block(self, index: int) -> bytes:
+        block = self._blocks.get(index)
+        if block is None:
+            start = index * _LOCK_BLOCK
+            try:
+                block = _read_span(self._descriptor, start, min(start + _LOCK_BLOCK, self._size))
+            except OSError as error:  # the full scan reads the lock again, and says what is wrong
+                raise _Corrupt(f"the lock could not be read again: {error}") from error
+            self._blocks[index] = block
+        return block
+
+    def __getitem__(self, where: slice) -> bytes:
+        start, stop, _ = where.indices(self._size)
+        if stop <= start:
+            return b""
+        first, last = start // _LOCK_BLOCK, (stop - 1) // _LOCK_BLOCK
+        joined = b"".join(map(self._block, range(first, last + 1)))
+        return joined[start - first * _LOCK_BLOCK : stop - first * _LOCK_BLOCK]
+
+    def find(self, byte: bytes, start: int) -> int:
+        position = max(start, 0)
+        while position < self._size:
+            index = position // _LOCK_BLOCK
+            found = self._block(index).find(byte, position - index * _LOCK_BLOCK)
+            if found >= 0:
+                return index * _LOCK_BLOCK + found
+            position = (index + 1) * _LOCK_BLOCK
+        return -1
+
+    def rfind(self, byte: bytes, start: int, end: int) -> int:
+        position, start = min(end, self._size), max(start, 0)
+        while position > start:
+            index = (position - 1) // _LOCK_BLOCK
+            offset = index * _LOCK_BLOCK
+            found = self._block(index).rfind(byte, max(start - offset, 0), position - offset)
+            if found >= 0:
+                return offset + found
+            position = offset
+        return -1
+
+    def startswith(self, prefix: bytes, start: int = 0) -> bool:
+        return self[start : start + len(prefix)] == prefix
+
+
+_LOCK_BLOCK = 4096
 
 
 def _lock_meta(folders: Folders) -> FileMeta | None:
@@ -982,13 +1085,13 @@ def _cannot(what: str, path: str, error: OSError) -> str:
 
 class _PerFile(NamedTuple):
     """The cache's per-file part: the rows (sorted by path, in batches), the first path of
-    each batch, the memory files' paths and metadata as bytes (``incremental.MemoryFiles``;
-    None when a number does not fit), and the files the rows hold that are not memory files.
+    each batch, the digests of the memory files' paths and metadata (``incremental.MemoryFiles``),
+    and the files the rows hold that are not memory files.
     A ``NamedTuple``, not a dataclass: ~0.5 ms less to create on every full run."""
 
     rows: Chunks
     firsts: list[str]
-    memory: MemoryFiles | None
+    memory: MemoryFiles
     others: list[str]
 
 
@@ -999,12 +1102,13 @@ def _memory_files_read(seen: Mapping[str, Seen]) -> dict[str, FileMeta]:
     return {path: row.meta for path, row in seen.items() if row.declaration is not None}
 
 
-def _per_file(seen: Mapping[str, Seen], read: Mapping[str, FileMeta]) -> _PerFile:
-    """The per-file part of a full scan's cache, ``read`` its memory files (``_memory_files_read``)."""
+def _per_file(seen: Mapping[str, Seen], read: Mapping[str, FileMeta], racy_from_ns: int) -> _PerFile:
+    """The per-file part of a full scan's cache, ``read`` its memory files (``_memory_files_read``),
+    ``racy_from_ns`` the racy mark of the next scan."""
     rows, firsts = encode_seen(seen)
-    found = memory_files(read)
+    found = memory_files(read, racy_from_ns)
     others = sorted(seen.keys() - read.keys()) if len(read) < len(seen) else []
-    return _PerFile(rows, firsts, None if found is None else found[1], others)
+    return _PerFile(rows, firsts, found[1], others)
 
 
 def _entries(
@@ -1049,26 +1153,21 @@ def _entries(
     yield "index_check", checksum.value
 
 
-def _encode_memory_files(files: MemoryFiles | None) -> list[str] | None:
-    if files is None:
-        return None
-    return [files.paths, files.text]
+def _encode_memory_files(files: MemoryFiles) -> list[object]:
+    return [files.paths, files.parts, files.racy]
 
 
 def _decode_memory_files(data: object, listing_key: object) -> MemoryFiles:
-    """Raises ``Corrupt`` for None (a number did not fit): such a cache is not patched."""
-    if not isinstance(data, list) or len(data) != 2:
+    """Raises ``Corrupt`` for anything else (an earlier version's None)."""
+    if not isinstance(data, list) or len(data) != 3 or not all(isinstance(item, list) for item in data[1:]):
         raise _Corrupt("the memory files' metadata is not what provgraph writes")
-    paths, metas = map(_text, data)
-    return MemoryFiles(paths, b"", _text(listing_key), metas)
+    return MemoryFiles(_text(data[0]), _text(listing_key), tuple(map(_text, data[1])), tuple(map(_text, data[2])))
 
 
-def _conditions(
-    state: State, seal: LockSeal | None, memory: MemoryFiles | None, read: Mapping[str, FileMeta]
-) -> Conditions:
+def _conditions(state: State, seal: LockSeal | None, memory: MemoryFiles, read: Mapping[str, FileMeta]) -> Conditions:
     """The no-change check's part, derived from the rest: the memory files read at the
     last full scan are the ones seen with a declaration (``read``; ``memory``, their
-    record, when their numbers fit); the sources outside them are the report's and the
+    record); the sources outside them are the report's and the
     refused ones (``nochange.watched_sources``)."""
     watched = watched_sources(
         column(state.report.edges, "source") if state.report is not None else (),
@@ -1077,8 +1176,7 @@ def _conditions(
         {path: seen.meta for path, seen in state.seen.items() if seen.declaration is None},  # those not ``read``
     )
     rows = tuple(problem.row for problem in state.walk_problems)
-    key = listing_key(read) if memory is None else memory.listing_key
-    return Conditions(seal, state.scan_started_ns, rows, key, watched, state.settings)
+    return Conditions(seal, state.scan_started_ns, rows, memory.listing_key, watched, state.settings)
 
 
 def _decode_recall(data: dict[str, Any], report: bytes) -> Recall | None:

@@ -219,7 +219,13 @@ def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) ->
     assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
 
 
-ONLY_FOR_OTHER_COMMANDS = {"provgraph.queries", "provgraph.answers", "provgraph.shell", "yaml"}
+ONLY_FOR_OTHER_COMMANDS = {
+    "provgraph.queries",
+    "provgraph.answers",
+    "provgraph.explanations",
+    "provgraph.shell",
+    "yaml",
+}
 """What ``why``, ``lineage``, ``stamp`` and the hooks need, and a refresh of a folder whose
 declarations read without YAML never does."""
 
@@ -269,6 +275,45 @@ def test_a_full_run_makes_a_dataclass_only_of_a_type_users_handle(tmp_path: Path
     assert json.loads(done.stdout[end:])["counts"]["stale"] == STALE > scanned["counts"]["stale"]
     assert "Report" in made  # the recording saw the classes being made
     assert set(made) <= HANDLED_BY_USERS, set(made) - HANDLED_BY_USERS
+
+
+def _value_on(base: type) -> type:
+    """The same class body on another named tuple base."""
+
+    class Value(base):  # type: ignore[misc, valid-type]
+        """A value."""
+
+        size: int
+        name: str | None = None
+
+        @property
+        def double(self) -> int:
+            return self.size * 2
+
+    return Value
+
+
+def test_a_named_tuple_of_provgraph_is_what_typing_makes_of_its_body_without_checking_each_annotation() -> None:
+    """The stages' values are named tuples made from a class body as ``typing.NamedTuple`` makes
+    them, but without compiling each annotation (text, under the ``__future__`` import)."""
+    import typing
+
+    from provgraph import model
+
+    typed = _value_on(typing.NamedTuple)  # type: ignore[arg-type]
+
+    def checked(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an annotation was checked")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typing, "_type_check", checked)
+        ours: typing.Any = _value_on(model.NamedTuple)
+    assert (ours._fields, ours._field_defaults, ours.__doc__) == (typed._fields, typed._field_defaults, typed.__doc__)
+    assert typing.get_type_hints(ours) == typing.get_type_hints(typed) == {"size": int, "name": str | None}
+    assert ours(3) == typed(3) == (3, None) and ours(3).double == typed(3).double == 6
+    assert ours(3)._replace(name="a") == (3, "a") and ours(3, "a")._asdict() == {"size": 3, "name": "a"}
+    assert repr(ours(3)) == "Value(size=3, name=None)" and ours.__module__ == __name__
+    assert issubclass(ours, tuple)
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:

@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "provgraph"
 PURE = frozenset(
     {
         "model",
+        "explanations",
         "errors",
         "declarations",
         "stamps",
@@ -32,6 +33,9 @@ PURE = frozenset(
     }
 )
 """Modules that take data and return data: no file, no clock, no environment."""
+
+VOCABULARY = frozenset({"model", "explanations"})
+"""The values the stages hand each other: they import nothing of provgraph but each other."""
 
 EFFECTS = frozenset({"os", "sys", "time", "pathlib", "io", "shutil", "subprocess", "tempfile", "socket", "logging"})
 """Standard modules that reach the disk, the clock, the process or the log."""
@@ -60,7 +64,7 @@ def layer_violations(module: str, source: str) -> list[str]:
         top, _, rest = name.partition(".")
         if top == "provgraph":
             inner = rest.split(".")[0]
-            if inner not in PURE or (module == "model" and inner != "model"):
+            if inner not in PURE or (module in VOCABULARY and inner not in VOCABULARY):
                 found.append(name)
         elif top in EFFECTS:
             found.append(name)

@@ -249,8 +249,14 @@ _VERSION_2 = ("children", "edge_batches", "edge_sizes", "broken", "children_batc
 
 @pytest.mark.parametrize(
     "removed, version",
-    [(_VERSION_2, 1), ((*_VERSION_2, "row_batches", "memory_files", "others"), 1), ((), 1), (_VERSION_2[1:], 2)],
-    ids=["version 1", "version 1 before patches", "version 1 numbered", "version 2 without its index"],
+    [
+        (_VERSION_2, 1),
+        ((*_VERSION_2, "row_batches", "memory_files", "others"), 1),
+        ((), 1),
+        (_VERSION_2[1:], 2),
+        ((), 2),
+    ],
+    ids=["version 1", "version 1 before patches", "version 1 numbered", "version 2 without its index", "version 2"],
 )
 def test_a_cache_of_an_earlier_layout_is_read_by_a_full_scan_then_patched(
     tmp_path: Path, removed: tuple[str, ...], version: int, logged
@@ -302,7 +308,8 @@ def test_the_memory_files_are_recorded_with_the_no_change_rules_listing_key(tmp_
     paths, files = found
     assert paths == sorted(listing)
     assert files.listing_key == listing_key(listing)
-    assert memory_files({**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}) is None
+    huge = {**listing, "huge.md": FileMeta(1, 2, 3, 2**64 - 1)}  # more than 64 bits: recorded all the same
+    assert memory_files(huge)[1].listing_key == listing_key(huge)
 
 
 _WORDS = st.text(st.characters(blacklist_characters="\0/"), min_size=1, max_size=6)
@@ -340,15 +347,53 @@ def test_a_refresh_reads_again_exactly_the_files_whose_metadata_moved_or_that_ar
         f"f{index:02d}.md": FileMeta(1 + moved, mtime, ctime, index)
         for index, (mtime, ctime, moved) in enumerate(files)
     }
-    old, new = memory_files(before), memory_files(now)
+    old, new = memory_files(before, racy_from_ns), memory_files(now)
     assert old is not None and new is not None
-    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], racy_from_ns)
+    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], now, _rows(before))
     expected = {
         path
         for path, (mtime, ctime, moved) in zip(before, files, strict=True)
         if moved or mtime >= racy_from_ns or ctime >= racy_from_ns
     }
     assert changed == expected
+
+
+@given(
+    st.lists(st.tuples(_TIMES, _TIMES), min_size=1, max_size=12),
+    st.dictionaries(st.integers(0, 11), st.tuples(_TIMES, _TIMES), max_size=12),
+    _TIMES,
+    st.integers(0, 3),
+)
+def test_the_files_racy_at_the_next_scan_are_found_among_the_few_a_patch_reads(
+    files: list[tuple[int, int]], written: dict[int, tuple[int, int]], racy_from_ns: int, later: int
+) -> None:
+    """A patch looks at the times of the files it read again (those whose metadata moved,
+    and those the last record named racy), no other, and finds the same files racy at the
+    next scan as a look at every file's times: a file whose metadata did not move had its
+    times before the last mark."""
+    paths = [f"f{index:02d}.md" for index in range(len(files))]
+    before = {
+        path: FileMeta(1, mtime, ctime, index)
+        for index, (path, (mtime, ctime)) in enumerate(zip(paths, files, strict=True))
+    }
+    now = dict(before)
+    for index, (mtime, ctime) in written.items():
+        if index < len(paths):
+            now[paths[index]] = FileMeta(2, mtime, ctime, index)
+    old, new = memory_files(before, racy_from_ns), memory_files(now, racy_from_ns + later)
+    assert old is not None and new is not None
+    read = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], now, _rows(before))
+    assert read is not None
+    found = provgraph.incremental.still_racy(read, now, racy_from_ns + later)
+    assert found == new[1].racy
+    assert set(found) == {
+        path for path, meta in now.items() if max(meta.mtime_ns, meta.ctime_ns) >= racy_from_ns + later
+    }
+
+
+def _rows(listing: dict[str, FileMeta]) -> dict[str, list[object]]:
+    """The rows a scan of ``listing`` writes, as far as a refresh compares them (metadata first)."""
+    return {path: [*meta, None, None] for path, meta in listing.items()}
 
 
 def _read_back(files: provgraph.incremental.MemoryFiles) -> provgraph.incremental.MemoryFiles:
@@ -361,14 +406,16 @@ def _read_back(files: provgraph.incremental.MemoryFiles) -> provgraph.incrementa
 def test_in_a_large_folder_the_files_read_again_are_found_across_every_compared_chunk(
     count: int, moved: set[int]
 ) -> None:
-    """The records are compared a part at a time (the text of 96 files): a file whose
-    metadata moved is found wherever it falls, first or last of a part, or in the last one."""
+    """The records are compared a part at a time (a digest of 64 files' metadata), and the
+    files of a part that differs against their rows: a file whose metadata moved is found
+    wherever it falls, first or last of a part, or in the last one, and no other."""
     before = {f"f{index:03d}.md": FileMeta(1, 0, 0, index) for index in range(count)}
     now = {path: meta._replace(size=2) if index in moved else meta for index, (path, meta) in enumerate(before.items())}
-    old, new = memory_files(before), memory_files(now)
+    old, new = memory_files(before, 1), memory_files(now)
     assert old is not None and new is not None
-    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], 1)
+    changed = provgraph.incremental.changed_files(_read_back(old[1]), new[1], new[0], now, _rows(before))
     assert changed == {f"f{index:03d}.md" for index in moved if index < count}
+    assert new[1].listing_key == listing_key(now)  # the numbers of many parts, digested as one
 
 
 _PAYLOADS = st.lists(st.binary(min_size=1, max_size=6).filter(lambda data: b",\n" not in data), max_size=6)
@@ -644,3 +691,55 @@ def test_the_tail_of_the_cache_is_found_however_the_file_is_read_in_chunks(data:
     at = data.rfind(mark)
     assert found == (at, data[at:])
     assert missing is None
+
+
+_LOCK_PATHS = st.lists(
+    st.sampled_from(["a.md", "b.md", "b/c.md", "d é.md", "e.md"]), min_size=1, max_size=3, unique=True
+)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a.md", "b.md", "b/c.md", "d é.md"]),
+        st.dictionaries(
+            st.sampled_from(["s.md", "t.md", "u/v.md"]),
+            st.sampled_from(["a" * 64, "b" * 64, ""]),
+            min_size=1,
+            max_size=3,
+        ),
+        max_size=4,
+    ),
+    _LOCK_PATHS,
+    st.sampled_from((1, 2, 7, 64, 4096)),
+)
+def test_a_lock_read_where_a_patch_looks_gives_what_its_bytes_give(
+    table: dict[str, dict[str, str]], asked: list[str], block: int
+) -> None:
+    """A patch reads the lock's lines from the open file a block at a time, where its binary
+    search looks: the stamps, the lines it replaces and the lock it writes are those the
+    whole bytes give, whatever the size of the blocks."""
+    derivations = {
+        derived: stamps.Derivation(None, {source: model.Stamp(sha or None, 1.5) for source, sha in sources.items()})
+        for derived, sources in table.items()
+    }
+    data = codec.lock_bytes(derivations, True)
+    assert data is not None
+    updated = {path: stamps.Derivation("2026-11-10", {"s.md": model.Stamp("f" * 64, 2.0)}) for path in asked[:1]}
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(provgraph.state, "_LOCK_BLOCK", block)
+        Path(folder, "lock").write_bytes(data)
+        descriptor = os.open(Path(folder, "lock"), os.O_RDONLY)
+        try:
+            paged = provgraph.incremental.LockLines.of(provgraph.state._PagedLock(descriptor, len(data)), False)
+            whole = provgraph.incremental.LockLines.of(data, False)
+            assert paged is not None and whole is not None
+            assert [paged.has(path) for path in asked] == [whole.has(path) for path in asked]
+            assert (
+                paged.derivations(asked)
+                == whole.derivations(asked)
+                == {path: derivations[path] for path in asked if path in derivations}
+            )
+            assert paged.replaced(asked, updated) == whole.replaced(asked, updated) is not None
+        finally:
+            os.close(descriptor)

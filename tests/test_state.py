@@ -9,11 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from provgraph import Memory, StateError
 from provgraph.lockfile import decode_lock
@@ -532,3 +535,34 @@ def test_a_state_json_written_by_the_previous_version_gives_the_same_answer(memo
     assert [path.name.split("-")[0] for path in (memory.root / ".provgraph").iterdir() if "migrated" in path.name] == [
         "state.json.migrated"
     ]
+
+
+@given(st.binary(max_size=3000), st.integers(1, 700), st.binary(max_size=50))
+def test_a_state_file_is_read_whole_however_short_its_reads_and_however_it_grows(
+    data: bytes, most: int, added: bytes
+) -> None:
+    """One read of the size the open file has gives a state file whole, nearly always; after a
+    read that gives less (a network file system, a signal) the file is read on to its end,
+    with what was added to it meanwhile."""
+    from provgraph import statefolder
+
+    read, calls = os.read, []
+
+    def short(descriptor: int, size: int) -> bytes:
+        found = read(descriptor, min(size, most))
+        if not calls:
+            with open(f"/proc/self/fd/{descriptor}", "ab") as appended:
+                appended.write(added)
+        calls.append(size)
+        return found
+
+    with tempfile.TemporaryDirectory() as folder, pytest.MonkeyPatch.context() as patch:
+        Path(folder, "lock").write_bytes(data)
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            patch.setattr(os, "read", short)
+            found = statefolder.read_file(descriptor, "lock", folder)
+        finally:
+            os.close(descriptor)
+    assert calls[0] == len(data) + 1  # the size the open file had, and one byte to see its end
+    assert found == (data if most >= len(data) else data + added)
