@@ -3,10 +3,10 @@ forks while its heap is still small.
 
 A first scan (no state yet) reads, hashes and parses every memory file, each on its own:
 work two cores do side by side.  The command's quick answer (``replay``) has walked the
-folder by then and imported almost nothing; it forks there (``start``), and the child
-imports only what reading needs and reads the sorted listing from its end, exactly as the
-scan reads a file (``scan.read_one``), sending what each file gave through a pipe as plain
-values, a batch at a time.  The parent meanwhile imports the rest of provgraph and scans
+folder by then and imported almost nothing; it forks there (``start``), and the child, at
+the lowest priority, imports only what reading needs and reads the sorted listing from its
+end, exactly as the scan reads a file (``scan.read_one``), sending what each file gave
+through a pipe as plain values, a batch at a time.  The parent meanwhile imports the rest of provgraph and scans
 as always, from the listing's start; every few files it takes the batches that have come
 (``Shared.reading``), and where it reaches the files the child has read, the two have met:
 the child is stopped, and the parent takes the child's reading of each file still to go
@@ -47,9 +47,11 @@ __all__ = ["FILES_FOR_TWO", "SETTING", "Shared", "release", "shared_reading", "s
 SETTING = "PROVGRAPH_PROCESSES"
 """``1``: one process, always; ``2``: two whenever a first scan has a file to read."""
 FILES_FOR_TWO = 2000
-"""Memory files from which a first scan forks.  Measured on 2 cores, side by side: a first
-scan of 1,000 files took 131 ms with the second process and 111 ms without, of 2,000 files
-186 and 194 ms, of 4,000 files 241 and 275 ms."""
+"""Memory files from which a first scan forks.  Measured on 2 cores, side by side, with the
+other core busy (load average 2): a first scan of 1,000 files took 158 ms with the second
+process and 168 ms without, of 2,000 files 128 and 140 ms; on a quiet machine, with the
+split fixed in advance, 131 and 111 ms at 1,000 files, 186 and 194 ms at 2,000.  Below
+2,000 files the gain is within the noise, and the child's work is spent for little."""
 BATCH = 128
 """Files the child reads between two messages: the parent takes the child's readings a
 batch at a time, and the files of the batch in hand when they meet are read twice."""
@@ -121,7 +123,8 @@ class Shared:
     def _take(self, ordered: Sequence[str], listing: Mapping[str, FileMeta]) -> None:
         """Every whole message that has come; the child's readings are all let go of when
         one is not what the child sends, and the parent then reads every file."""
-        assert self.pipe is not None
+        if self.pipe is None:
+            return
         try:
             while chunk := os.read(self.pipe, _READ_BYTES):
                 self.buffer += chunk
@@ -173,6 +176,7 @@ def start(root: str, started_ns: int, walked: Walked, heading: str | None) -> No
     """Fork a child to read a first scan's files from the end, when it pays
     (``_worth_it``); the walk ``walked`` of ``root``, begun at ``started_ns``, is the one
     handed over to the full run (``walk.hand_over``), and the child reads under it."""
+    release()
     paths, numbers, _ = walked
     if not _worth_it(len(paths)):
         return
@@ -192,7 +196,6 @@ def start(root: str, started_ns: int, walked: Walked, heading: str | None) -> No
         _child(writing, (root, started_ns), heading, paths)
     os.close(writing)
     os.set_blocking(reading, False)
-    release()
     _SHARED.append(Shared(pid, reading, started_ns, (paths, numbers), heading))
 
 
@@ -252,6 +255,7 @@ def _child(pipe: int, walk: tuple[str, int], heading: str | None, paths: list[st
     reader waiting for the end of the command's output waits for the command alone."""
     status = 1
     try:
+        _yield_to_others()
         quiet = os.open(os.devnull, os.O_RDWR)
         for stream in (0, 1, 2):
             os.dup2(quiet, stream)
@@ -264,6 +268,18 @@ def _child(pipe: int, walk: tuple[str, int], heading: str | None, paths: list[st
         pass
     finally:
         os._exit(status)
+
+
+def _yield_to_others() -> None:
+    """Run only on a core nothing else wants: the lowest priority.  On a machine whose other
+    cores are busy, the child would otherwise take half of the command's own core (measured
+    on 2 cores with the other one busy: the command's imports took twice as long, and a first
+    scan of 1,000 files 50 ms longer); at the lowest priority it reads little then, and the
+    command reads the rest."""
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        os.nice(19)
 
 
 def _batches(walk: tuple[str, int], heading: str | None, paths: list[str]) -> Iterator[bytes]:

@@ -89,7 +89,7 @@ def readers(monkeypatch: pytest.MonkeyPatch, log: Path, *, second: bool = True) 
         if command and second and os.environ[SETTING] == "2":
             _until_read_by_second(log, min(BATCH + 1, len(args[0]._listed)))
         with log.open("a") as lines:
-            lines.write(f"{'command' if command else 'second'} {args[1]}\n")
+            lines.write(f"{'command' if command else 'second'} {os.nice(0)} {args[1]}\n")
         if command:
             time.sleep(0.005)
         return read_one(*args)
@@ -117,9 +117,14 @@ def read_by(log: Path) -> list[str]:
 
 def read_paths(log: Path) -> list[tuple[str, str]]:
     """Each file read since the last call, and by which process."""
+    return [(who, path) for who, _, path in _lines(log)]
+
+
+def _lines(log: Path) -> list[tuple[str, int, str]]:
+    """Each file read since the last call: by which process, at which priority (niceness)."""
     found = log.read_text().splitlines() if log.exists() else []
     log.unlink(missing_ok=True)
-    return [tuple(line.split(" ", 1)) for line in found]  # type: ignore[misc]
+    return [(who, int(nice), path) for who, nice, path in (line.split(" ", 2) for line in found)]
 
 
 def met(readings: list[str], files: int) -> bool:
@@ -378,6 +383,7 @@ def test_a_file_listed_with_other_metadata_than_the_child_read_it_under_is_read_
     assert ("command", "z/notes.md") in read  # the last files of the listing: read by the child too
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="processes are listed from /proc")
 def test_no_process_is_left_after_the_command(tmp_path: Path) -> None:
     """The installed command in a session of its own: when it has exited, nothing of that
     session still runs."""
@@ -407,6 +413,18 @@ def _in_session(session: int) -> list[int]:
             if int(fields[3]) == session:
                 found.append(int(entry))
     return found
+
+
+def test_the_second_process_reads_at_the_lowest_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It takes only a core nothing else wants, never half of the command's own."""
+    root = tmp_path / "memory"
+    a_folder_of_every_kind(root)
+    log = tmp_path / "readers"
+    readers(monkeypatch, log)
+    first_scan(root, 2)
+    lines = _lines(log)
+    priorities = {who: {nice for reader, nice, _ in lines if reader == who} for who in ("command", "second")}
+    assert priorities == {"command": {os.nice(0)}, "second": {19}}
 
 
 @pytest.mark.parametrize(
