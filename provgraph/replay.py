@@ -41,7 +41,6 @@ from .nochange import (
     numbers_bytes,
     renewed_seal,
 )
-from .splitread import start
 from .walk import hand_over, sight, walk_in_order
 
 TYPE_CHECKING = False
@@ -198,7 +197,10 @@ def answer(args: Sequence[str]) -> int | None:
 def _first_scan(command: Command) -> None:
     """No state yet: the folder walked here, for the full run to take over, and, for a
     large one, a child forked to read part of it while the full run imports the rest of
-    provgraph (``splitread``): here, the heap is still small for both processes to share."""
+    provgraph (``splitread``): here, the heap is still small for both processes to share.
+    (``splitread`` is imported only here: an unchanged folder's answer never needs it.)"""
+    from .splitread import start
+
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     collecting = gc.isenabled()

@@ -383,6 +383,25 @@ def test_a_file_listed_with_other_metadata_than_the_child_read_it_under_is_read_
     assert ("command", "z/notes.md") in read  # the last files of the listing: read by the child too
 
 
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_first_scan_walks_the_folder_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
+    """The quick answer walks a folder with no state yet, and the full run takes that walk over."""
+    root = tmp_path / "memory"
+    a_folder_of_every_kind(root)
+    walks = tmp_path / "walks"
+    for module in (provgraph.replay, provgraph.files):
+        walk = module.walk_in_order
+
+        def counted(*args, module=module, walk=walk):  # type: ignore[no-untyped-def]
+            with walks.open("a") as lines:
+                lines.write(f"{module.__name__}\n")
+            return walk(*args)
+
+        monkeypatch.setattr(module, "walk_in_order", counted)
+    assert first_scan(root, processes).code == 0
+    assert walks.read_text().split() == ["provgraph.replay"]
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="processes are listed from /proc")
 def test_no_process_is_left_after_the_command(tmp_path: Path) -> None:
     """The installed command in a session of its own: when it has exited, nothing of that
