@@ -91,9 +91,13 @@ def full_run() -> None:
     become ``provgraph: warning:`` lines of a full run (``logging`` itself is imported
     only if one is logged)."""
     from .log import listening
+    from .splitread import release
 
     with listening(_warn):
-        code = cli(*sys.argv[1:])  # takes over the walk the quick answer made (``walk.handed_over``)
+        try:
+            code = cli(*sys.argv[1:])  # takes over the walk the quick answer made (``walk.handed_over``)
+        finally:
+            release()  # a child the quick answer forked and no scan took: never left behind
     _leave(code)
 
 

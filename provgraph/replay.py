@@ -174,6 +174,9 @@ def answer(args: Sequence[str]) -> int | None:
         return None
     try:
         state = os.open(command.state_path(), _DIRECTORY)
+    except FileNotFoundError:
+        _first_scan(command)
+        return None
     except OSError:
         return None
     collecting = gc.isenabled()
@@ -189,6 +192,27 @@ def answer(args: Sequence[str]) -> int | None:
     if found is None:
         return None
     return _print(*found)
+
+
+def _first_scan(command: Command) -> None:
+    """No state yet: the folder walked here, for the full run to take over, and, for a
+    large one, a child forked to read part of it while the full run imports the rest of
+    provgraph (``splitread``): here, the heap is still small for both processes to share.
+    (``splitread`` is imported only here: an unchanged folder's answer never needs it.)"""
+    from .splitread import start
+
+    root = os.path.abspath(command.root)
+    real_root = os.path.realpath(root)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        started_ns = wall_ns()
+        walked = walk_in_order(root, real_root)
+        hand_over(root, real_root, started_ns, walked)
+        start(root, started_ns, walked, command.heading)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _clock_readable() -> bool:

@@ -29,14 +29,23 @@ from .declarations import (
 )
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
 from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
+from .splitread import Shared, shared_reading
 
-__all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"]
+__all__ = ["RACY_WINDOW_NS", "Reading", "Rescan", "Seen", "Snapshot", "SourceState", "read_one", "scan"]
 
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
 """What ``resolve_entries`` made of a declaration: its sources, and the refused entries."""
+
+Reading = tuple[bytes | None, Declaration, str | None, bool | None]
+"""What reading one file for its declaration gave (``read_one``), as plain values: the
+sha256 of a file read whole (None for one longer than the frontmatter's limit), its
+declaration, why it could not be read (None when it could), and whether a frontmatter that
+declares nothing looks cut short (None when that was not worked out).  A process forked for
+a first scan (``splitread``) sends these for its part of the files; the reader records them
+with the same step as its own."""
 
 
 class Seen(NamedTuple):
@@ -90,22 +99,14 @@ def scan(
     reader.names = {path: path for path in listing}
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
-    unsettled: dict[str, tuple[str, ...]] = {}
     ordered = sorted(listing)
-    declared: list[tuple[str, Declaration]] = []
-    with _reading(files):
-        for done, path in enumerate(ordered):
-            if progress is not None and done % _PROGRESS_EVERY == 0:
-                progress(done, len(listing))
-            is_remembered = path in remembered
-            declaration = reader.declaration(path, listing[path], is_remembered)
-            if declaration is NOTHING and not is_remembered:
-                continue  # most memory files: nothing declared, nothing to keep from before
-            problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
-            if path in reader.unsettled:
-                unsettled[path] = remembered[path]
-            elif declaration is not NOTHING:
-                declared.append((path, declaration))
+    shared = shared_reading(files, listing, sources_heading)
+    try:
+        with _reading(files):
+            declared, unsettled = _declared(reader, ordered, listing, remembered, progress, shared)
+    finally:
+        if shared is not None:
+            shared.release()  # met, or let go of when the loop never came to the child's files
     # resolved once every file is read, in a loop of its own: between two reads of a file
     # its code and data are no longer in the processor's caches, and it took twice as long
     for path, declaration in declared:
@@ -189,6 +190,54 @@ class Rescan:
         problems = len(self.problems)
         state = reader.source(path, meta)
         return None if reader.refused or len(self.problems) > problems else state
+
+
+def _declared(
+    reader: _Reader,
+    ordered: list[str],
+    listing: Mapping[str, FileMeta],
+    remembered: Mapping[str, tuple[str, ...]],
+    progress: Callable[[int, int], None] | None,
+    shared: Shared | None,
+) -> tuple[list[tuple[str, Declaration]], dict[str, tuple[str, ...]]]:
+    """Every file's declaration, in order: the files that declare something, and the
+    remembered ones whose declaration is unsettled.  A forked process reading the files
+    from the other end (``shared``) gives its reading of each file the loop comes to once
+    they have met, where the listing vouches for it; the loop reads any other file itself."""
+    declared: list[tuple[str, Declaration]] = []
+    unsettled: dict[str, tuple[str, ...]] = {}
+    for done, path in enumerate(ordered):
+        if progress is not None and done % _PROGRESS_EVERY == 0:
+            progress(done, len(ordered))
+        is_remembered = path in remembered
+        reading = None if shared is None else shared.reading(done, ordered, listing)
+        declaration = reader.declaration(path, listing[path], is_remembered, reading)
+        if declaration is NOTHING and not is_remembered:
+            continue  # most memory files: nothing declared, nothing to keep from before
+        reader.problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
+        if path in reader.unsettled:
+            unsettled[path] = remembered[path]
+        elif declaration is not NOTHING:
+            declared.append((path, declaration))
+    return declared, unsettled
+
+
+def read_one(files: FileSource, path: str, sources_heading: str | None, remembered: bool) -> Reading:
+    """Read ``path`` for its declaration and its hash, changing nothing: the one way a file
+    is read for a scan, by the scan's own process or by the one it forked (``splitread``).
+    Whether a frontmatter that declares nothing looks cut short is worked out only for a
+    ``remembered`` derived file, the one reading that needs it (it costs a search of the
+    frontmatter's end in every memory file that declares nothing, most of them)."""
+    try:
+        head = files.read(path, FRONTMATTER_LIMIT + 1)
+    except (OSError, NotRegular, OutsideRoot) as error:
+        return None, NOTHING, _describe(error), None
+    truncated = len(head) > FRONTMATTER_LIMIT
+    digest = None if truncated else hashlib.sha256(head).digest()
+    declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, sources_heading)
+    if remembered and not declaration.entries and not declaration.problems:
+        return digest, declaration, None, frontmatter_incomplete(head)
+    return digest, declaration, None, None
 
 
 def _reading(files: FileSource) -> AbstractContextManager[object]:
@@ -278,28 +327,34 @@ class _Reader:
             and meta.ctime_ns < self.racy_from_ns
         )
 
-    def declaration(self, path: str, meta: FileMeta, remembered: bool = False) -> Declaration:
-        """What ``path`` declares.  A ``remembered`` derived file whose declaration
-        cannot be read now (unreadable, empty or cut short mid-write, broken
-        frontmatter) is marked unsettled and not cached, so the next scan reads it
+    def declaration(
+        self, path: str, meta: FileMeta, remembered: bool = False, reading: Reading | None = None
+    ) -> Declaration:
+        """What ``path`` declares: from the cache while it vouches for the file, else from
+        ``reading`` (what a forked process read) or read now.  A ``remembered`` derived file
+        whose declaration cannot be read now (unreadable, empty or cut short mid-write,
+        broken frontmatter) is marked unsettled and not cached, so the next scan reads it
         again rather than trusting a reading that said nothing."""
         old = self.previous.get(path)
         if old is not None and old.declaration is not None and self._trusted(old, meta):
             self.seen[path] = old
             return old.declaration
-        try:
-            head = self.files.read(path, FRONTMATTER_LIMIT + 1)
-        except (OSError, NotRegular, OutsideRoot) as error:
+        if reading is None or (remembered and _unsure(reading)):
+            reading = read_one(self.files, path, self.sources_heading, remembered)
+        return self._recorded(path, meta, remembered, reading)
+
+    def _recorded(self, path: str, meta: FileMeta, remembered: bool, reading: Reading) -> Declaration:
+        """What reading ``path`` gave, recorded: the same step whichever process read it."""
+        digest, declaration, unreadable, incomplete = reading
+        if unreadable is not None:
             self._unreadable.add(path)
-            self.problems.append(Problem(path, ProblemKind.UNREADABLE, _describe(error)))
+            self.problems.append(Problem(path, ProblemKind.UNREADABLE, unreadable))
             if remembered:
                 self.unsettled.add(path)
             return NOTHING
-        truncated = len(head) > FRONTMATTER_LIMIT
-        if not truncated:
-            self._digests[path] = hashlib.sha256(head).digest()
-        declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, self.sources_heading)
-        if remembered and not declaration.entries and (declaration.problems or frontmatter_incomplete(head)):
+        if digest is not None:
+            self._digests[path] = digest
+        if remembered and not declaration.entries and (declaration.problems or incomplete):
             self.unsettled.add(path)
             if not declaration.problems:
                 self.problems.append(Problem(path, ProblemKind.UNREADABLE, _INCOMPLETE))
@@ -373,6 +428,14 @@ class _Reader:
         declaration, resolved = (None, None) if current is None else (current.declaration, current.resolved)
         self.seen[path] = _new_row(Seen, (meta, sha, declaration, resolved))
         return sha
+
+
+def _unsure(reading: Reading) -> bool:
+    """A reading that declares nothing, read without working out whether its frontmatter was
+    cut short (by another process, which does not know which files are remembered): for a
+    remembered derived file, the reader reads it again to find out."""
+    digest, declaration, unreadable, incomplete = reading
+    return unreadable is None and incomplete is None and not declaration.entries and not declaration.problems
 
 
 _new_row = tuple.__new__

@@ -113,7 +113,7 @@ def test_a_quick_run_prints_every_figure_with_its_floor_and_ratio(quick_run: str
     header = next(line for line in lines if line.startswith("figure"))
     assert all(word in header for word in ("provgraph", "floor", "ratio", "goal", "min–max"))
     rows = [line for line in lines if line.startswith(TIMED)]
-    assert len(rows) == 7
+    assert len(rows) == 8
     for row in rows:
         median_min_max = re.findall(r"([\d.]+) (?:ms|µs) \[([\d.]+)–([\d.]+)\]", row)
         assert len(median_min_max) == 2, row  # provgraph and its floor, each with min and max

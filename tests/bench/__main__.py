@@ -13,7 +13,9 @@ too: on a shared machine it moves less than the wall clock.  For each size of
 ``--files`` (1,000 and 10,000 by default):
 
 - cold ``provgraph status --json`` (no state yet), whole process, against a
-  Python process that reads and sha256-hashes every memory file;
+  Python process that reads and sha256-hashes every memory file; and the same with
+  ``PROVGRAPH_PROCESSES=1``, read by one process (from 2,000 files, a first scan forks
+  a second one to read part of the folder);
 - warm ``provgraph status --json`` (nothing changed), whole process, against a
   Python process that walks the folder and stats every memory file;
 - warm after one plain file changed (staleness flows down its chains), against
@@ -75,6 +77,8 @@ AGENT_SIZES = (200, 2_000)
 CHAIN_DEPTH = 2_000
 STALE_SHARE = 0.9
 """The many-stale figure edits plain files until this share of the derived files is stale."""
+ONE_PROCESS = "PROVGRAPH_PROCESSES"
+"""The setting that keeps a first scan to one process at ``1``."""
 DVC_MAX_FILES = 20_000
 """Above this, ``dvc commit`` alone takes many minutes: dvc is left out."""
 
@@ -245,6 +249,7 @@ class CliResult:
 
     files: int
     cold: Figure
+    cold_one_process: Figure
     warm: Figure
     changed: Figure
     many_stale: Figure
@@ -254,19 +259,31 @@ class CliResult:
     def figures(self) -> list[Figure]:
         return [self.cold, self.warm, self.many_stale, self.changed]
 
+    @property
+    def timed(self) -> list[Figure]:
+        """Every figure, in the order of the tables."""
+        return [self.cold, self.cold_one_process, self.warm, self.many_stale, self.changed]
+
 
 def bench_cli(workload: Workload, runs: int, interpreter: Interpreter) -> CliResult:
     commands = Commands.on(workload.root, interpreter)
     files = len(workload.files)
 
-    def cold() -> Sample:
+    def cold(env: dict[str, str] = commands.env) -> Sample:
         shutil.rmtree(workload.root / ".provgraph", ignore_errors=True)
         (workload.root / "provgraph.lock").unlink(missing_ok=True)
-        return commands.status_run()
+        return run(commands.status, env=env)
+
+    def cold_one_process() -> Sample:
+        return cold({**commands.env, ONE_PROCESS: "1"})
 
     commands.hash_run(), commands.stat_run(), cold()  # fill the page cache
     let_files_age()
-    floors, colds = alternate(runs, commands.hash_run, cold)
+    floors, colds, one_process = [], [], []
+    for _ in range(runs):  # the two ways side by side, each beside its floor
+        floors.append(commands.hash_run())
+        colds.append(cold())
+        one_process.append(cold_one_process())
     stat_floors, warms = alternate(runs, commands.stat_run, commands.status_run)
     _check_same(colds[-1].stdout, warms[-1].stdout)
     changed_floors, changeds = alternate(runs, commands.stat_run, _editing(workload.root, [workload.leaf], commands))
@@ -275,6 +292,14 @@ def bench_cli(workload: Workload, runs: int, interpreter: Interpreter) -> CliRes
     return CliResult(
         files,
         Figure("cold status --json, no state yet", colds, floors, GOALS["cold"], files=files, floor_name=HASH_PROCESS),
+        Figure(
+            f"cold status --json, no state yet, {ONE_PROCESS}=1",
+            one_process,
+            floors,
+            None,
+            files=files,
+            floor_name=HASH_PROCESS,
+        ),
         Figure("warm status --json, nothing changed", warms, stat_floors, GOALS["warm"], files=files),
         Figure("warm status --json, one file changed", changeds, changed_floors, GOALS["changed"], files=files),
         many,
@@ -566,7 +591,7 @@ def _bench(options: argparse.Namespace, runs: int, base: Path) -> None:
     for files in options.files:
         workloads.append(generate(base / f"memory-{files}", files, options.seed))
         results.append(bench_cli(workloads[-1], runs, interpreter))
-    figures = [figure for result in results for figure in result.figures]
+    figures = [figure for result in results for figure in result.timed]
     figures.append(bench_chain(base, options.chain, runs, interpreter))
     small, large = options.agent_files
     hook, note = bench_hook(base, rounds=5 if options.quick else 40, calls=10 if options.quick else 25, files=small)

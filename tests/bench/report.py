@@ -89,6 +89,7 @@ def _other_row(other: Other) -> str:
 
 def _code(name: str) -> str:
     """Commands and methods as code: ``status --json``, ``on_system_prompt``, ``make -q all``."""
-    for word in ("status --json", "ProvenanceMiddleware.on_system_prompt", "Memory.refresh()", "make -q all"):
+    words = ("status --json", "ProvenanceMiddleware.on_system_prompt", "Memory.refresh()", "make -q all")
+    for word in (*words, "PROVGRAPH_PROCESSES=1"):
         name = name.replace(word, f"`{word}`")
     return name.replace("dvc status", "`dvc status`")
