@@ -48,13 +48,15 @@ if TYPE_CHECKING:
     from .explanations import Explanation, FileLineage, Relative
     from .scan import Rescan, Seen
 else:
+    from .model import _EXPLAINED
 
     def __getattr__(name: str) -> object:
-        """``Explanation``, still given here, made when first asked for (see ``explanations``)."""
-        if name == "Explanation":
-            from .explanations import Explanation
+        """``Explanation``, ``FileLineage`` and ``Relative``, still given here as before they
+        moved, made when first asked for (see ``explanations``)."""
+        if name in _EXPLAINED:
+            from . import explanations
 
-            return Explanation
+            return getattr(explanations, name)
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

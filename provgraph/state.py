@@ -953,18 +953,22 @@ class _PagedLock:
         block = self._blocks.get(index)
         if block is None:
             start = index * _LOCK_BLOCK
-            try:
-                block = _read_span(self._descriptor, start, min(start + _LOCK_BLOCK, self._size))
-            except OSError as error:  # the full scan reads the lock again, and says what is wrong
-                raise _Corrupt(f"the lock could not be read again: {error}") from error
-            self._blocks[index] = block
+            block = self._blocks[index] = self._span(start, min(start + _LOCK_BLOCK, self._size))
         return block
+
+    def _span(self, start: int, stop: int) -> bytes:
+        try:
+            return _read_span(self._descriptor, start, stop)
+        except OSError as error:  # the full scan reads the lock again, and says what is wrong
+            raise _Corrupt(f"the lock could not be read again: {error}") from error
 
     def __getitem__(self, where: slice) -> bytes:
         start, stop, _ = where.indices(self._size)
         if stop <= start:
             return b""
         first, last = start // _LOCK_BLOCK, (stop - 1) // _LOCK_BLOCK
+        if last - first > _SPAN_IN_BLOCKS:  # the rest of the lock after a replaced line: one read
+            return self._span(start, stop)
         joined = b"".join(map(self._block, range(first, last + 1)))
         return joined[start - first * _LOCK_BLOCK : stop - first * _LOCK_BLOCK]
 
@@ -994,6 +998,8 @@ class _PagedLock:
 
 
 _LOCK_BLOCK = 4096
+_SPAN_IN_BLOCKS = 4
+"""Blocks from which a slice of the lock is read in one call rather than block by block."""
 
 
 def _lock_meta(folders: Folders) -> FileMeta | None:

@@ -90,6 +90,8 @@ def test_the_layer_check_sees_an_import_of_the_disk_layer_even_for_types_only() 
         ("provgraph", "Relative"),
         ("provgraph", "Explanation"),
         ("provgraph.api", "Explanation"),
+        ("provgraph.api", "FileLineage"),
+        ("provgraph.api", "Relative"),
         ("provgraph.queries", "Relative"),
         ("provgraph.queries", "FileLineage"),
         ("provgraph.scan", "Snapshot"),

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -64,7 +64,7 @@ def first_scan(root: Path, processes: int, *args: str, lock: bytes | None = None
     done = launch([command, root, *options], env=env)
     store = StateStore(root)
     with store.locked():
-        cache = replace(store.load(), scan_started_ns=0)  # the only clock a cache holds
+        cache = store.load()._replace(scan_started_ns=0)  # the only clock a cache holds
     written = root / "provgraph.lock"
     return Left(
         done.code,
