@@ -443,7 +443,9 @@ def test_the_second_process_reads_at_the_lowest_priority(tmp_path: Path, monkeyp
     first_scan(root, 2)
     lines = _lines(log)
     priorities = {who: {nice for reader, nice, _ in lines if reader == who} for who in ("command", "second")}
-    assert priorities == {"command": {os.nice(0)}, "second": {19}}
+    assert priorities["second"] == {19}
+    # on a loaded machine the second may read every file before the command reads one
+    assert priorities["command"] <= {os.nice(0)}
 
 
 @pytest.mark.parametrize(
