@@ -48,11 +48,12 @@ if TYPE_CHECKING:
     from .explanations import Explanation, FileLineage, Relative
     from .scan import Rescan, Seen
 else:
-    from .model import _EXPLAINED
+    _EXPLAINED = frozenset({"Explanation", "FileLineage", "Relative"})
 
     def __getattr__(name: str) -> object:
         """``Explanation``, ``FileLineage`` and ``Relative``, still given here as before they
-        moved, made when first asked for (see ``explanations``)."""
+        moved, made when first asked for (PEP 562): only ``why`` and ``lineage`` use them, and
+        a refresh, which every command makes, would create these dataclasses for nothing."""
         if name in _EXPLAINED:
             from . import explanations
 

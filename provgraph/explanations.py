@@ -3,9 +3,9 @@
 
 Part of the vocabulary (``model``), kept in a module of its own because only those
 questions make these values: a refresh, which every command makes, never imports it,
-and does not pay the ~2 ms that creating three frozen dataclasses costs.  ``model``
-still gives them by name (``from provgraph.model import Explanation``), importing this
-module when first asked.
+and does not pay the ~2 ms that creating three frozen dataclasses costs.  ``provgraph``
+and ``api`` still give them by name (``from provgraph import Explanation``), importing this
+module when first asked; ``model`` does not, so that the vocabulary imports nothing above it.
 """
 
 from __future__ import annotations

@@ -26,8 +26,6 @@ __all__ = [
     "Edge",
     "EdgeTable",
     "EdgeStatus",
-    "Explanation",
-    "FileLineage",
     "FileMeta",
     "Frozen",
     "KnownEdges",
@@ -35,7 +33,6 @@ __all__ = [
     "NodeStatus",
     "Problem",
     "ProblemKind",
-    "Relative",
     "Report",
     "Snapshot",
     "SourceState",
@@ -49,8 +46,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from typing import NamedTuple
-
-    from .explanations import Explanation, FileLineage, Relative
 else:
 
     class _NamedTupleType(type):
@@ -73,19 +68,6 @@ else:
 
     class NamedTuple(metaclass=_NamedTupleType):
         """The base of provgraph's named tuples, ``class Stamp(NamedTuple)`` as with ``typing``'s."""
-
-    def __getattr__(name: str) -> object:
-        """``Explanation``, ``Relative`` and ``FileLineage``, made when first asked for (PEP 562):
-        only ``why`` and ``lineage`` use them, and a refresh, which every command makes,
-        would spend about 2 ms creating these three dataclasses for nothing."""
-        if name in _EXPLAINED:
-            from . import explanations
-
-            return getattr(explanations, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_EXPLAINED = frozenset({"Explanation", "FileLineage", "Relative"})
 
 
 class ProblemKind(enum.StrEnum):
