@@ -859,7 +859,11 @@ def resolve_entries(
     sources: set[str] = set()
     problems: list[Problem] = []
     folder = posixpath.dirname(declaring)
+    prefix = f"{folder}/" if folder[-1:] not in ("/", "") else folder
     for entry in entries:
+        if _RELATIVE_PATH.fullmatch(entry) and (path := posixpath.normpath(prefix + entry))[0] != ".":
+            sources.add(path)  # most entries: joined, and nothing left to refuse (see _RELATIVE_PATH)
+            continue
         resolved = _resolve(folder, entry, lookup)
         if isinstance(resolved, str):
             sources.add(resolved)
@@ -893,6 +897,14 @@ def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind
         return ProblemKind.BAD_ENTRY, f"URL ignored: {entry}"
     return _placed(folder, entry, target, lookup.roots)
 
+
+_RELATIVE_PATH = _on_first_use(r"[A-Za-z0-9_.-](?:[A-Za-z0-9_. /-]*[A-Za-z0-9_.-])?")
+"""A plain path entry (``_PLAIN_PATH``) relative to the declaring folder, with no space
+around it and no ``/`` at its end: joined to the folder, it is refused only when the joined
+path leaves the root or names the root or provgraph's own state, each of which starts with
+``.`` once normalised; any other resolves to that path.  Three entries in four in a large
+folder, resolved without the steps the other entries need (a first scan of 10,000 files
+resolves 9,000 entries)."""
 
 _PLAIN_PATH = _on_first_use(r"(?!//)[A-Za-z0-9_./-][A-Za-z0-9_. /-]*")
 """An entry that is its own target: no link to unwrap, and nothing (a scheme, a drive, a
