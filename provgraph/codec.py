@@ -610,8 +610,11 @@ def _updated(batch: Mapping[str, list[Any]], changes: Mapping[str, object | None
 def _seen_row(seen: Seen) -> list[object]:
     """One file's row: its metadata, hash and declaration, and the declaration resolved
     when it declares something.  (A full save encodes one per file: the fields are
-    unpacked once, and an empty list of problems is not built by a loop.)"""
+    unpacked once, and an empty list of problems is not built by a loop; most files declare
+    nothing, compared as a whole with what an empty declaration holds.)"""
     meta, sha256, declaration, resolved = seen
+    if resolved is None and declaration == _DECLARES_NOTHING:
+        return [*meta, sha256, _NO_DECLARATION]
     encoded = _encode_declaration(declaration)
     if resolved is None or declaration is None:
         return [*meta, sha256, encoded]
@@ -621,6 +624,8 @@ def _seen_row(seen: Seen) -> list[object]:
 
 
 _NO_DECLARATION: tuple[()] = ()
+_DECLARES_NOTHING = ((), None, ())
+"""A declaration's fields when it declares nothing: no entries, no ``derived_at``, no problem."""
 """How most files encode, as an empty list: no ``derived_from``, no ``derived_at``, no problem."""
 
 
