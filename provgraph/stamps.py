@@ -64,15 +64,15 @@ def reconcile_as_table(
     adopting = _Adopting(snapshot.sources, now)
     for path in sorted(records.keys() | snapshot.declarations.keys() | snapshot.withheld.keys()):
         old = records.get(path)
+        adopted = _adopted(path, snapshot, adopting) if old is None else None
+        if adopted is not None:  # a first sight: every file of a first scan
+            updated[path], found = adopted
+            edges += found
+            continue
         declared = _declared(path, old, snapshot)
         if declared is None:
             if old is not None and path not in present:
                 updated[path] = old  # dormant: the file is gone, maybe for a moment
-            continue
-        adopted = _adopted(path, declared, adopting) if old is None else None
-        if adopted is not None:  # a first sight: every file of a first scan
-            updated[path], found = adopted
-            edges += found
             continue
         derivation = _stamped(old, declared, snapshot, now, path in restamp)
         compared = {}
@@ -168,21 +168,24 @@ class _Adopting:
         return made
 
 
-def _adopted(path: str, declared: _Declared, adopting: _Adopting) -> tuple[Derivation, list[_Row]] | None:
+def _adopted(path: str, snapshot: Snapshot[object], adopting: _Adopting) -> tuple[Derivation, list[_Row]] | None:
     """A derived file seen for the first time whose declared sources all exist: each one
     stamped with what it holds now, every edge clean.  What ``_stamped`` and ``_compare``
     give such a file, without comparing stamps made a moment ago with the very hashes they
-    were made from.  None for anything else (a missing or refused source): they decide."""
-    if declared.withheld:
+    were made from (nor making its ``_Declared``: a first scan adopts every derived file).
+    None for anything else (no source, a missing or refused one): they decide."""
+    sources = snapshot.declarations.get(path)
+    if not sources or path in snapshot.withheld:
         return None
     stamps = {}
-    for source in sorted(declared.sources):
+    for source in sorted(sources):
         stamp = adopting.stamp(source)
         if stamp is None:
             return None
         stamps[source] = stamp
     now = adopting.now
-    return Derivation(declared.derived_at, stamps), [(source, path, _CLEAN, now, None, None) for source in stamps]
+    rows = [(source, path, _CLEAN, now, None, None) for source in stamps]
+    return Derivation(snapshot.derived_at.get(path), stamps), rows
 
 
 _CLEAN = EdgeStatus.CLEAN

@@ -280,17 +280,19 @@ def test_problems_name_their_file_and_never_stop_the_scan(memory, clock) -> None
 
 @settings(max_examples=examples(1000), deadline=None)
 @given(
-    st.sampled_from(["x.md", "notes/x.md", "a/b/x.md", "/x.md"]),
+    st.sampled_from(["x.md", "notes/x.md", "a/b/x.md", "/x.md", "a//b/x.md", ".provgraph/x.md"]),
     st.text(st.sampled_from("ab./-_ ~:\\#[]()<>|%\x00"), max_size=10),
-    st.sampled_from([(), ("/srv/Memory",), ("/srv/Memory", "/srv")]),
+    st.sampled_from([(), ("/srv/Memory",), ("/srv/Memory", "/srv"), ("/srv/Memory/",), ("/",)]),
 )
 def test_a_plain_path_entry_resolves_as_every_other_entry_does(
     declaring: str, entry: str, roots: tuple[str, ...]
 ) -> None:
-    """Entries of plain path characters take a shorter way; it must end where the general one does."""
+    """Entries of plain path characters take shorter ways; each must end where the general one does."""
     lookup = Lookup(frozenset({"x.md", "a/b.md"}), roots)
-    quick = resolve_entries(declaring, (entry, "/srv/Memory/" + entry), lookup)
+    entries = (entry, "/srv/Memory/" + entry, "/srv/Memory" + entry, "/" + entry, "../" + entry, "a/../" + entry)
+    quick = resolve_entries(declaring, entries, lookup)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(declarations, "_PLAIN_PATH", re.compile(r"(?!)"))
-        general = resolve_entries(declaring, (entry, "/srv/Memory/" + entry), lookup)
+        patch.setattr(declarations, "_RELATIVE_PATH", re.compile(r"(?!)"))
+        general = resolve_entries(declaring, entries, lookup)
     assert quick == general

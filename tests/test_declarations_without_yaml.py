@@ -443,6 +443,7 @@ COMMON_PATH_PATTERNS = {
     "_OPENING",
     "_TOP_LINE",
     "_PLAIN_PATH",
+    "_RELATIVE_PATH",
     "_LINK",
     "_URL",
     "_DRIVE",
