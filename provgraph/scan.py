@@ -103,14 +103,14 @@ def scan(
     shared = shared_reading(files, listing, sources_heading)
     try:
         with _reading(files):
-            declared, unsettled = _declared(reader, ordered, listing, remembered, progress, shared, roots)
+            declared, unsettled = _declared(reader, ordered, listing, remembered, progress, shared)
     finally:
         if shared is not None:
             shared.release()  # met, or let go of when the loop never came to the child's files
     # resolved once every file is read, in a loop of its own: between two reads of a file
     # its code and data are no longer in the processor's caches, and it took twice as long
-    for path, declaration, given in declared:
-        sources, refused = reader.resolution(path, declaration, lookup, given)
+    for path, declaration in declared:
+        sources, refused = reader.resolution(path, declaration, lookup)
         problems.extend(refused)
         if sources:
             declarations[path] = sources
@@ -199,14 +199,12 @@ def _declared(
     remembered: Mapping[str, tuple[str, ...]],
     progress: Callable[[int, int], None] | None,
     shared: Shared | None,
-    roots: tuple[str, ...],
-) -> tuple[list[tuple[str, Declaration, Resolution | None]], dict[str, tuple[str, ...]]]:
-    """Every file's declaration, in order: the files that declare something (with the
-    forked process's resolution of it, when it made one), and the remembered ones whose
-    declaration is unsettled.  A forked process reading the files from the other end
-    (``shared``) gives its reading of each file the loop comes to once they have met,
-    where the listing vouches for it; the loop reads any other file itself."""
-    declared: list[tuple[str, Declaration, Resolution | None]] = []
+) -> tuple[list[tuple[str, Declaration]], dict[str, tuple[str, ...]]]:
+    """Every file's declaration, in order: the files that declare something, and the
+    remembered ones whose declaration is unsettled.  A forked process reading the files
+    from the other end (``shared``) gives its reading of each file the loop comes to once
+    they have met, where the listing vouches for it; the loop reads any other file itself."""
+    declared: list[tuple[str, Declaration]] = []
     unsettled: dict[str, tuple[str, ...]] = {}
     for done, path in enumerate(ordered):
         if progress is not None and done % _PROGRESS_EVERY == 0:
@@ -220,8 +218,7 @@ def _declared(
         if path in reader.unsettled:
             unsettled[path] = remembered[path]
         elif declaration is not NOTHING:
-            given = shared.resolution(done, roots) if reading is not None and declaration is reading[1] else None
-            declared.append((path, declaration, given))
+            declared.append((path, declaration))
     return declared, unsettled
 
 
@@ -365,18 +362,15 @@ class _Reader:
         self.seen[path] = _new_row(Seen, (meta, None, declaration, None))
         return declaration
 
-    def resolution(
-        self, path: str, declaration: Declaration, lookup: Lookup, given: Resolution | None = None
-    ) -> Resolution:
+    def resolution(self, path: str, declaration: Declaration, lookup: Lookup) -> Resolution:
         """The declaration's entries resolved: as the cache recorded them while the file is
-        the one it vouches for and no entry follows the listing, else as ``given`` (by the
-        process that read the declaration) or resolved now."""
+        the one it vouches for and no entry follows the listing, else resolved now."""
         seen = self.seen.get(path)
         kept = seen.resolved if seen is not None and seen is self.previous.get(path) else None
         if kept is not None and not follows_listing(declaration.entries):
             return kept
-        sources, refused = resolve_entries(path, declaration.entries, lookup) if given is None else given
-        resolved = tuple(map(self.names.get, sources, sources)), refused
+        sources, refused = resolve_entries(path, declaration.entries, lookup)
+        resolved = tuple([self.names.get(source, source) for source in sources]), refused
         if seen is not None:
             self.seen[path] = _new_row(Seen, (seen.meta, seen.sha256, seen.declaration, resolved))
         return resolved

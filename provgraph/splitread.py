@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
     from typing import Any
 
-    from .declarations import Declaration, Lookup
-    from .model import FileMeta, Problem, ProblemKind
-    from .scan import Reading, Resolution
+    from .declarations import Declaration
+    from .model import FileMeta, ProblemKind
+    from .scan import Reading
     from .walk import Walked
 
 __all__ = ["FILES_FOR_TWO", "SETTING", "Shared", "release", "shared_reading", "start"]
@@ -76,40 +76,18 @@ class Shared:
     handed over, begun at ``started_ns``) from its end, batch by batch; ``reached`` is the
     first file of the listing whose reading has come."""
 
-    __slots__ = (
-        "buffer",
-        "heading",
-        "metas",
-        "numbers",
-        "paths",
-        "pid",
-        "pipe",
-        "reached",
-        "readings",
-        "resolutions",
-        "roots",
-        "started_ns",
-    )
+    __slots__ = ("buffer", "heading", "metas", "numbers", "paths", "pid", "pipe", "reached", "readings", "started_ns")
 
     def __init__(
-        self,
-        pid: int,
-        pipe: int,
-        started_ns: int,
-        walked: tuple[list[str], list[int]],
-        settings: tuple[str | None, tuple[str, ...]],
+        self, pid: int, pipe: int, started_ns: int, walked: tuple[list[str], list[int]], heading: str | None
     ) -> None:
         self.pid: int | None = pid
         self.pipe: int | None = pipe
         self.started_ns = started_ns
         self.paths, self.numbers = walked
-        self.heading, self.roots = settings
+        self.heading = heading
         self.reached = len(self.paths)
         self.readings: list[Reading | None] = []
-        self.resolutions: dict[int, Resolution] = {}
-        """The child's resolution of the declarations it read, by rank in the listing, for
-        the files whose reading is kept: those that name no wiki link (which follows the
-        listing, and is resolved by the parent)."""
         self.metas: list[tuple[int, ...]] = []
         """Each file's metadata in the walk, made when the first batch comes."""
         self.buffer = bytearray()
@@ -125,12 +103,6 @@ class Shared:
         if self.pid is not None:
             self.release()  # met: the files left were read by the child
         return self.readings[rank]
-
-    def resolution(self, rank: int, roots: tuple[str, ...]) -> Resolution | None:
-        """The child's resolution of the declaration it read in ``ordered[rank]``, when it
-        resolved it under the scan's own ``roots``: only for a declaration the scan took
-        from the child's reading."""
-        return self.resolutions.get(rank) if roots == self.roots else None
 
     def release(self) -> None:
         """The child gone and reaped: killed when it still runs; the readings that came stay."""
@@ -186,7 +158,7 @@ class Shared:
         read = list(map(self.paths.__getitem__, order))
         if read != ordered[start : self.reached]:
             raise ValueError("a batch about other files")
-        readings, resolutions = _readings(digests, unusual, self.paths, order)
+        readings = _readings(digests, unusual)
         if not self.metas:
             self.metas = list(zip(*[iter(self.numbers)] * 4, strict=True))
         under, now = list(map(self.metas.__getitem__, order)), list(map(listing.__getitem__, read))
@@ -197,9 +169,6 @@ class Shared:
         if not self.readings:
             self.readings = [None] * len(ordered)
         self.readings[start : self.reached] = readings
-        self.resolutions.update(
-            (start + rank, resolved) for rank, resolved in resolutions if readings[rank] is not None
-        )
         self.reached = start
 
 
@@ -222,13 +191,12 @@ def start(root: str, started_ns: int, walked: Walked, heading: str | None) -> No
         os.close(reading)
         os.close(writing)
         return
-    roots = _roots(root)
     if pid == 0:
         os.close(reading)
-        _child(writing, (root, started_ns), (heading, roots), paths)
+        _child(writing, (root, started_ns), heading, paths)
     os.close(writing)
     os.set_blocking(reading, False)
-    _SHARED.append(Shared(pid, reading, started_ns, (paths, numbers), (heading, roots)))
+    _SHARED.append(Shared(pid, reading, started_ns, (paths, numbers), heading))
 
 
 def shared_reading(files: object, listing: Mapping[str, FileMeta], heading: str | None) -> Shared | None:
@@ -281,15 +249,7 @@ def _widen(pipe: int) -> None:
         pass
 
 
-def _roots(root: str) -> tuple[str, ...]:
-    """The absolute paths the command's folder is known by, as the command's own scan is
-    given them: the child resolves under these, and the scan takes its resolutions only
-    when they are its own."""
-    known = {root, os.path.realpath(root)} - {"/"}
-    return tuple(sorted(known, key=lambda path: (-len(path), path)))
-
-
-def _child(pipe: int, walk: tuple[str, int], settings: tuple[str | None, tuple[str, ...]], paths: list[str]) -> None:
+def _child(pipe: int, walk: tuple[str, int], heading: str | None, paths: list[str]) -> None:
     """Read, send, leave: ``os._exit`` flushes none of the parent's buffered output and runs
     none of its exit handlers.  The child holds none of the command's streams, so that a
     reader waiting for the end of the command's output waits for the command alone."""
@@ -299,7 +259,7 @@ def _child(pipe: int, walk: tuple[str, int], settings: tuple[str | None, tuple[s
         quiet = os.open(os.devnull, os.O_RDWR)
         for stream in (0, 1, 2):
             os.dup2(quiet, stream)
-        for message in _batches(walk, settings, paths):
+        for message in _batches(walk, heading, paths):
             view = memoryview(len(message).to_bytes(_HEADER, "little") + message)
             while view:
                 view = view[os.write(pipe, view) :]
@@ -322,19 +282,16 @@ def _yield_to_others() -> None:
         os.nice(19)
 
 
-def _batches(walk: tuple[str, int], settings: tuple[str | None, tuple[str, ...]], paths: list[str]) -> Iterator[bytes]:
+def _batches(walk: tuple[str, int], heading: str | None, paths: list[str]) -> Iterator[bytes]:
     """The sorted listing read from its end, a batch at a time: each batch marshalled as its
     first file's place in the sorted listing, each file's place in the walk and digest,
     and, by their rank in the batch, the readings that say more than a digest (a
-    declaration, why the file could not be read, the declaration resolved), each
-    problem's kind as its value."""
-    from .declarations import NOTHING, Lookup
+    declaration, why the file could not be read), each problem's kind as its value."""
+    from .declarations import NOTHING
     from .files import LocalFiles
     from .scan import read_one
 
     root, started_ns = walk
-    heading, roots = settings
-    lookup = Lookup((), roots)  # no wiki link is resolved here: the listing is not needed
     files = LocalFiles(root)
     files.walk()  # the handed-over walk, as the parent's scan takes it: each file read under its metadata
     if files.walked_ns != started_ns:
@@ -349,21 +306,8 @@ def _batches(walk: tuple[str, int], settings: tuple[str | None, tuple[str, ...]]
                 digest, declaration, unreadable, _ = read_one(files, paths[index], heading, False)
                 digests.append(digest)
                 if declaration is not NOTHING or unreadable is not None:
-                    fields = None if declaration is NOTHING else _fields(declaration)
-                    unusual[rank] = (fields, unreadable, _resolved(paths[index], declaration, lookup))
+                    unusual[rank] = (None if declaration is NOTHING else _fields(declaration), unreadable)
             yield marshal.dumps((first, order[first:end], digests, unusual))
-
-
-def _resolved(path: str, declaration: Declaration, lookup: Lookup) -> tuple[object, ...] | None:
-    """A declaration's entries resolved as the scan resolves them, as values ``marshal``
-    writes (each refusal as its kind's value and its detail); None for a declaration with
-    no entry or with a wiki link, which the parent resolves against the listing."""
-    from .declarations import follows_listing, resolve_entries
-
-    if not declaration.entries or follows_listing(declaration.entries):
-        return None
-    sources, refused = resolve_entries(path, declaration.entries, lookup)
-    return sources, tuple([(problem.kind.value, problem.detail) for problem in refused])
 
 
 def _fields(declaration: Declaration) -> tuple[object, ...]:
@@ -382,32 +326,15 @@ def _declaration(fields: Any, make: Callable[..., Declaration], kind: Callable[[
     return make(entries, derived_at, found)
 
 
-def _readings(
-    digests: list[bytes | None], unusual: dict[int, Any], paths: list[str], order: list[int]
-) -> tuple[list[Reading | None], list[tuple[int, Resolution]]]:
-    """A batch's readings, by rank (most files gave only a digest), and the resolutions
-    that came with them, each with its rank."""
+def _readings(digests: list[bytes | None], unusual: dict[int, Any]) -> list[Reading | None]:
+    """A batch's readings, by rank: most files gave only a digest."""
     from .declarations import NOTHING, Declaration
-    from .model import Problem, ProblemKind
+    from .model import ProblemKind
 
     readings: list[Reading | None] = [(digest, NOTHING, None, None) for digest in digests]
-    resolutions: list[tuple[int, Resolution]] = []
-    for rank, (fields, unreadable, resolved) in unusual.items():
+    for rank, (fields, unreadable) in unusual.items():
         if not 0 <= rank < len(digests) or not (unreadable is None or type(unreadable) is str):
             raise ValueError("not a reading of the batch's files")
         declaration = NOTHING if fields is None else _declaration(fields, Declaration, ProblemKind)
         readings[rank] = (digests[rank], declaration, unreadable, None)
-        if resolved is not None:
-            resolutions.append((rank, _resolution(resolved, paths[order[rank]], Problem, ProblemKind)))
-    return readings, resolutions
-
-
-def _resolution(
-    resolved: Any, path: str, problem: Callable[..., Problem], kind: Callable[[str], ProblemKind]
-) -> Resolution:
-    """A resolution sent as values (``_resolved``) for the file ``path``; raises on values
-    of another shape."""
-    sources, refused = resolved
-    if type(sources) is not tuple or not all(type(source) is str for source in sources):
-        raise TypeError("not a resolution's sources")
-    return sources, tuple([problem(path, kind(value), str(detail)) for value, detail in refused])
+    return readings

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import marshal
 import os
-import posixpath
 import shutil
 import signal
 import subprocess
@@ -29,7 +28,6 @@ from hypothesis import strategies as st
 from scratch import scratch_folder
 
 import provgraph.cli
-import provgraph.declarations
 import provgraph.files
 import provgraph.replay
 import provgraph.scan
@@ -491,7 +489,7 @@ def test_a_library_refresh_never_forks(tmp_path: Path, monkeypatch: pytest.Monke
 
 NAMES = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
 FOLDERS = ("", "notes/", "notes/deep/", "people/")
-FORMS = ("list", "wiki", "broken", "missing", "plain", "none", "relative", "links", "refused", "absolute")
+FORMS = ("list", "wiki", "broken", "missing", "plain", "none")
 
 
 def _random_folder(root: Path, files: list[tuple[str, list[int], str]]) -> None:
@@ -500,17 +498,12 @@ def _random_folder(root: Path, files: list[tuple[str, list[int], str]]) -> None:
     paths = [f"{folder}{NAMES[index % len(NAMES)]}{index}.md" for index, (folder, _, _) in enumerate(files)]
     for path, (_, sources, form) in zip(paths, files, strict=True):
         named = [paths[source % len(paths)] for source in sources]
-        relative = [posixpath.relpath(name, posixpath.dirname(path) or ".") for name in named]
         heads = {
             "list": f"derived_from: [{', '.join('/' + name for name in named)}]\n",
             "wiki": f"derived_from: {', '.join(f'[[{name}]]' for name in named)}\n",
             "broken": f"description: a: b: [c\nderived_from: {', '.join('/' + name for name in named)}\n",
             "missing": "derived_from: /gone.md\n",
             "plain": "type: note\n",
-            "relative": f"derived_from: {', '.join(relative)}\n",
-            "links": "derived_from:\n" + "".join(f"  - '[{name}]({name})'\n" for name in relative),
-            "refused": "derived_from: ../../../../out.md, .provgraph/state, notes/, https://example.com/a.md\n",
-            "absolute": f"derived_from: {', '.join(f'{root.resolve()}/{name}' for name in named)}\n",
         }
         text = f"---\nname: {path}\n{heads[form]}---\n\n" if form in heads else "no frontmatter\n"
         write(root, path, text + "body\n" * (len(path) % 7))
@@ -530,41 +523,3 @@ def test_random_folders_get_the_same_first_scan_from_one_or_two_processes(files)
         _random_folder(root, files)
         readers(monkeypatch, Path(scratch) / "readers")
         assert first_scan(root, 2) == first_scan(root, 1)
-
-
-def test_the_second_process_resolves_the_declarations_it_read_but_wiki_links(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The child resolves each declaration it read (a wiki link follows the listing: the
-    command resolves those), and the command resolves only the others: each declaration
-    is resolved once."""
-    root = tmp_path / "memory"
-    a_folder_of_every_kind(root)
-    log, resolved = tmp_path / "readers", tmp_path / "resolved"
-    readers(monkeypatch, log)
-    resolve, test = provgraph.declarations.resolve_entries, os.getpid()
-
-    def spied(declaring, entries, lookup=provgraph.declarations.NO_LOOKUP):  # type: ignore[no-untyped-def]
-        with resolved.open("a") as lines:
-            lines.write(f"{'command' if os.getppid() == test else 'second'} {declaring}\n")
-        return resolve(declaring, entries, lookup)
-
-    monkeypatch.setattr(provgraph.scan, "resolve_entries", spied)
-    monkeypatch.setattr(provgraph.declarations, "resolve_entries", spied)
-    first_scan(root, 2)
-    by = [line.split(" ", 1) for line in resolved.read_text().splitlines()]
-    read_second = {path for who, path in read_paths(log) if who == "second"}
-    second = {path for who, path in by if who == "second"}
-    assert second and second <= read_second
-    assert "z/digest.md" not in second  # a wiki link among its entries
-    paths = [path for _, path in by]
-    assert len(paths) == len(set(paths))
-
-
-def test_the_second_process_resolves_under_the_paths_the_command_knows_the_folder_by(tmp_path: Path) -> None:
-    """The child's resolutions are taken only under the command's own roots: they must be
-    the same for a folder reached through a symbolic link."""
-    (tmp_path / "real").mkdir()
-    (tmp_path / "link").symlink_to(tmp_path / "real")
-    for root in (tmp_path / "real", tmp_path / "link"):
-        assert provgraph.splitread._roots(str(root)) == Memory(root).roots
