@@ -17,18 +17,10 @@ from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 from typing import NamedTuple
 
-from .declarations import (
-    FRONTMATTER_LIMIT,
-    NOTHING,
-    Declaration,
-    Lookup,
-    follows_listing,
-    frontmatter_incomplete,
-    read_declaration,
-    resolve_entries,
-)
+from .declarations import NOTHING, Declaration, Lookup, follows_listing, resolve_entries
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
 from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
+from .reading import Reading, describe, read_one
 from .splitread import Shared, shared_reading
 
 __all__ = ["RACY_WINDOW_NS", "Reading", "Rescan", "Seen", "Snapshot", "SourceState", "read_one", "scan"]
@@ -38,14 +30,6 @@ _PROGRESS_EVERY = 256
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
 """What ``resolve_entries`` made of a declaration: its sources, and the refused entries."""
-
-Reading = tuple[bytes | None, Declaration, str | None, bool | None]
-"""What reading one file for its declaration gave (``read_one``), as plain values: the
-sha256 of a file read whole (None for one longer than the frontmatter's limit), its
-declaration, why it could not be read (None when it could), and whether a frontmatter that
-declares nothing looks cut short (None when that was not worked out).  A process forked for
-a first scan (``splitread``) sends these for its part of the files; the reader records them
-with the same step as its own."""
 
 
 class Seen(NamedTuple):
@@ -222,24 +206,6 @@ def _declared(
     return declared, unsettled
 
 
-def read_one(files: FileSource, path: str, sources_heading: str | None, remembered: bool) -> Reading:
-    """Read ``path`` for its declaration and its hash, changing nothing: the one way a file
-    is read for a scan, by the scan's own process or by the one it forked (``splitread``).
-    Whether a frontmatter that declares nothing looks cut short is worked out only for a
-    ``remembered`` derived file, the one reading that needs it (it costs a search of the
-    frontmatter's end in every memory file that declares nothing, most of them)."""
-    try:
-        head = files.read(path, FRONTMATTER_LIMIT + 1)
-    except (OSError, NotRegular, OutsideRoot) as error:
-        return None, NOTHING, _describe(error), None
-    truncated = len(head) > FRONTMATTER_LIMIT
-    digest = None if truncated else hashlib.sha256(head).digest()
-    declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, sources_heading)
-    if remembered and not declaration.entries and not declaration.problems:
-        return digest, declaration, None, frontmatter_incomplete(head)
-    return digest, declaration, None, None
-
-
 def _reading(files: FileSource) -> AbstractContextManager[object]:
     """``files.reading()`` where the source has it (``LocalFiles``): reading every file in
     order, it keeps what it can from one file to the next."""
@@ -394,7 +360,7 @@ class _Reader:
             self.refused[path] = (ProblemKind.BAD_ENTRY, f"not a regular file: {path}")
             return SourceState(None)
         except OSError as error:
-            self.problems.append(Problem(path, ProblemKind.UNREADABLE, _describe(error)))
+            self.problems.append(Problem(path, ProblemKind.UNREADABLE, describe(error)))
             return SourceState(None)
         return SourceState(sha, meta.mtime)
 
@@ -444,15 +410,3 @@ _new_row = tuple.__new__
 ``files`` makes a ``FileMeta``, and ``namedtuple``'s own ``_make`` builds them)."""
 
 _INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
-
-
-def _describe(error: Exception) -> str:
-    if isinstance(error, NotRegular):
-        return "not a regular file"
-    if isinstance(error, OutsideRoot):
-        return "resolves outside the root"
-    if isinstance(error, UnicodeDecodeError):
-        return "invalid UTF-8"
-    if isinstance(error, OSError):
-        return error.strerror or type(error).__name__
-    return str(error)

@@ -5,7 +5,7 @@ A first scan (no state yet) reads, hashes and parses every memory file, each on 
 work two cores do side by side.  The command's quick answer (``replay``) has walked the
 folder by then and imported almost nothing; it forks there (``start``), and the child, at
 the lowest priority, imports only what reading needs and reads the sorted listing from its
-end, exactly as the scan reads a file (``scan.read_one``), sending what each file gave
+end, exactly as the scan reads a file (``reading.read_one``), sending what each file gave
 through a pipe as plain values, a batch at a time.  The parent meanwhile imports the rest of provgraph and scans
 as always, from the listing's start; every few files it takes the batches that have come
 (``Shared.reading``), and where it reaches the files the child has read, the two have met:
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from .declarations import Declaration
     from .model import FileMeta, ProblemKind
-    from .scan import Reading
+    from .reading import Reading
     from .walk import Walked
 
 __all__ = ["FILES_FOR_TWO", "SETTING", "Shared", "release", "shared_reading", "start"]
@@ -289,7 +289,7 @@ def _batches(walk: tuple[str, int], heading: str | None, paths: list[str]) -> It
     declaration, why the file could not be read), each problem's kind as its value."""
     from .declarations import NOTHING
     from .files import LocalFiles
-    from .scan import read_one
+    from .reading import read_one
 
     root, started_ns = walk
     files = LocalFiles(root)

@@ -184,7 +184,7 @@ def _adopted(path: str, snapshot: Snapshot[object], adopting: _Adopting) -> tupl
             return None
         stamps[source] = stamp
     now = adopting.now
-    rows = [(source, path, _CLEAN, now, None, None) for source in stamps]
+    rows: list[_Row] = [(source, path, _CLEAN, now, None, None) for source in stamps]
     return Derivation(snapshot.derived_at.get(path), stamps), rows
 
 

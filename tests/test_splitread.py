@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import posixpath
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from scratch import scratch_folder
 
 import provgraph.cli
 import provgraph.files
+import provgraph.reading
 import provgraph.replay
 import provgraph.scan
 import provgraph.splitread
@@ -82,7 +84,7 @@ def readers(monkeypatch: pytest.MonkeyPatch, log: Path, *, second: bool = True) 
     the two meet before the command has read every file, as on a large one, the second
     process sends its readings a few files at a time, and the command reads slowly, starting
     once the second has sent some (unless ``second`` is False: none is expected)."""
-    read_one, test = provgraph.scan.read_one, os.getpid()
+    read_one, test = provgraph.reading.read_one, os.getpid()
 
     def spied(*args):  # type: ignore[no-untyped-def]
         command = os.getppid() == test
@@ -94,7 +96,8 @@ def readers(monkeypatch: pytest.MonkeyPatch, log: Path, *, second: bool = True) 
             time.sleep(0.005)
         return read_one(*args)
 
-    monkeypatch.setattr(provgraph.scan, "read_one", spied)
+    monkeypatch.setattr(provgraph.scan, "read_one", spied)  # the command's reads
+    monkeypatch.setattr(provgraph.reading, "read_one", spied)  # the second process's
     monkeypatch.setattr(provgraph.splitread, "BATCH", BATCH)
     monkeypatch.setattr(provgraph.splitread, "LOOK_EVERY", 1)
 
@@ -489,7 +492,7 @@ def test_a_library_refresh_never_forks(tmp_path: Path, monkeypatch: pytest.Monke
 
 NAMES = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot")
 FOLDERS = ("", "notes/", "notes/deep/", "people/")
-FORMS = ("list", "wiki", "broken", "missing", "plain", "none")
+FORMS = ("list", "wiki", "broken", "missing", "plain", "none", "relative", "links", "refused", "absolute")
 
 
 def _random_folder(root: Path, files: list[tuple[str, list[int], str]]) -> None:
@@ -498,12 +501,17 @@ def _random_folder(root: Path, files: list[tuple[str, list[int], str]]) -> None:
     paths = [f"{folder}{NAMES[index % len(NAMES)]}{index}.md" for index, (folder, _, _) in enumerate(files)]
     for path, (_, sources, form) in zip(paths, files, strict=True):
         named = [paths[source % len(paths)] for source in sources]
+        relative = [posixpath.relpath(name, posixpath.dirname(path) or ".") for name in named]
         heads = {
             "list": f"derived_from: [{', '.join('/' + name for name in named)}]\n",
             "wiki": f"derived_from: {', '.join(f'[[{name}]]' for name in named)}\n",
             "broken": f"description: a: b: [c\nderived_from: {', '.join('/' + name for name in named)}\n",
             "missing": "derived_from: /gone.md\n",
             "plain": "type: note\n",
+            "relative": f"derived_from: {', '.join(relative)}\n",
+            "links": "derived_from:\n" + "".join(f"  - '[{name}]({name})'\n" for name in relative),
+            "refused": "derived_from: ../../../../out.md, .provgraph/state, notes/, https://example.com/a.md\n",
+            "absolute": f"derived_from: {', '.join(f'{root.resolve()}/{name}' for name in named)}\n",
         }
         text = f"---\nname: {path}\n{heads[form]}---\n\n" if form in heads else "no frontmatter\n"
         write(root, path, text + "body\n" * (len(path) % 7))
