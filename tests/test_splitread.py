@@ -315,7 +315,9 @@ def test_a_child_whose_readings_no_scan_takes_is_killed_and_reaped(
     started = tmp_path / "started"
 
     def slow(*args: object) -> Iterator[bytes]:
-        started.write_text(str(os.getpid()))
+        writing = started.with_suffix(".writing")
+        writing.write_text(str(os.getpid()))
+        writing.rename(started)  # whole when it appears: the child may be killed right after
         time.sleep(60)
         yield b""
 
