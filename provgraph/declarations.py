@@ -821,6 +821,12 @@ class Lookup(Frozen):
         super().__init__(files=files, roots=roots)
 
     @cached_property
+    def stems(self) -> tuple[str, ...]:
+        """The ``roots`` without their last ``/``: what a plain entry written from the root
+        must not start with to be joined at once (``_joined_at_once``), made once a scan."""
+        return tuple([root.rstrip("/") for root in self.roots])
+
+    @cached_property
     def by_name(self) -> Mapping[str, tuple[str, ...]]:
         """File name -> the memory files of that name, anywhere under the root."""
         return _grouped(self.files, posixpath.basename)
@@ -860,9 +866,8 @@ def resolve_entries(
     problems: list[Problem] = []
     folder = posixpath.dirname(declaring)
     prefix = f"{folder}/" if folder[-1:] not in ("/", "") else folder
-    stems = tuple([root.rstrip("/") for root in lookup.roots])
     for entry in entries:
-        path = _joined_at_once(prefix, entry, stems)
+        path = _joined_at_once(prefix, entry, lookup.stems)
         if path is not None:
             sources.add(path)  # most entries: joined, and nothing left to refuse
             continue

@@ -47,6 +47,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
 
+    from .walk import Walked
+
 __all__ = ["RECORD_NAMES", "Command", "answer", "parse", "record"]
 
 FORMAT = b"provgraph-answer 3"
@@ -201,18 +203,25 @@ def _first_scan(command: Command) -> None:
     (``splitread`` is imported only here: an unchanged folder's answer never needs it.)"""
     from .splitread import start
 
-    root = os.path.abspath(command.root)
-    real_root = os.path.realpath(root)
     collecting = gc.isenabled()
     gc.disable()
     try:
-        started_ns = wall_ns()
-        walked = walk_in_order(root, real_root)
+        root, real_root, started_ns, walked = _walked(command)
         hand_over(root, real_root, started_ns, walked)
         start(root, started_ns, walked, command.heading)
     finally:
         if collecting:
             gc.enable()
+
+
+def _walked(command: Command) -> tuple[str, str, int, Walked]:
+    """The command's folder (as named, and resolved) walked now, and when the walk began
+    (the real clock): what a full run takes over (``walk.hand_over``) when this answer
+    cannot answer."""
+    root = os.path.abspath(command.root)
+    real_root = os.path.realpath(root)
+    started_ns = wall_ns()
+    return root, real_root, started_ns, walk_in_order(root, real_root)
 
 
 def _clock_readable() -> bool:
@@ -312,10 +321,7 @@ def _holds(
     ``proof`` (the bytes of a walk the rule held for, kept in the record) the listing is
     compared with it; else the rule is applied in full, and the bytes returned become
     the record's proof (made only then: a change run never needs them)."""
-    root = os.path.abspath(command.root)
-    real_root = os.path.realpath(root)
-    started_ns = wall_ns()
-    paths, numbers, problems = walk_in_order(root, real_root)
+    root, real_root, started_ns, (paths, numbers, problems) = _walked(command)
     rows, listing = tuple(sorted(set(problems))), b""
     renewed: list[LockSeal] = []
 

@@ -23,7 +23,7 @@ from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
 from .reading import Reading, describe, read_one
 from .splitread import Shared, shared_reading
 
-__all__ = ["RACY_WINDOW_NS", "Reading", "Rescan", "Seen", "Snapshot", "SourceState", "read_one", "scan"]
+__all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"]
 
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
