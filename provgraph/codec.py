@@ -624,9 +624,11 @@ def _seen_row(seen: Seen) -> list[object]:
 
 
 _NO_DECLARATION: tuple[()] = ()
-_DECLARES_NOTHING = ((), None, ())
-"""A declaration's fields when it declares nothing: no entries, no ``derived_at``, no problem."""
 """How most files encode, as an empty list: no ``derived_from``, no ``derived_at``, no problem."""
+_DECLARES_NOTHING = ((), None, ())
+"""A declaration's fields when it declares nothing: no entries, no ``derived_at``, no problem
+(equal to ``declarations.NOTHING``, which this module imports only where it decodes: compared
+with ``==``, never ``is``)."""
 
 
 def _encode_declaration(declaration: Declaration | None) -> list[object] | tuple[()] | None:

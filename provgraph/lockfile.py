@@ -94,11 +94,7 @@ class LockRead(NamedTuple):
 def encode_lock(records: Iterable[Record]) -> bytes:
     """The lock's bytes: the header, then one sorted line per edge.  Equal records give
     equal bytes, so an unchanged lock is never rewritten."""
-    return encode_rows((r.derived, r.source, *_stamp_values(r.stamp), r.derived_at) for r in records)
-
-
-def _stamp_values(stamp: Stamp) -> tuple[str | None, float, float | None]:
-    return stamp.sha256, stamp.stamped_at, stamp.mismatch_since
+    return encode_rows((r.derived, r.source, *r.stamp, r.derived_at) for r in records)
 
 
 LockRow = tuple[str, str, str | None, float, float | None, str | None]
