@@ -38,7 +38,7 @@ import stat as stat_module
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -421,7 +421,7 @@ class WatchedRefresh:
         now = current(now)
         last = self._last
         if last is not None and self.watch.quiet():
-            return replace(last, scanned_at=now)
+            return _as_of(last, now)
         self._last = None
         self.watch.before_walk()
         warnings = self._warnings
@@ -438,6 +438,21 @@ class WatchedRefresh:
     def _warn(self, message: str) -> None:
         self._warnings += 1
         log_warning(message)
+
+
+def _as_of(report: Report, now: datetime) -> Report:
+    """``dataclasses.replace(report, scanned_at=now)``, spelt out: made on every call the
+    watch answers, where ``replace`` (which looks the fields up each time) took a third of
+    the call."""
+    return Report(
+        root=report.root,
+        scanned_at=now,
+        file_count=report.file_count,
+        edges=report.edges,
+        stale=report.stale,
+        cycles=report.cycles,
+        problems=report.problems,
+    )
 
 
 # -- the folder's shape ---------------------------------------------------------------
