@@ -171,3 +171,16 @@ def test_the_benchmark_times_a_wheel_of_the_checkout_installed_and_compiled(tmp_
         [*interpreter.provgraph, "demo"], env=interpreter.env, cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert "profile.md" in shown.stdout
+
+
+def test_a_figure_shows_its_goal_only_at_the_sizes_it_is_set_for() -> None:
+    from tests.bench.__main__ import GOAL_SIZES, GOALS, Figure
+
+    def cold(files: int) -> Figure:
+        return Figure("cold", [], [], GOALS["cold"], files=files, goal_sizes=GOAL_SIZES["cold"]).at_goal_sizes()
+
+    assert cold(10_000).goal == GOALS["cold"]
+    assert cold(1_000).goal is None and cold(1_000).within_goal
+    hook = Figure("hook", [], [], GOALS["hook"], files=200)
+    assert hook.at_goal_sizes().goal == GOALS["hook"]
+    assert GOAL_SIZES["changed"] == (10_000, 100_000) and GOAL_SIZES["warm"] == (1_000, 10_000)
