@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -39,8 +38,10 @@ from .model import (
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files
 from .statefolder import LockBusy
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     import networkx as nx
 

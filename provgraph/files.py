@@ -17,7 +17,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import repeat
-from typing import TYPE_CHECKING, Protocol
 
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
@@ -25,8 +24,12 @@ from .nochange import RACY_WINDOW_NS, Sight, metas_of  # the racy rule is the no
 from .paths import normalized
 from .walk import FOLDER_FLAGS, ROOT_FLAGS, handed_over, place, walk_in_order
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Protocol
+else:
+    Protocol = object  # a protocol is the type checker's: a run need not import ``typing`` for it
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
 

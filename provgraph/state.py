@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -100,7 +99,10 @@ from .statefolder import (
     write_file,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
+    from typing import Any
+
     from .scan import Seen
     from .stamps import Derivation
 

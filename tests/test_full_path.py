@@ -242,6 +242,32 @@ def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path
     assert done.returncode == 0 and {"provgraph.queries", "provgraph.answers"} <= imported
 
 
+NEVER_ON_A_FULL_RUN = {"typing", "networkx", "yaml"}
+"""``typing`` is the type checker's business (3 ms of every run to import), networkx is for
+the graph exports, and YAML only for a declaration that is in none of the common forms."""
+
+
+def test_a_first_scan_and_a_refresh_after_a_change_import_neither_typing_nor_networkx_nor_yaml(
+    tmp_path: Path,
+) -> None:
+    root = _folder(tmp_path)
+    (root / "digest.md").write_text("---\nderived_from:\n  - summary-000.md\n  - '[Facts](facts.md)'\n---\n")
+    (root / "wiki.md").write_text("---\nname: wiki\nderived_from: [[facts]], [[summary-001|one]]\n---\n")
+    (root / "nested.md").write_text("---\nmetadata:\n  type: user\n  derived_from: [facts.md, wiki.md]\n---\n")
+    (root / "inline.md").write_text("# Inline\n\nderived_from:: [[digest]]\n")
+    first, imported = importing(str(PROVGRAPH), "status", str(root))
+    assert first.returncode == 0 and first.stdout.startswith(f"{STALE + 5} memory files, {STALE + 4} derived, 0 stale")
+    assert "provgraph.scan" in imported
+    assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), NEVER_ON_A_FULL_RUN & imported
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes coffee.\n")
+    for args in (["status", str(root)], ["status", "--json", str(root)], ["check", str(root)]):
+        changed, imported = importing(str(PROVGRAPH), *args)
+        assert changed.returncode == (1 if args[0] == "check" else 0), changed.stderr
+        assert "provgraph.scan" in imported and "provgraph.incremental" in imported
+        assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), (args, NEVER_ON_A_FULL_RUN & imported)
+    assert f"{STALE + 4} stale" in changed.stdout
+
+
 HANDLED_BY_USERS = {"FileLineage", *provgraph.__all__}
 """The types a user handles (the package's names, and what ``Memory.lineage`` returns): they
 stay dataclasses.  Every other value is a ``NamedTuple`` or a plain class, which costs a
