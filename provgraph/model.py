@@ -14,14 +14,17 @@ from __future__ import annotations
 import enum
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from itertools import compress, repeat
 from operator import attrgetter, is_not
+from reprlib import recursive_repr
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Generic, NamedTuple, TypeVar, overload
+
+    Handled = TypeVar("Handled", bound=type[Any])
 
 __all__ = [
     "EDGE_COLUMNS",
@@ -69,6 +72,44 @@ if not TYPE_CHECKING:
 
     class NamedTuple(metaclass=_NamedTupleType):
         """The base of provgraph's named tuples, ``class Stamp(NamedTuple)`` as with ``typing``'s."""
+
+
+def _compared_and_shown(cls: Handled) -> Handled:
+    """A frozen dataclass made with ``eq=False, repr=False`` given the ``__eq__``, ``__hash__``
+    and ``__repr__`` that ``@dataclass`` writes, from the same fields (those compared, those
+    hashed, those shown), as closures.  Why: ``dataclass`` compiles each method it writes (an
+    ``exec`` each, six for a frozen class), and every full run creates the five classes users
+    handle; these three of the six cost it about 1.3 ms less.  The classes stay dataclasses,
+    frozen (``fields``, ``replace``, ``asdict``, pickling), and a test holds each to a twin
+    that ``dataclass`` writes in full."""
+    compared = _fields_getter([f.name for f in fields(cls) if f.compare])
+    hashed = _fields_getter([f.name for f in fields(cls) if (f.compare if f.hash is None else f.hash)])
+    shown = [f.name for f in fields(cls) if f.repr]
+
+    def __eq__(self: object, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return compared(self) == compared(other)
+        return NotImplemented
+
+    def __hash__(self: object) -> int:
+        return hash(hashed(self))
+
+    @recursive_repr()
+    def __repr__(self: object) -> str:
+        values = ", ".join([f"{name}={getattr(self, name)!r}" for name in shown])
+        return f"{self.__class__.__qualname__}({values})"
+
+    for method in (__eq__, __hash__, __repr__):
+        method.__qualname__ = f"{cls.__qualname__}.{method.__name__}"
+        setattr(cls, method.__name__, method)
+    return cls
+
+
+def _fields_getter(names: list[str]) -> Callable[[object], tuple[Any, ...]]:
+    """The values of ``names`` as a tuple, as ``dataclass`` compares and hashes them
+    (``attrgetter`` of one name alone would give the value itself)."""
+    getter = attrgetter(*names)
+    return getter if len(names) > 1 else lambda value: (getter(value),)
 
 
 class ProblemKind(enum.StrEnum):
@@ -127,7 +168,8 @@ class FileMeta(NamedTuple):
         return self.mtime_ns / 1e9
 
 
-@dataclass(frozen=True, slots=True)
+@_compared_and_shown
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Problem:
     """A declaration or file that could not be honoured, with the file it is about."""
 
@@ -270,7 +312,8 @@ class Snapshot(Frozen, Generic[CacheRow]):
         )
 
 
-@dataclass(frozen=True, slots=True)
+@_compared_and_shown
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Edge:
     """One declared derivation, source -> derived, as it compares now."""
 
@@ -430,7 +473,8 @@ def children_known(edges: Sequence[Edge]) -> Mapping[str, list[str]] | None:
     return None if known is None else known.children
 
 
-@dataclass(frozen=True, slots=True)
+@_compared_and_shown
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Cause:
     """Why a stale file is stale: a changed or missing origin and the chain from it.
 
@@ -469,7 +513,8 @@ class Cause:
         return tuple(reversed(chain))
 
 
-@dataclass(frozen=True, slots=True)
+@_compared_and_shown
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class StaleEntry:
     """A derived file that may be wrong, with every root cause that reaches it."""
 
@@ -479,7 +524,8 @@ class StaleEntry:
     causes: tuple[Cause, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@_compared_and_shown
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Report:
     """The outcome of one scan: what is stale, why, and what could not be read."""
 
