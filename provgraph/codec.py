@@ -20,7 +20,6 @@ from binascii import crc32
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -39,7 +38,10 @@ from .model import (
     column,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
+    from typing import Any
+
     from .declarations import Declaration
     from .scan import Resolution, Seen
     from .stamps import Derivation
@@ -521,7 +523,7 @@ def _in_range(dates: list[float]) -> bool:
 _OPTIONAL_TEXT = {str, type(None)}
 
 
-class RowTable(Mapping[str, list[Any]]):
+class RowTable(Mapping[str, list["Any"]]):  # "Any" as text: the run imports no ``typing``
     """The per-file table as the cache holds it (sorted by path, a batch of rows to a line),
     kept as the bytes read: a row's batch is found by the first path of each batch and
     parsed only when a row in it is asked for, and ``written`` copies every batch that

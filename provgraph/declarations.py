@@ -31,9 +31,12 @@ import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from functools import cached_property
-from typing import AnyStr
 
 from .model import Frozen, NamedTuple, Problem, ProblemKind
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import AnyStr
 
 __all__ = [
     "Declaration",

@@ -20,7 +20,6 @@ from collections.abc import Collection, Iterator, Mapping, Sequence, Set
 from datetime import datetime
 from itertools import compress, repeat
 from operator import ge
-from typing import Any, Protocol
 
 import orjson
 
@@ -41,6 +40,12 @@ from .model import (
 )
 from .stamps import Derivation, reconcile
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    Protocol = object  # a protocol is the type checker's: a run need not import ``typing`` for it
+
 __all__ = [
     "Declared",
     "LockLines",
@@ -52,7 +57,7 @@ __all__ = [
     "patch_report",
 ]
 
-Row = list[Any]
+Row = list["Any"]  # "Any" as text: the run imports no ``typing``
 """A file's row as the cache holds it: size, mtime_ns, ctime_ns, inode, sha256,
 declaration, and the declaration resolved (see ``codec``)."""
 

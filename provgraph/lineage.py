@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, children_known, column
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import networkx as nx
 

@@ -19,13 +19,16 @@ import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
-from typing import Any
 
 import orjson
 
 from .errors import ProvgraphError
 from .lockname import LOCK_NAME, is_sync_copy
 from .model import NamedTuple, Stamp
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "HEADER",

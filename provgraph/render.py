@@ -9,14 +9,16 @@ newline, an escape sequence or ``</system-reminder>`` cannot break out.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from .lineage import node_statuses, to_networkx
 from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, Report, StaleEntry, derived_count
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # made by ``why`` only: a refresh never creates the class
+    from typing import Any
+
     from .explanations import Explanation
 
 __all__ = [

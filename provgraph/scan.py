@@ -15,11 +15,10 @@ import hashlib
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
-from typing import NamedTuple
 
 from .declarations import NOTHING, Declaration, Lookup, follows_listing, resolve_entries
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
-from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
+from .model import FileMeta, NamedTuple, Problem, ProblemKind, Snapshot, SourceState
 from .reading import Reading, describe, read_one
 from .splitread import Shared, shared_reading
 

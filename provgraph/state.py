@@ -24,13 +24,12 @@ import hashlib
 import marshal
 import os
 import stat
-import threading
+from _thread import _local as thread_local  # what threading.local is, without importing threading (~1 ms a run)
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -100,7 +99,10 @@ from .statefolder import (
     write_file,
 )
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # imported where decoded: the no-change path never needs them
+    from typing import Any
+
     from .scan import Seen
     from .stamps import Derivation
 
@@ -282,7 +284,7 @@ class StateStore:
         self.cache_path = os.path.join(self.state_path, CACHE_NAME)
         self._warn = warn or log_warning
         self._recalled: tuple[bytes, Recall] | None = None
-        self._local = threading.local()
+        self._local = thread_local()
 
     @property
     def _tx(self) -> _Transaction:
@@ -1058,7 +1060,7 @@ def _read_tail(descriptor: int, mark: bytes) -> tuple[int, bytes] | None:
     """Where the last ``mark`` of an open regular file is, and the bytes from there to the
     end, read from the end a growing chunk at a time; None when there is no such mark."""
     size = os.fstat(descriptor).st_size
-    window = _HEAD_CHUNK
+    window = _TAIL_CHUNK
     while True:
         start = max(0, size - window)
         tail = _read_span(descriptor, start, size)
@@ -1074,9 +1076,14 @@ _REFUSED = b',"refused":'
 """Where the small tail of the cache starts, after the per-file table (found from the end:
 a file named ``refused`` is a key inside that table, never after it)."""
 _HEAD_CHUNK = 1024 * 1024
-"""Bytes read at a time from the cache's front and back: a large folder's front is megabytes
-(a chunk of 256 KiB took half again as long to read 1 MiB); a chunk of several MiB costs
-more to allocate than it saves."""
+"""Bytes read at a time from the cache's front: a large folder's front is megabytes (a chunk
+of 256 KiB took half again as long to read 1 MiB); a chunk of several MiB costs more to
+allocate than it saves."""
+_TAIL_CHUNK = 64 * 1024
+"""Bytes first read from the cache's back, four times more each time the mark is not in
+them: the small entries there take a few KiB for a thousand files, some 15 KiB for ten
+thousand (more while many files are just written: the racy ones are named), so a first
+window of a mebibyte read most of a small folder's cache for them."""
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 

@@ -4,7 +4,10 @@ only what the answer needs."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import provgraph
+from provgraph import model
 
 STALE = 400
 """Derived files made stale: enough that the answer is larger than a pipe holds at once."""
@@ -242,6 +246,33 @@ def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path
     assert done.returncode == 0 and {"provgraph.queries", "provgraph.answers"} <= imported
 
 
+NEVER_ON_A_FULL_RUN = {"typing", "threading", "networkx", "yaml"}
+"""``typing`` is the type checker's business (3 ms of every run to import), a thread's own
+values need ``threading.local`` but not the rest of ``threading`` (1 ms), networkx is for the
+graph exports, and YAML only for a declaration that is in none of the common forms."""
+
+
+def test_a_first_scan_and_a_refresh_after_a_change_import_no_typing_threading_networkx_or_yaml(
+    tmp_path: Path,
+) -> None:
+    root = _folder(tmp_path)
+    (root / "digest.md").write_text("---\nderived_from:\n  - summary-000.md\n  - '[Facts](facts.md)'\n---\n")
+    (root / "wiki.md").write_text("---\nname: wiki\nderived_from: [[facts]], [[summary-001|one]]\n---\n")
+    (root / "nested.md").write_text("---\nmetadata:\n  type: user\n  derived_from: [facts.md, wiki.md]\n---\n")
+    (root / "inline.md").write_text("# Inline\n\nderived_from:: [[digest]]\n")
+    first, imported = importing(str(PROVGRAPH), "status", str(root))
+    assert first.returncode == 0 and first.stdout.startswith(f"{STALE + 5} memory files, {STALE + 4} derived, 0 stale")
+    assert "provgraph.scan" in imported
+    assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), NEVER_ON_A_FULL_RUN & imported
+    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes coffee.\n")
+    for args in (["status", str(root)], ["status", "--json", str(root)], ["check", str(root)]):
+        changed, imported = importing(str(PROVGRAPH), *args)
+        assert changed.returncode == (1 if args[0] == "check" else 0), changed.stderr
+        assert "provgraph.scan" in imported and "provgraph.incremental" in imported
+        assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), (args, NEVER_ON_A_FULL_RUN & imported)
+    assert f"{STALE + 4} stale" in changed.stdout
+
+
 HANDLED_BY_USERS = {"FileLineage", *provgraph.__all__}
 """The types a user handles (the package's names, and what ``Memory.lineage`` returns): they
 stay dataclasses.  Every other value is a ``NamedTuple`` or a plain class, which costs a
@@ -275,6 +306,72 @@ def test_a_full_run_makes_a_dataclass_only_of_a_type_users_handle(tmp_path: Path
     assert json.loads(done.stdout[end:])["counts"]["stale"] == STALE > scanned["counts"]["stale"]
     assert "Report" in made  # the recording saw the classes being made
     assert set(made) <= HANDLED_BY_USERS, set(made) - HANDLED_BY_USERS
+
+
+USERS_VALUES = (model.Problem, model.Edge, model.Cause, model.StaleEntry, model.Report)
+"""The dataclasses of ``model`` whose ``__eq__``, ``__hash__`` and ``__repr__`` are not compiled
+by ``dataclass`` (``model._compared_and_shown``)."""
+FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.sampled_from(list(model.EdgeStatus)),
+    st.tuples(st.text(max_size=2)),
+)
+
+
+def _written_in_full(cls: type) -> type:
+    """A class of the same fields (name, type, default, compare, repr, hash) whose every
+    method ``dataclass`` writes."""
+    specs = []
+    for spec in dataclasses.fields(cls):
+        options = {"compare": spec.compare, "repr": spec.repr, "hash": spec.hash}
+        if spec.default is not dataclasses.MISSING:
+            options["default"] = spec.default
+        if spec.default_factory is not dataclasses.MISSING:
+            options["default_factory"] = spec.default_factory
+        specs.append((spec.name, spec.type, dataclasses.field(**options)))  # type: ignore[call-overload]
+    return dataclasses.make_dataclass(cls.__name__, specs, frozen=True, slots=True)
+
+
+def _subclass(cls: type) -> type:
+    return type(f"Sub{cls.__name__}", (cls,), {"__slots__": ()})
+
+
+@settings(max_examples=60)
+@given(data=st.data())
+def test_the_types_users_handle_are_frozen_dataclasses_that_compare_hash_and_show_as_dataclass_writes_them(
+    data: st.DataObject,
+) -> None:
+    for cls in USERS_VALUES:
+        twin = _written_in_full(cls)
+        names = [spec.name for spec in dataclasses.fields(cls)]
+        values = data.draw(st.lists(FIELD_VALUES, min_size=len(names), max_size=len(names)))
+        kept = data.draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
+        others = [value if keep else data.draw(FIELD_VALUES) for value, keep in zip(values, kept, strict=True)]
+        ours, theirs = cls(*values), twin(*values)
+        assert repr(ours) == repr(theirs) and hash(ours) == hash(theirs)
+        assert (ours == cls(*others)) == (theirs == twin(*others))
+        assert (ours != cls(*others)) == (theirs != twin(*others))
+        assert ours.__eq__(theirs) is NotImplemented and ours != theirs
+        assert (ours == _subclass(cls)(*values)) == (theirs == _subclass(twin)(*values)) is False
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        assert cls.__match_args__ == twin.__match_args__ and not hasattr(ours, "__dict__")
+        assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
+        assert dataclasses.replace(ours, **{names[0]: "x"}) == cls("x", *values[1:])
+        assert pickle.loads(pickle.dumps(ours)) == ours and copy.deepcopy(ours) == ours
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(ours, names[0], "x")
+
+
+def test_a_type_users_handle_that_holds_itself_shows_as_dataclass_writes_it() -> None:
+    ours = model.Problem([], model.ProblemKind.UNREADABLE, "x")  # type: ignore[arg-type]
+    theirs = _written_in_full(model.Problem)([], model.ProblemKind.UNREADABLE, "x")
+    ours.path.append(ours)  # type: ignore[attr-defined]
+    theirs.path.append(theirs)  # type: ignore[attr-defined]
+    assert repr(ours) == repr(theirs) == "Problem(path=[...], kind=<ProblemKind.UNREADABLE: 'unreadable'>, detail='x')"
 
 
 def _value_on(base: type) -> type:

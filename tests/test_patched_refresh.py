@@ -685,7 +685,7 @@ def test_the_tail_of_the_cache_is_found_however_the_file_is_read_in_chunks(data:
     with tempfile.TemporaryFile() as handle, pytest.MonkeyPatch.context() as patch:
         handle.write(data)
         handle.flush()
-        patch.setattr(provgraph.state, "_HEAD_CHUNK", chunk)
+        patch.setattr(provgraph.state, "_TAIL_CHUNK", chunk)
         found = provgraph.state._read_tail(handle.fileno(), mark)
         missing = provgraph.state._read_tail(handle.fileno(), b"no such mark")
     at = data.rfind(mark)
