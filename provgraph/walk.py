@@ -107,7 +107,10 @@ FILES_BEFORE_SPLIT = 1000
 """Files a quick answer's walk has found before it forks, if it still has two folders to
 go.  The walk's own count is the cheapest sign of a large folder: it costs nothing, and a
 first scan has no record to tell how large the folder was.  A smaller folder never forks;
-a larger one forks with the rest of its walk still to share."""
+a larger one forks with the rest of its walk still to share.  Measured on 2 cores, walks
+alone in fresh processes, side by side (medians of 15, ms; one process / forked after the
+root's listing / after 1,000 files): 1,000 files 5.0 / 5.9 / 5.0; 2,000 files 10.1 / 9.0 /
+10.4; 5,000 files 22.6 / 18.6 / 19.1; 10,000 files 48.3 / 33.4 / 38.9."""
 
 
 def split_after() -> int | None:
