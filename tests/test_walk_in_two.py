@@ -356,10 +356,17 @@ def test_a_changed_folder_gets_the_same_status_from_a_walk_in_one_or_two_process
 
 
 def test_with_one_process_the_command_never_forks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Neither to walk nor to read: a first scan of a folder large enough to split, a run
-    after a change, a run after none."""
+    """Neither to walk nor to read: a first scan of a folder whose walk forks otherwise, a
+    run after a change, a run after none."""
     root = tmp_path / "memory"
-    a_folder_in_six(root, files=FILES_BEFORE_SPLIT // 10)
+    a_folder_in_six(root, files=FILES_BEFORE_SPLIT // 4)
+    log = tmp_path / "forks"
+    forks_logged(monkeypatch, log)
+    with monkeypatch.context() as otherwise:
+        otherwise.setattr(provgraph.walk, "second_process", lambda *, large: large)  # two cores, one thread
+        assert walk_in_two(str(root), str(root)) == walk_in_order(str(root), str(root))
+    assert log.read_text() == "2\n"  # after two top folders (1,001 files), two of the four left
+    log.unlink()
     fork, test = os.fork, os.getpid()
 
     def only_the_test_forks() -> int:  # the test starts each command by forking
@@ -374,4 +381,5 @@ def test_with_one_process_the_command_never_forks(tmp_path: Path, monkeypatch: p
             (root / "top.md").write_text("top, changed\n", encoding="utf-8")
         done = launch(["status", "--json", root], env=env)
         assert done.code == 0 and done.stderr == b"", done.stderr
-        assert b'"files": 1201' in done.stdout
+        assert b'"files": 3001' in done.stdout
+    assert not log.exists()
