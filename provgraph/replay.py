@@ -7,7 +7,8 @@ read (root, ``--state``, ``--sources-heading``, the time zone), the no-change
 rule's ``Conditions`` of the state it saved or reused, and the text it printed
 with its exit code (``status --json`` with its
 ``scanned_at`` left out, to be filled with the real now).  The next run of that
-command looks at the folder exactly as a refresh does (``walk.walk_in_order``), and when
+command looks at the folder exactly as a refresh does (``walk.walk_in_two``, the walk of
+``walk.walk_in_order`` shared with a child on a large folder), and when
 ``nochange.holds`` says that a refresh would reuse that very result, prints
 the record's text: the bytes the full path would print, with the same exit
 code and nothing on stderr.  That first quick answer also keeps, in the record,
@@ -41,7 +42,7 @@ from .nochange import (
     numbers_bytes,
     renewed_seal,
 )
-from .walk import hand_over, sight, walk_in_order
+from .walk import hand_over, sight, walk_in_two
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ def _walked(command: Command) -> tuple[str, str, int, Walked]:
     root = os.path.abspath(command.root)
     real_root = os.path.realpath(root)
     started_ns = wall_ns()
-    return root, real_root, started_ns, walk_in_order(root, real_root)
+    return root, real_root, started_ns, walk_in_two(root, real_root)
 
 
 def _clock_readable() -> bool:

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import marshal
 import os
-import sys
+
+from .walk import SETTING, child_sends, second_process
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FILES_FOR_TWO", "SETTING", "Shared", "release", "shared_reading", "start"]
 
-SETTING = "PROVGRAPH_PROCESSES"
-"""``1``: one process, always; ``2``: two whenever a first scan has a file to read."""
 FILES_FOR_TWO = 2000
 """Memory files from which a first scan forks.  Measured on 2 cores, side by side, with the
 other core busy (load average 2): a first scan of 1,000 files took 158 ms with the second
@@ -222,23 +221,9 @@ def release() -> None:
 
 
 def _worth_it(count: int) -> bool:
-    """Whether a first scan of ``count`` files forks: the setting allows it, the system
-    forks, the process has one thread (a child gets only the forking one, with the locks
-    the others held still held: without ``threading`` imported there is no other), and,
-    unless ``PROVGRAPH_PROCESSES=2``, enough files and a second core to run on."""
-    setting = os.environ.get(SETTING)
-    if setting == "1" or count < 1 or not hasattr(os, "fork"):
-        return False
-    threading = sys.modules.get("threading")
-    if threading is not None and threading.active_count() != 1:
-        return False
-    return setting == "2" or (count >= FILES_FOR_TWO and _cores() >= 2)
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+    """Whether a first scan of ``count`` files forks (``walk.second_process``): enough files
+    for it to pay, unless ``PROVGRAPH_PROCESSES=2``."""
+    return count >= 1 and second_process(large=count >= FILES_FOR_TWO)
 
 
 def _widen(pipe: int) -> None:
@@ -252,24 +237,14 @@ def _widen(pipe: int) -> None:
 
 
 def _child(pipe: int, walk: tuple[str, int], heading: str | None, paths: list[str]) -> None:
-    """Read, send, leave: ``os._exit`` flushes none of the parent's buffered output and runs
-    none of its exit handlers.  The child holds none of the command's streams, so that a
-    reader waiting for the end of the command's output waits for the command alone."""
-    status = 1
-    try:
+    """Read and send, a batch at a time, at the lowest priority (``walk.child_sends``)."""
+
+    def messages() -> Iterator[bytes]:
         _yield_to_others()
-        quiet = os.open(os.devnull, os.O_RDWR)
-        for stream in (0, 1, 2):
-            os.dup2(quiet, stream)
         for message in _batches(walk, heading, paths):
-            view = memoryview(len(message).to_bytes(_HEADER, "little") + message)
-            while view:
-                view = view[os.write(pipe, view) :]
-        status = 0
-    except BaseException:  # noqa: BLE001, S110 - any failure means: the parent reads these files
-        pass
-    finally:
-        os._exit(status)
+            yield len(message).to_bytes(_HEADER, "little") + message
+
+    child_sends(pipe, messages)
 
 
 def _yield_to_others() -> None:

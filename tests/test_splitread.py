@@ -394,15 +394,15 @@ def test_a_first_scan_walks_the_folder_once(tmp_path: Path, monkeypatch: pytest.
     root = tmp_path / "memory"
     a_folder_of_every_kind(root)
     walks = tmp_path / "walks"
-    for module in (provgraph.replay, provgraph.files):
-        walk = module.walk_in_order
+    for module, name in ((provgraph.replay, "walk_in_two"), (provgraph.files, "walk_in_order")):
+        walk = getattr(module, name)
 
         def counted(*args, module=module, walk=walk):  # type: ignore[no-untyped-def]
             with walks.open("a") as lines:
                 lines.write(f"{module.__name__}\n")
             return walk(*args)
 
-        monkeypatch.setattr(module, "walk_in_order", counted)
+        monkeypatch.setattr(module, name, counted)
     assert first_scan(root, processes).code == 0
     assert walks.read_text().split() == ["provgraph.replay"]
 
@@ -410,20 +410,23 @@ def test_a_first_scan_walks_the_folder_once(tmp_path: Path, monkeypatch: pytest.
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="processes are listed from /proc")
 def test_no_process_is_left_after_the_command(tmp_path: Path) -> None:
     """The installed command in a session of its own: when it has exited, nothing of that
-    session still runs."""
+    session still runs, after a first scan (a child walks, another reads) and after a
+    change (a child walks)."""
     root = tmp_path / "memory"
     a_folder_of_every_kind(root)
-    command = subprocess.Popen(
-        [PROVGRAPH, "status", "--json", root],
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env={**os.environ, SETTING: "2"},
-    )
-    out, err = command.communicate(timeout=60)
-    assert command.returncode == 0, err
-    assert b'"files": ' in out
-    assert _in_session(command.pid) == []
+    for _ in range(2):
+        command = subprocess.Popen(
+            [PROVGRAPH, "status", "--json", root],
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, SETTING: "2"},
+        )
+        out, err = command.communicate(timeout=60)
+        assert command.returncode == 0, err
+        assert b'"files": ' in out
+        assert _in_session(command.pid) == []
+        write(root, "z/fact.md", "---\nname: z fact\n---\nThe user moved to Paris.\n")
 
 
 def _in_session(session: int) -> list[int]:
@@ -476,7 +479,7 @@ def test_a_first_scan_forks_for_enough_files_beside_one_thread_and_a_second_core
     else:
         monkeypatch.setenv(SETTING, setting)
     monkeypatch.setattr(threading, "active_count", lambda: threads)
-    monkeypatch.setattr(provgraph.splitread, "_cores", lambda: cores)
+    monkeypatch.setattr(provgraph.walk, "usable_cores", lambda: cores)
     assert provgraph.splitread._worth_it(files) is forks
 
 
