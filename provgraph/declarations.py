@@ -867,12 +867,12 @@ def resolve_entries(
     """
     sources: set[str] = set()
     problems: list[Problem] = []
-    folder = posixpath.dirname(declaring)
-    prefix = f"{folder}/" if folder[-1:] not in ("/", "") else folder
+    folder, prefix = _folder_and_prefix(declaring)
+    stems = lookup.stems
     for entry in entries:
-        path = _joined_at_once(prefix, entry, lookup.stems)
+        path = _joined_at_once(prefix, entry, stems)
         if path is None and entry[:1] == "[":
-            path = _link_joined_at_once(prefix, entry, lookup.stems)
+            path = _link_joined_at_once(prefix, entry, stems)
         if path is not None:
             sources.add(path)  # most entries: joined, and nothing left to refuse
             continue
@@ -882,6 +882,19 @@ def resolve_entries(
         else:
             problems.append(Problem(declaring, resolved[0], resolved[1]))
     return tuple(sorted(sources)), tuple(problems)
+
+
+def _folder_and_prefix(declaring: str) -> tuple[str, str]:
+    """The declaring file's folder (``posixpath.dirname``) and what a plain entry is joined
+    to (the folder and its ``/``; nothing at the root).  A listed path ends its folder with
+    one ``/``, which is then all ``dirname`` removes: cut at once, ~1 µs less a derived file
+    (a first scan of 10,000 files resolves the entries of 3,000)."""
+    cut = declaring.rfind("/") + 1
+    prefix = declaring[:cut]
+    if cut > 1 and prefix[-2] != "/":
+        return prefix[:-1], prefix
+    folder = posixpath.dirname(declaring)
+    return folder, f"{folder}/" if folder[-1:] not in ("/", "") else folder
 
 
 def _joined_at_once(prefix: str, entry: str, stems: tuple[str, ...]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import posixpath
 import re
 
 import pytest
@@ -318,3 +319,13 @@ def test_a_link_to_a_plain_path_resolves_as_every_other_link_does(
         patch.setattr(declarations, "_PLAIN_LINK", re.compile(r"(?!)"))
         general = resolve_entries(declaring, entries, lookup)
     assert quick == general
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(st.text(st.sampled_from("ab/."), max_size=8))
+def test_a_declaring_files_folder_is_the_one_dirname_gives(declaring: str) -> None:
+    """Entries are joined to the declaring file's folder, found by a shorter way than
+    ``posixpath.dirname``; it must be the same folder, with its ``/`` once."""
+    folder = posixpath.dirname(declaring)
+    prefix = f"{folder}/" if folder[-1:] not in ("/", "") else folder
+    assert declarations._folder_and_prefix(declaring) == (folder, prefix)
