@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import posixpath
 import re
 
 import pytest
@@ -296,3 +297,35 @@ def test_a_plain_path_entry_resolves_as_every_other_entry_does(
         patch.setattr(declarations, "_RELATIVE_PATH", re.compile(r"(?!)"))
         general = resolve_entries(declaring, entries, lookup)
     assert quick == general
+
+
+@settings(max_examples=examples(2000), deadline=None)
+@given(
+    st.sampled_from(["x.md", "notes/x.md", "a/b/x.md", "/x.md", "a//b/x.md", ".provgraph/x.md"]),
+    st.text(st.sampled_from("ab./-_ #<>()%:~\\\x00\"'"), max_size=6),
+    st.sampled_from(["t", "", "a](b", "[t]"]),
+    st.sampled_from([(), ("/srv/Memory",), ("/srv/Memory/",), ("/",)]),
+)
+def test_a_link_to_a_plain_path_resolves_as_every_other_link_does(
+    declaring: str, target: str, text: str, roots: tuple[str, ...]
+) -> None:
+    """Links whose target is a plain path take a shorter way; each must end where the general
+    one does, refusals and their messages included."""
+    lookup = Lookup(frozenset({"x.md", "a/b.md"}), roots)
+    targets = (target, "/srv/Memory/" + target, "/" + target, "../" + target, "a/../" + target, "../../" + target)
+    entries = tuple(f"[{text}]({written})" for written in targets)
+    quick = resolve_entries(declaring, entries, lookup)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(declarations, "_PLAIN_LINK", re.compile(r"(?!)"))
+        general = resolve_entries(declaring, entries, lookup)
+    assert quick == general
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(st.text(st.sampled_from("ab/."), max_size=8))
+def test_a_declaring_files_folder_is_the_one_dirname_gives(declaring: str) -> None:
+    """Entries are joined to the declaring file's folder, found by a shorter way than
+    ``posixpath.dirname``; it must be the same folder, with its ``/`` once."""
+    folder = posixpath.dirname(declaring)
+    prefix = f"{folder}/" if folder[-1:] not in ("/", "") else folder
+    assert declarations._folder_and_prefix(declaring) == (folder, prefix)

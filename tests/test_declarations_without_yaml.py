@@ -444,6 +444,7 @@ COMMON_PATH_PATTERNS = {
     "_TOP_LINE",
     "_PLAIN_PATH",
     "_RELATIVE_PATH",
+    "_PLAIN_LINK",
     "_LINK",
     "_URL",
     "_DRIVE",

@@ -35,9 +35,11 @@ from test_incremental import Form, trusted_cache
 import provgraph.incremental
 import provgraph.state
 from provgraph import Memory, Report, codec, model, render, stamps
+from provgraph.declarations import NOTHING
 from provgraph.model import EdgeStatus, FileMeta
 from provgraph.nochange import listing_key
-from provgraph.state import StateStore, memory_files
+from provgraph.scan import Seen
+from provgraph.state import StateStore, memory_files, read_as_listed
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -330,6 +332,26 @@ def test_any_listing_is_recorded_with_the_no_change_rules_listing_key(listing: d
     assert found is not None
     assert found[0] == sorted(listing)
     assert found[1].listing_key == listing_key(listing)
+
+
+_LISTINGS = st.dictionaries(
+    st.sampled_from(["a.md", "b.md", "c/d.md"]),
+    st.tuples(*[st.integers(0, 2)] * 4).map(lambda numbers: FileMeta(*numbers)),
+    max_size=3,
+)
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(_LISTINGS, _LISTINGS, _LISTINGS)
+def test_the_files_read_are_those_listed_exactly_when_their_listing_keys_agree(
+    listing: dict[str, FileMeta], read: dict[str, FileMeta], others: dict[str, FileMeta]
+) -> None:
+    """A full scan keeps its no-change record only while the files it read are the listing;
+    it compares the two instead of digesting the listing again, which must tell the same."""
+    seen = {path: Seen(meta, None, NOTHING) for path, meta in read.items()}
+    seen |= {"x/" + path: Seen(meta) for path, meta in others.items()}  # sources: not memory files read
+    recorded = memory_files(read)[1].listing_key
+    assert read_as_listed(seen, listing) == (listing_key(listing) == recorded)
 
 
 _TIMES = st.integers(0, 9)
