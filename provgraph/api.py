@@ -35,7 +35,7 @@ from .model import (
     StaleEntry,
     broken_edges,
 )
-from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files, read_as_listed
+from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files, memory_files_read
 from .statefolder import LockBusy
 
 TYPE_CHECKING = False
@@ -322,8 +322,9 @@ class Memory:
         conditions: nochange.Conditions | None = None
         if save:
             state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
-            conditions = self._store.save(state, children)
-            if not read_as_listed(seen, listing):  # ``conditions.listing`` is the key of the files read
+            read = memory_files_read(seen)
+            conditions = self._store.save(state, children, read)
+            if read != listing:  # ``conditions.listing`` is the key of the files read
                 conditions = None  # a file changed as it was read: the hints below saw another listing
         return _with_hints(report, listing), conditions
 

@@ -63,9 +63,7 @@ def walk_in_order(root: str, real_root: str) -> Walked:
     stat as it is made, and the stat let go: a walk of a large folder that kept them all
     would fill memory a stat walk never touches, and go slower for it."""
     walker = _Walker(real_root)
-    walker.pending.append(("", root))
-    while walker.pending:
-        walker.next_folder()
+    walker.walk([("", root)])
     return walker.paths, walker.numbers, walker.problems
 
 
@@ -90,8 +88,7 @@ def walk_in_two(root: str, real_root: str) -> Walked:
         walker.next_folder()
     child = _fork(walker) if walker.pending else None
     try:
-        while walker.pending:
-            walker.next_folder()
+        walker.walk(walker.pending)
         if child is not None:
             _join(walker, child)
     finally:
@@ -118,7 +115,7 @@ def split_after() -> int | None:
     when it never forks (``second_process``)."""
     if not second_process(large=True):
         return None
-    return 0 if second_process(large=False) else FILES_BEFORE_SPLIT
+    return 0 if os.environ.get(SETTING) == "2" else FILES_BEFORE_SPLIT
 
 
 def second_process(*, large: bool) -> bool:
@@ -233,9 +230,7 @@ def _child(pipe: int, real_root: str, folders: list[tuple[str, str]]) -> NoRetur
 
     def answer() -> Iterator[bytes]:
         walker = _Walker(real_root)
-        walker.pending = folders
-        while walker.pending:
-            walker.next_folder()
+        walker.walk(folders)
         yield marshal.dumps((walker.paths, walker.numbers, walker.problems), _MARSHAL_VERSION)
 
     child_sends(pipe, answer)
@@ -267,9 +262,7 @@ def _join(walker: _Walker, child: _Child) -> None:
     """The child's answer after this process's, or the child's folders walked here."""
     walked = child.answer()
     if walked is None:
-        walker.pending = child.folders
-        while walker.pending:
-            walker.next_folder()
+        walker.walk(child.folders)
         return
     paths, numbers, problems = walked
     walker.paths += paths
@@ -320,6 +313,12 @@ class _Walker:
         """Four numbers for each file of ``paths``, in the same order (``Walked``)."""
         self.problems: list[ProblemRow] = []
         self.pending: list[tuple[str, str]] = []
+
+    def walk(self, folders: list[tuple[str, str]]) -> None:
+        """Walk ``folders`` (the stack, as ``(prefix, folder)``) and everything below them."""
+        self.pending = folders
+        while self.pending:
+            self.next_folder()
 
     def next_folder(self) -> None:
         """List the folder on top of ``pending``: the last one found is walked first, so

@@ -39,7 +39,7 @@ from provgraph.declarations import NOTHING
 from provgraph.model import EdgeStatus, FileMeta
 from provgraph.nochange import listing_key
 from provgraph.scan import Seen
-from provgraph.state import StateStore, memory_files, read_as_listed
+from provgraph.state import StateStore, memory_files, memory_files_read
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -351,7 +351,7 @@ def test_the_files_read_are_those_listed_exactly_when_their_listing_keys_agree(
     seen = {path: Seen(meta, None, NOTHING) for path, meta in read.items()}
     seen |= {"x/" + path: Seen(meta) for path, meta in others.items()}  # sources: not memory files read
     recorded = memory_files(read)[1].listing_key
-    assert read_as_listed(seen, listing) == (listing_key(listing) == recorded)
+    assert (memory_files_read(seen) == listing) == (listing_key(listing) == recorded)
 
 
 _TIMES = st.integers(0, 9)

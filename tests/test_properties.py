@@ -605,9 +605,9 @@ def test_saved_state_loads_back_equal_and_gives_the_same_report(scenario):
     saved: list[State] = []
     real_save = StateStore.save
 
-    def recording_save(self, state, children=None):
+    def recording_save(self, state, children=None, read=None):
         saved.append(state)
-        return real_save(self, state, children)
+        return real_save(self, state, children, read)
 
     with stat_cache(trusting), memory_folder(lineage) as folder, pytest.MonkeyPatch.context() as patch:
         patch.setattr(StateStore, "save", recording_save)
