@@ -31,12 +31,12 @@ from __future__ import annotations
 import marshal
 import os
 
-from .walk import SETTING, child_sends, second_process
+from .walk import SETTING, child_sends, fork_child, reap, second_process
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
-    from typing import Any
+    from typing import Any, NoReturn
 
     from .declarations import Declaration
     from .model import FileMeta, ProblemKind
@@ -111,13 +111,8 @@ class Shared:
             os.close(self.pipe)
             self.pipe = None
         if self.pid is not None:
-            import contextlib
-            import signal
-
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
             pid, self.pid = self.pid, None
-            os.waitpid(pid, 0)
+            reap(pid, kill=True)
 
     def _take(self, ordered: Sequence[str], listing: Mapping[str, FileMeta]) -> None:
         """Every whole message that has come; the child's readings are all let go of when
@@ -181,21 +176,10 @@ def start(root: str, started_ns: int, walked: Walked, heading: str | None) -> No
     paths, numbers, _ = walked
     if not _worth_it(len(paths)):
         return
-    try:
-        reading, writing = os.pipe()
-    except OSError:
+    forked = fork_child(lambda pipe: _child(pipe, (root, started_ns), heading, paths), _widen)
+    if forked is None:
         return
-    _widen(writing)
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(reading)
-        os.close(writing)
-        return
-    if pid == 0:
-        os.close(reading)
-        _child(writing, (root, started_ns), heading, paths)
-    os.close(writing)
+    pid, reading = forked
     os.set_blocking(reading, False)
     _SHARED.append(Shared(pid, reading, started_ns, (paths, numbers), heading))
 
@@ -236,7 +220,7 @@ def _widen(pipe: int) -> None:
         pass
 
 
-def _child(pipe: int, walk: tuple[str, int], heading: str | None, paths: list[str]) -> None:
+def _child(pipe: int, walk: tuple[str, int], heading: str | None, paths: list[str]) -> NoReturn:
     """Read and send, a batch at a time, at the lowest priority (``walk.child_sends``)."""
 
     def messages() -> Iterator[bytes]:

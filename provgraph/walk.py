@@ -29,11 +29,13 @@ __all__ = [
     "ROOT_FLAGS",
     "SETTING",
     "child_sends",
+    "fork_child",
     "hand_over",
     "handed_over",
     "is_utf8",
     "place",
     "printable",
+    "reap",
     "second_process",
     "sight",
     "split_after",
@@ -178,13 +180,11 @@ class _Child:
         if self.pid is None:
             return None
         pid, self.pid = self.pid, None
-        if kill:
-            os.kill(pid, _SIGKILL)  # not reaped yet: the pid is still the child's
-        return os.waitpid(pid, 0)[1]
+        return reap(pid, kill=kill)
 
 
 _SIGKILL = 9
-"""The one signal the child is ever sent (``signal`` would import ``enum``)."""
+"""The one signal a child is ever sent (``signal`` would import ``enum``)."""
 _READ_BYTES = 1 << 20
 _MARSHAL_VERSION = 2
 """Without the references of later versions: the child's answer shares no object, and
@@ -194,11 +194,26 @@ version 2 writes 5,000 files' answer in half the time (about 0.7 ms against 1.7)
 def _fork(walker: _Walker) -> _Child | None:
     """A child forked to walk the folders ``_share`` takes off the bottom of the stack; None
     (the stack untouched) when the system gives no pipe or no process."""
-    share = _share(walker.pending)
+    theirs = walker.pending[: _share(walker.pending)]
+    forked = fork_child(lambda pipe: _child(pipe, walker.real_root, theirs))
+    if forked is None:
+        return None
+    del walker.pending[: len(theirs)]
+    return _Child(*forked, theirs)
+
+
+def fork_child(
+    child: Callable[[int], NoReturn], prepare: Callable[[int], object] | None = None
+) -> tuple[int, int] | None:
+    """A child forked to run ``child`` on the writing end of a new pipe (``prepare`` sees that
+    end first): the child's pid and the reading end, which only this process keeps; None
+    when the system gives no pipe or no process (nothing is left open then)."""
     try:
         reading, writing = os.pipe()
     except OSError:
         return None
+    if prepare is not None:
+        prepare(writing)
     try:
         pid = os.fork()
     except OSError:
@@ -207,11 +222,20 @@ def _fork(walker: _Walker) -> _Child | None:
         return None
     if pid == 0:
         os.close(reading)
-        _child(writing, walker.real_root, walker.pending[:share])
+        child(writing)
     os.close(writing)
-    theirs = walker.pending[:share]
-    del walker.pending[:share]
-    return _Child(pid, reading, theirs)
+    return pid, reading
+
+
+def reap(pid: int, *, kill: bool) -> int:
+    """Wait for a forked child to leave, killed first with ``kill`` (a child not yet reaped
+    can be signalled even once it has left): its wait status."""
+    if kill:
+        import contextlib  # a full run has it already; the quick answer kills only on an error
+
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, _SIGKILL)
+    return os.waitpid(pid, 0)[1]
 
 
 def _share(pending: list[tuple[str, str]]) -> int:
