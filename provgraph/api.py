@@ -36,7 +36,7 @@ from .model import (
     broken_edges,
 )
 from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files, memory_files_read
-from .statefolder import LockBusy
+from .store.folder import LockBusy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

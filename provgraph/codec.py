@@ -23,7 +23,7 @@ from itertools import islice
 
 import orjson
 
-from .lockfile import encode_rows
+from .store.lock import encode_rows
 from .model import (
     EDGE_COLUMNS,
     Edge,

@@ -24,7 +24,7 @@ from operator import ge
 import orjson
 
 from .lineage import find_cycles, propagate
-from .lockfile import HEADER, Record, decode_stamps, encode_lock
+from .store.lock import HEADER, Record, decode_stamps, encode_lock
 from .model import (
     Edge,
     EdgeStatus,

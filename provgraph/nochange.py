@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import marshal
 
-from .lockname import LOCK_NAME, is_sync_copy
+from .store.lock import LOCK_NAME, is_sync_copy
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -442,7 +442,7 @@ def _write_record(command: Command, state: int, state_path: str, fields: list[by
     nothing when it cannot be written (a read-only folder still answers)."""
     import contextlib
 
-    from .statefolder import Folders, write_file
+    from .store.folder import Folders, write_file
 
     folders = Folders(state, state, state_path, state_path)
     with contextlib.suppress(OSError):

@@ -72,7 +72,7 @@ from .codec import text as _text
 from .errors import ProvgraphError
 from .incremental import FILES_PER_PART, LockData, LockLines, MemoryFiles, Patch, Previous, racy_files
 from .lineage import children_of, propagate
-from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
+from .store.lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
 from .log import log_warning
 from .model import Edge, EdgeStatus, FileMeta, Frozen, NamedTuple, Problem, ProblemKind, Report, broken_edges, column
 from .nochange import (
@@ -88,7 +88,7 @@ from .nochange import (
     watched_sources,
 )
 from .paths import normalized as _normalized
-from .statefolder import (
+from .store.folder import (
     Folders,
     hold,
     in_memory_tree,

@@ -95,7 +95,7 @@ def test_the_quick_answer_that_records_its_proof_imports_no_dataclasses(installe
         assert done.returncode == 0, done.stderr
         if "provgraph.api" not in imported:  # a quick answer
             assert "dataclasses" not in imported
-            recorded = recorded or "provgraph.statefolder" in imported
+            recorded = recorded or "provgraph.store.folder" in imported
     assert recorded
 
 

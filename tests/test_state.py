@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provgraph import Memory, StateError
-from provgraph.lockfile import decode_lock
+from provgraph.store.lock import decode_lock
 from provgraph.state import State, StateStore
 
 
@@ -544,7 +544,7 @@ def test_a_state_file_is_read_whole_however_short_its_reads_and_however_it_grows
     """One read of the size the open file has gives a state file whole, nearly always; after a
     read that gives less (a network file system, a signal) the file is read on to its end,
     with what was added to it meanwhile."""
-    from provgraph import statefolder
+    from provgraph.store import folder as statefolder
 
     read, calls = os.read, []
 

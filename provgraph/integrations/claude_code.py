@@ -36,7 +36,7 @@ from ..paths import parts_under
 from ..render import prompt_block
 from ..shell import hook_command, stamp_command, status_command
 from ..state import STATE_DIR
-from ..statefolder import (
+from ..store.folder import (
     Folders,
     LockBusy,
     hold,

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 
 from provgraph import Memory
-from provgraph.lockfile import decode_lock
+from provgraph.store.lock import decode_lock
 from provgraph.replay import RECORD_NAMES
 from provgraph.state import FORMAT, StateStore
 
@@ -29,7 +29,7 @@ ROUNDS = 3
 
 READER = """
 import os, sys, orjson
-from provgraph.lockfile import decode_lock
+from provgraph.store.lock import decode_lock
 path, lock, stop = sys.argv[1], sys.argv[2], sys.argv[3]
 reads, stopping = 0, False
 while not stopping:

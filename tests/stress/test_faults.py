@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from provgraph import Memory
 from provgraph.cli import cli
-from provgraph.lockfile import decode_lock
+from provgraph.store.lock import decode_lock
 from provgraph.replay import RECORD_NAMES
 from provgraph.state import FORMAT, State, StateStore
 
