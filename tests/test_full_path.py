@@ -15,7 +15,6 @@ from conftest import PROVGRAPH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import provgraph
 from provgraph import model
 
 STALE = 400
