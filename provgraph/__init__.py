@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .api import Memory, NotDerived, RootError, find_root
     from .explanations import Explanation, Relative
     from .model import Cause, Edge, EdgeStatus, NodeStatus, Problem, ProblemKind, Report, StaleEntry
-    from .state import StateError
+    from .store.state import StateError
 
 __all__ = [
     "Cause",
@@ -39,7 +39,7 @@ _HOMES = {
     "api": ("Memory", "NotDerived", "RootError", "find_root"),
     "explanations": ("Explanation", "Relative"),
     "model": ("Cause", "Edge", "EdgeStatus", "NodeStatus", "Problem", "ProblemKind", "Report", "StaleEntry"),
-    "state": ("StateError",),
+    "store.state": ("StateError",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 

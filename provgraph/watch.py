@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .clock import current
 from .log import log_warning
 from .model import Report, column
-from .state import LOCK_NAME, STATE_DIR
+from .store.state import LOCK_NAME, STATE_DIR
 
 if TYPE_CHECKING:
     from .api import Memory

@@ -35,7 +35,6 @@ from ..model import Report
 from ..paths import parts_under
 from ..render import prompt_block
 from ..shell import hook_command, stamp_command, status_command
-from ..state import STATE_DIR
 from ..store.folder import (
     Folders,
     LockBusy,
@@ -46,6 +45,7 @@ from ..store.folder import (
     remove_temporaries,
     write_file,
 )
+from ..store.state import STATE_DIR
 
 __all__ = [
     "CONTEXT_LIMIT",

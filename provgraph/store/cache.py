@@ -158,7 +158,7 @@ def encode(cache: Cache) -> bytes:
             "walk_problems": [list(problem.row) for problem in cache.walk_problems],
             "lock": None if lock is None else [*lock.meta, lock.sha256, lock.recorded_ns, lock.canonical],
             "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
-            "watched": [[item.path, item.kind, item.meta] for item in cache.watched],
+            "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
             "last": None if last is None else _encode_last(last),
             "rows": cache.rows,
         }

@@ -25,6 +25,7 @@ import orjson
 
 from ..clock import wall_ns
 from ..errors import ProvgraphError
+from ..files import RACY_WINDOW_NS
 from ..log import log_warning
 from ..model import FileMeta, Stamp
 from ..paths import normalized
@@ -33,17 +34,13 @@ from .cache import CACHE_NAME, Cache, Damaged, LockSeen, decode, encode
 from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
 from .lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, encode_rows, is_sync_copy, merge_reads
 
-__all__ = ["LOCK_NAME", "RACY_WINDOW_NS", "STATE_DIR", "StateError", "StateStore", "lock_bytes"]
+__all__ = ["LOCK_NAME", "STATE_DIR", "StateError", "StateStore", "lock_bytes"]
 
 STATE_DIR = ".provgraph"
 FLOCK_NAME = "flock"
 """The file whose ``flock`` is the root's exclusive lock (it holds no data)."""
 ROOT_NAME = "root"
 """In a ``--state`` folder: the memory root it belongs to."""
-RACY_WINDOW_NS = 2_000_000_000
-"""A file whose mtime or ctime is this close to (or after) the moment its stat was recorded
-may have been written again within the file system's timestamp granularity with identical
-metadata: its stat proves nothing (the rule git applies to its index)."""
 
 
 class StateError(ProvgraphError):
