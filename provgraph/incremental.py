@@ -193,7 +193,7 @@ def patch(
     if last is None or cache.refused:
         return None
     redeclared = {}
-    for path in sorted(changed):
+    for path in sorted(changed.intersection(rescan.listing)):
         found = rescan.declaration(path, lock.has(path))
         if found is None:
             return None

@@ -14,7 +14,7 @@ from provgraph.clock import BadClock
 from provgraph.errors import PathRefused, ProvgraphError
 from provgraph.files import NotRegular, OutsideRoot, ProvgraphOwn
 from provgraph.integrations.claude_code import BadEvent
-from provgraph.state import StateError
+from provgraph.store.state import StateError
 from provgraph.store.folder import LockBusy
 
 

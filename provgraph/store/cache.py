@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
+from itertools import chain
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -234,6 +235,9 @@ def _decode(document: dict[str, Any]) -> Cache:
     rows = document["rows"]
     if not isinstance(rows, dict) or not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
         raise Damaged("a file's row must be a list of six or seven values")
+    memory = memory_of(rows)
+    if not set(map(type, chain.from_iterable(memory.values()))) <= {int}:
+        raise Damaged("a file's stat must be four whole numbers")
     return Cache(
         root=_text(document["root"]),
         settings=_text(document["settings"]),
@@ -244,7 +248,7 @@ def _decode(document: dict[str, Any]) -> Cache:
         refused={_text(path): ProblemKind(kind) for path, kind in document["refused"].items()},
         watched=tuple(map(_watched, document["watched"])),
         last=None if document["last"] is None else _last(document["last"]),
-        memory=memory_of(rows),
+        memory=memory,
     )
 
 
