@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from . import incremental
+from . import incremental, queries
 from .clock import current, wall_ns
+from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError
+from .explanations import Explanation, FileLineage, Relative
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
 from .log import log_warning
@@ -36,6 +38,7 @@ from .model import (
     StaleEntry,
     broken_edges,
 )
+from .render import safe_name
 from .scan import Rescan, scan
 from .stamps import reconcile_as_table
 from .store.cache import Cache, Damaged, FileRow, Rows, Watched
@@ -44,8 +47,6 @@ from .store.state import LOCK_NAME, STATE_DIR, StateError, StateStore
 
 if TYPE_CHECKING:
     import networkx as nx
-
-    from .explanations import Explanation, FileLineage, Relative
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
@@ -64,8 +65,6 @@ class RootError(ProvgraphError):
     """The memory root does not exist or is not a folder."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        from pathlib import Path  # only on an error: a refresh that goes well never makes a Path
-
         super().__init__(f"memory root {root} is not a folder")
         self.root = Path(root)
 
@@ -74,8 +73,6 @@ class NotDerived(ProvgraphError):
     """``stamp`` was asked to record a re-derivation of files that declare no sources."""
 
     def __init__(self, paths: tuple[str, ...]) -> None:
-        from .render import safe_name  # the message reaches a terminal: names escaped like every other line
-
         names = ", ".join(map(safe_name, paths))
         super().__init__(f"not a derived file (no derived_from in its frontmatter): {names}")
         self.paths = paths
@@ -160,8 +157,6 @@ class Memory:
 
         A query answers from the ``report`` it is given (``refresh()``'s) and never scans
         or writes the state itself: the one call that may rewrite it is ``refresh``."""
-        from .explanations import Explanation  # only ``why`` and ``lineage`` ask
-
         statuses = node_statuses(report.edges, report.stale)
         sources = tuple(edge for edge in report.edges if edge.derived == path)
         return Explanation(
@@ -177,26 +172,18 @@ class Memory:
 
     def sources_of(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""
-        from . import queries  # the queries answer other commands than a refresh
-
         return queries.sources_of(report, path, transitive=transitive)
 
     def derived_from(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What is derived from ``path`` (every descendant when ``transitive``), with chains."""
-        from . import queries
-
         return queries.derived_from(report, path, transitive=transitive)
 
     def stale_after_editing(self, source: str, *, report: Report) -> tuple[StaleEntry, ...]:
         """The stale files downstream of ``source``: what to re-check after editing it."""
-        from . import queries
-
         return queries.stale_after_editing(report, source)
 
     def lineage(self, path: str, report: Report) -> FileLineage:
         """What ``provgraph lineage`` prints: the file's status and sources, and everything derived from it."""
-        from . import queries
-
         explanation = self.explain(path, report)
         exists = explanation.status is not None or _exists(self.files, path)
         return queries.file_lineage(report, explanation, exists=exists)
@@ -418,8 +405,6 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     missing = [edge.source for edge in broken_edges(report.edges) if edge.status is EdgeStatus.MISSING]
     if not missing:
         return report
-    from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
-
     lookup = Lookup(listing)
     hints = {source: did_you_mean(source, lookup) for source in missing}
     if not any(hints.values()):
@@ -441,8 +426,6 @@ def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
 def find_root(path: str | os.PathLike[str]) -> Path | None:
     """The nearest folder at or above ``path`` that holds ``provgraph.lock``, ``.provgraph/``
     or ``MEMORY.md`` (a plain clone has the lock and no cache)."""
-    from pathlib import Path  # why, lineage and stamp look for the root; a refresh is given it
-
     current = Path(path).absolute()
     if not current.is_dir():
         current = current.parent

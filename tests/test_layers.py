@@ -28,6 +28,7 @@ PURE = frozenset(
         "render",
         "answers",
         "edits",
+        "store.cache",
         "store.lock",
     }
 )

@@ -16,14 +16,15 @@ result without its stale entries (they follow from the edges).
 from __future__ import annotations
 
 import math
+from binascii import crc32
 from collections.abc import Iterator, Mapping
-from itertools import chain
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import orjson
 
-from .. import __version__
 from ..declarations import NOTHING, Declaration
 from ..model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind
 
@@ -97,7 +98,7 @@ class Last(NamedTuple):
     problems: tuple[Problem, ...]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True)
 class Cache:
     """The cache of one root, decoded but for its rows (``Rows`` decodes one when asked)."""
 
@@ -144,14 +145,15 @@ class Rows(Mapping[str, FileRow]):
 # -- writing ---------------------------------------------------------------------------
 
 
-def encode(cache: Cache) -> bytes:
-    """The document: the key first, the rows last."""
+def encode(cache: Cache, version: str) -> bytes:
+    """The document written by provgraph ``version``: the key first, the rows, then the
+    checksum of everything before it (``_CHECK``)."""
     lock = cache.lock
     last = cache.last
-    return orjson.dumps(
+    body = orjson.dumps(
         {
             "format": FORMAT,
-            "provgraph": __version__,
+            "provgraph": version,
             "schema": SCHEMA,
             "root": cache.root,
             "settings": cache.settings,
@@ -164,6 +166,13 @@ def encode(cache: Cache) -> bytes:
             "rows": cache.rows,
         }
     )
+    return body[:-1] + _CHECK + str(crc32(body[:-1])).encode() + b"}"
+
+
+_CHECK = b',"check":'
+"""The last entry: the CRC-32 of the bytes before it.  A value damaged into another valid
+one (a row that declares nothing, a stat of another file) is caught by it, as much as a
+cache torn by a crash of the machine."""
 
 
 def _encode_last(last: Last) -> dict[str, object]:
@@ -201,9 +210,10 @@ def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
 # -- reading ---------------------------------------------------------------------------
 
 
-def decode(data: bytes, root: str, settings: str) -> Cache | None:
-    """The cache in ``data``; None when it is keyed for another provgraph, schema, root or
-    settings (rebuilt, never read); ``Damaged`` when it is not a valid cache at all."""
+def decode(data: bytes, version: str, root: str, settings: str) -> Cache | None:
+    """The cache in ``data``; None when it is keyed for another provgraph ``version``,
+    schema, root or settings (rebuilt, never read); ``Damaged`` when it is not a valid
+    cache at all."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as error:
@@ -213,8 +223,11 @@ def decode(data: bytes, root: str, settings: str) -> Cache | None:
     if _legacy(document):
         return None
     key = (document.get("provgraph"), document.get("schema"), document.get("root"), document.get("settings"))
-    if key != (__version__, SCHEMA, root, settings):
+    if key != (version, SCHEMA, root, settings):
         return None
+    end = data.rfind(_CHECK)
+    if end < 0 or str(crc32(data[:end])).encode() != data[end + len(_CHECK) : -1]:
+        raise Damaged("its checksum does not match its bytes")
     try:
         return _decode(document)
     except Damaged:
@@ -235,9 +248,7 @@ def _decode(document: dict[str, Any]) -> Cache:
     rows = document["rows"]
     if not isinstance(rows, dict) or not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
         raise Damaged("a file's row must be a list of six or seven values")
-    memory = memory_of(rows)
-    if not set(map(type, chain.from_iterable(memory.values()))) <= {int}:
-        raise Damaged("a file's stat must be four whole numbers")
+    _check_rows(rows)
     return Cache(
         root=_text(document["root"]),
         settings=_text(document["settings"]),
@@ -248,8 +259,27 @@ def _decode(document: dict[str, Any]) -> Cache:
         refused={_text(path): ProblemKind(kind) for path, kind in document["refused"].items()},
         watched=tuple(map(_watched, document["watched"])),
         last=None if document["last"] is None else _last(document["last"]),
-        memory=memory,
+        memory=memory_of(rows),
     )
+
+
+def _check_rows(rows: dict[str, list[Any]]) -> None:
+    """Every row's values of the types provgraph writes, each column checked in one pass
+    (loops that run in C), and every declaration decoded once."""
+    if not set(map(type, chain.from_iterable(map(_STAT, rows.values())))) <= {int}:
+        raise Damaged("a file's stat must be four whole numbers")
+    if not set(map(type, map(_HASH, rows.values()))) <= {str, type(None)}:
+        raise Damaged("a file's sha256 must be text")
+    if not set(map(type, map(_DECLARATION, rows.values()))) <= {list, type(None)}:
+        raise Damaged("a file's declaration must be a list")
+    for path, row in rows.items():
+        if row[5] or len(row) == 7:
+            _decode_row(path, row)
+
+
+_STAT = itemgetter(0, 1, 2, 3)
+_HASH = itemgetter(4)
+_DECLARATION = itemgetter(5)
 
 
 def _decode_row(path: str, row: list[Any]) -> FileRow:

@@ -23,6 +23,7 @@ from typing import Any
 
 import orjson
 
+from .. import __version__
 from ..clock import wall_ns
 from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS
@@ -215,7 +216,7 @@ class StateStore:
         if data is None:
             return None
         try:
-            cache = decode(data, os.fsdecode(self.root), self.settings)
+            cache = decode(data, __version__, os.fsdecode(self.root), self.settings)
         except Damaged as error:
             self._set_aside(folders, folders.state, CACHE_NAME, str(error))
             return None
@@ -346,7 +347,7 @@ class StateStore:
                 tx.lock_bytes = lock
             canonical = True
         cache = replace(cache, lock=self._lock_seen(folders, canonical))
-        self._write(folders, folders.state, CACHE_NAME, encode(cache), "write")
+        self._write(folders, folders.state, CACHE_NAME, encode(cache, __version__), "write")
         with contextlib.suppress(OSError):
             info = os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
             self._kept = (_identity(info), cache)
@@ -355,11 +356,16 @@ class StateStore:
         return cache
 
     def _lock_seen(self, folders: Folders, canonical: bool) -> LockSeen | None:
+        """The lock as written or read now; known to be as ``encode_lock`` writes it when it
+        was written so, or when it holds the very bytes the last cache knew to be."""
         meta = _lock_meta(folders)
         data = self._tx.lock_bytes
         if meta is None or data is None or meta.size != len(data):
             return None
-        return LockSeen(meta, hashlib.sha256(data).hexdigest(), wall_ns(), canonical)
+        sha256 = hashlib.sha256(data).hexdigest()
+        before = None if self._kept is None else self._kept[1].lock
+        canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
+        return LockSeen(meta, sha256, wall_ns(), canonical)
 
     def _lock_bytes_or_none(self, folders: Folders) -> bytes | None:
         try:
