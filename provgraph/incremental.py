@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Set
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, NamedTuple, Protocol
 
 import orjson
@@ -58,10 +59,13 @@ Look = Callable[[str], Watched | None]
 _HEADER = HEADER.encode()
 
 
-def newest(listing: Mapping[str, FileMeta]) -> int:
-    """The latest mtime or ctime of the files, in nanoseconds (0 for none)."""
-    columns = tuple(zip(*listing.values(), strict=True))
-    return max(max(columns[1]), max(columns[2])) if columns else 0
+def newest(listing: Mapping[str, tuple[int, int, int, int]]) -> int:
+    """The latest mtime or ctime of the files (size, mtime_ns, ctime_ns, inode), in
+    nanoseconds (0 for none): loops that run in C."""
+    return max(map(max, map(_TIMES, listing.values())), default=0)
+
+
+_TIMES = itemgetter(1, 2)
 
 
 def unchanged(
@@ -94,7 +98,7 @@ def changed_files(cache: Cache, listing: Mapping[str, FileMeta], racy_mark: int)
     if listing.keys() != memory.keys():
         return None
     moved = {path for path, meta in listing.items() if memory[path] != meta}
-    return moved | {path for path, meta in memory.items() if max(meta.mtime_ns, meta.ctime_ns) >= racy_mark}
+    return moved | {path for path, meta in memory.items() if max(meta[1], meta[2]) >= racy_mark}
 
 
 def watched_sources(

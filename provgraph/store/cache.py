@@ -113,14 +113,14 @@ class Cache:
     refused: dict[str, ProblemKind]
     watched: tuple[Watched, ...]
     last: Last | None
-    memory: dict[str, FileMeta]
+    memory: dict[str, tuple[int, int, int, int]]
     """The stat of every memory file the rows hold (those with a declaration, even an
-    empty one): the listing a scan with these rows read (``memory_of``)."""
+    empty one), equal to the listing a walk gives while none moved (``memory_of``)."""
 
 
-def memory_of(rows: Mapping[str, list[Any]]) -> dict[str, FileMeta]:
-    """The stat of the memory files among ``rows``."""
-    return {path: FileMeta._make(row[:4]) for path, row in rows.items() if row[5] is not None}
+def memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
+    """The stat (size, mtime_ns, ctime_ns, inode) of the memory files among ``rows``."""
+    return {path: _STAT(row) for path, row in rows.items() if row[5] is not None}
 
 
 class Rows(Mapping[str, FileRow]):
@@ -272,10 +272,27 @@ def _check_rows(rows: dict[str, list[Any]]) -> None:
         raise Damaged("a file's sha256 must be text")
     if not set(map(type, map(_DECLARATION, rows.values()))) <= {list, type(None)}:
         raise Damaged("a file's declaration must be a list")
-    for path, row in rows.items():
+    for row in rows.values():
         if row[5] or len(row) == 7:
-            _decode_row(path, row)
+            _check_declared(row)
 
+
+def _check_declared(row: list[Any]) -> None:
+    """A row's declaration and its resolution of the shapes ``encode_row`` writes."""
+    entries, derived_at, problems = row[5]
+    if not (set(map(type, entries)) <= {str} and (derived_at is None or type(derived_at) is str)):
+        raise Damaged("a declaration's entries and derived_at must be text")
+    if len(row) == 7:
+        sources, refused = row[6]
+        if not set(map(type, sources)) <= {str}:
+            raise Damaged("a declaration's sources must be text")
+        problems = [*problems, *refused]
+    for kind, detail in problems:
+        if kind not in _KINDS or type(detail) is not str:
+            raise Damaged("a declaration's problem must be a kind and text")
+
+
+_KINDS = frozenset(kind.value for kind in ProblemKind)
 
 _STAT = itemgetter(0, 1, 2, 3)
 _HASH = itemgetter(4)
