@@ -31,8 +31,8 @@ import provgraph.api
 import provgraph.cli
 import provgraph.declarations
 import provgraph.files
-import provgraph.store.state
 import provgraph.scan
+import provgraph.store.state
 from provgraph import Memory
 from provgraph.cli import Progress, cli
 from provgraph.declarations import read_declaration

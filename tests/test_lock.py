@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provgraph import Memory
+from provgraph.model import Stamp
 from provgraph.store import lock as lockfile
 from provgraph.store.lock import Record, _decode_lines, decode_lock, decode_stamps, encode_lock
-from provgraph.model import Stamp
 
 
 @pytest.fixture

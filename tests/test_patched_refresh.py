@@ -27,6 +27,7 @@ import test_incremental as incremental_tests
 from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stress.test_faults import _paths, _replaced
 from test_fast_paths import Counting
 from test_incremental import Form, trusted_cache
 
@@ -274,28 +275,12 @@ def _a_lineage(root: Path) -> Folder:
     return folder
 
 
-def _paths(value: object, where: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
-    """Where every value of a JSON document is, as the keys and indexes that lead to it."""
-    found: list[tuple[object, ...]] = [where] if where else []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += _paths(item, (*where, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += _paths(item, (*where, index))
-    return found
-
-
 def _damaged(cache: bytes, data: st.DataObject) -> bytes:
     """The cache with any one of its values (a key, a row, a number in a row, an edge, the
     last result, ...) replaced by any JSON value."""
     document = orjson.loads(cache)
-    where = data.draw(st.sampled_from(_paths(document)))
-    parent = document
-    for key in where[:-1]:
-        parent = parent[key]
-    parent[where[-1]] = data.draw(_JSON)
-    return orjson.dumps(document)
+    where = data.draw(st.sampled_from(_paths(document)[1:]))
+    return orjson.dumps(_replaced(document, where, data.draw(_JSON)))
 
 
 def _spoiled_then_changed(spoil: Callable[[bytes], bytes]) -> None:

@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provgraph import Memory, StateError
-from provgraph.store.lock import decode_lock
 from provgraph.stamps import Derivation
 from provgraph.store.cache import Cache
+from provgraph.store.lock import decode_lock
 from provgraph.store.state import StateStore
 
 
@@ -42,7 +42,9 @@ def lived(memory, clock) -> Memory:
 
 
 def store_of(api: Memory) -> StateStore:
-    return StateStore(api.root, None if api.state_path == api.root / ".provgraph" else api.state_path, None, api._settings)
+    return StateStore(
+        api.root, None if api.state_path == api.root / ".provgraph" else api.state_path, None, api._settings
+    )
 
 
 def loaded(api: Memory) -> dict[str, Derivation]:

@@ -145,7 +145,7 @@ class Rows(Mapping[str, FileRow]):
 # -- writing ---------------------------------------------------------------------------
 
 
-def encode(cache: Cache, version: str) -> bytes:
+def encode(cache: Cache, version: str) -> list[bytes | memoryview]:
     """The document written by provgraph ``version``: the key first, the rows, then the
     checksum of everything before it (``_CHECK``)."""
     lock = cache.lock
@@ -166,7 +166,8 @@ def encode(cache: Cache, version: str) -> bytes:
             "rows": cache.rows,
         }
     )
-    return body[:-1] + _CHECK + str(crc32(body[:-1])).encode() + b"}"
+    head = memoryview(body)[:-1]  # a large folder's document is not copied to add its checksum
+    return [head, _CHECK + str(crc32(head)).encode() + b"}"]
 
 
 _CHECK = b',"check":'
@@ -226,7 +227,7 @@ def decode(data: bytes, version: str, root: str, settings: str) -> Cache | None:
     if key != (version, SCHEMA, root, settings):
         return None
     end = data.rfind(_CHECK)
-    if end < 0 or str(crc32(data[:end])).encode() != data[end + len(_CHECK) : -1]:
+    if end < 0 or str(crc32(memoryview(data)[:end])).encode() != data[end + len(_CHECK) : -1]:
         raise Damaged("its checksum does not match its bytes")
     try:
         return _decode(document)

@@ -396,13 +396,15 @@ class StateStore:
         except OSError as error:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
-    def _write(self, folders: Folders, target: int, name: str, data: bytes, what: str) -> None:
+    def _write(
+        self, folders: Folders, target: int, name: str, data: bytes | list[bytes | memoryview], what: str
+    ) -> None:
         """Every file is replaced atomically; only the cache is not synced to the disk: it is
         derived again from the memory files and the lock, and a torn one (after a crash of
         the machine) fails to parse and gives the full scan."""
         where = folders.path_of(target, name)
         try:
-            write_file(folders, target, name, [data], durable=name != CACHE_NAME)
+            write_file(folders, target, name, data if isinstance(data, list) else [data], durable=name != CACHE_NAME)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
 
