@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .explanations import Explanation, FileLineage, Relative
-from .model import Edge, EdgeStatus, NodeStatus, StaleEntry
+from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, StaleEntry
 from .render import causes_text, clip, day, explanation_document, safe_name, status_phrase
 
 __all__ = [

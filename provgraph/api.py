@@ -27,9 +27,12 @@ from .model import (
     Cause,
     Edge,
     EdgeStatus,
+    Explanation,
+    FileLineage,
     FileMeta,
     NodeStatus,
     Problem,
+    Relative,
     Report,
     SourceState,
     StaleEntry,
@@ -46,20 +49,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from . import incremental
-    from .explanations import Explanation, FileLineage, Relative
     from .scan import Rescan, Seen
-else:
-    _EXPLAINED = frozenset({"Explanation", "FileLineage", "Relative"})
-
-    def __getattr__(name: str) -> object:
-        """``Explanation``, ``FileLineage`` and ``Relative``, still given here as before they
-        moved, made when first asked for (PEP 562): only ``why`` and ``lineage`` use them, and
-        a refresh, which every command makes, would create these dataclasses for nothing."""
-        if name in _EXPLAINED:
-            from . import explanations
-
-            return getattr(explanations, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
@@ -194,8 +184,6 @@ class Memory:
 
         A query answers from the ``report`` it is given (``refresh()``'s) and never scans
         or writes the state itself: the one call that may rewrite it is ``refresh``."""
-        from .explanations import Explanation  # only ``why`` and ``lineage`` ask
-
         statuses = node_statuses(report.edges, report.stale)
         sources = tuple(edge for edge in report.edges if edge.derived == path)
         return Explanation(

@@ -31,8 +31,9 @@ import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from functools import cached_property
+from typing import NamedTuple
 
-from .model import Frozen, NamedTuple, Problem, ProblemKind
+from .model import Frozen, Problem, ProblemKind
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

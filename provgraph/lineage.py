@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, children_known, column
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # networkx is heavy: imported where a graph is built
     import networkx as nx
 
 __all__ = ["children_of", "find_cycles", "node_statuses", "propagate", "to_networkx"]
@@ -79,7 +79,7 @@ def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = 
 
 _LOOKUPS = 64
 """Children looked up one by one before ``_Children`` indexes them all: a lookup scans the
-sources in C, a whole index is a loop in Python over every edge, some fifty times its cost."""
+list of sources, a whole index loops over every edge."""
 
 
 class _Children(Mapping[str, list[str]]):
@@ -173,7 +173,7 @@ def find_cycles(edges: Sequence[Edge], children: Mapping[str, list[str]] | None 
     knotted = _not_peelable(children)
     if not knotted:
         return ()
-    import networkx as nx
+    import networkx as nx  # heavy: only for a graph that holds a cycle
 
     graph = nx.DiGraph()
     graph.add_edges_from((source, child) for source, kids in children.items() for child in kids)
@@ -242,7 +242,7 @@ def to_networkx(
     or None), ``in_cycle`` and ``changed`` (the origin of a broken edge);
     edges carry ``status``, ``stamped_at`` and ``since``.
     """
-    import networkx as nx
+    import networkx as nx  # heavy: only when the graph itself is asked for
 
     graph = nx.DiGraph()
     since = {entry.path: entry.since for entry in stale}

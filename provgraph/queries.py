@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Mapping
 
-from .explanations import Explanation, FileLineage, Relative
 from .lineage import children_of, node_statuses
-from .model import Report, StaleEntry
+from .model import Explanation, FileLineage, Relative, Report, StaleEntry
 
 __all__ = ["FileLineage", "Relative", "derived_from", "file_lineage", "sources_of", "stale_after_editing"]
 

@@ -19,7 +19,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # made by ``why`` only: a refresh never creates the class
     from typing import Any
 
-    from .explanations import Explanation
+    from .model import Explanation
 
 __all__ = [
     "PROMPT_HEADING",

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from operator import itemgetter
+from typing import NamedTuple
 
-from .model import Edge, EdgeStatus, EdgeTable, NamedTuple, Snapshot, SourceState, Stamp
+from .model import Edge, EdgeStatus, EdgeTable, Snapshot, SourceState, Stamp
 
 __all__ = ["Derivation", "reconcile", "reconcile_as_table"]
 
 
 class Derivation(NamedTuple):
-    """What provgraph remembers about one derived file.  A ``NamedTuple``, not a
-    dataclass: ~0.1 ms to create against ~0.6, on every full run."""
+    """What provgraph remembers about one derived file."""
 
     derived_at: str | None
     """The ``derived_at`` value last seen; a new value means the file was re-derived."""
@@ -105,9 +105,7 @@ _ABSENT = SourceState(None)
 
 
 class _Declared(NamedTuple):
-    """What a derived file declares in this scan, as far as it can be read.  Passed along,
-    never compared or shown.  A ``NamedTuple``, not a dataclass: ~0.3 ms less to create
-    on every full run."""
+    """What a derived file declares in this scan, as far as it can be read."""
 
     sources: tuple[str, ...]
     """Sources to stamp on adoption."""

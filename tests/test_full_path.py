@@ -4,12 +4,8 @@ only what the answer needs."""
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
-import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +13,6 @@ from conftest import PROVGRAPH, importing
 from depth import examples
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-
-import provgraph
-from provgraph import model
 
 STALE = 400
 """Derived files made stale: enough that the answer is larger than a pipe holds at once."""
@@ -46,15 +39,6 @@ def test_the_command_ends_with_its_exit_code_and_its_whole_output(tmp_path: Path
     assert check.returncode == 1
     assert check.stdout.count("facts.md changed") == STALE
     assert check.stderr == ""
-
-
-def test_a_full_run_that_warns_of_nothing_never_imports_logging(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    done, imported = importing(str(PROVGRAPH), "status", "--json", str(root))
-    assert done.returncode == 0, done.stderr
-    assert "provgraph.scan" in imported
-    assert "logging" not in imported
-    assert json.loads(done.stdout)["counts"]["derived"] == STALE
 
 
 def test_a_declaration_written_with_percent_escapes_still_reads_them(tmp_path: Path, run) -> None:
@@ -221,196 +205,6 @@ def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) ->
         assert {"argparse", "gettext", "locale"}.isdisjoint(imported)
     done, imported = importing(str(PROVGRAPH), "status", "--no-cache", str(root))
     assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
-
-
-ONLY_FOR_OTHER_COMMANDS = {
-    "provgraph.queries",
-    "provgraph.answers",
-    "provgraph.explanations",
-    "provgraph.shell",
-    "yaml",
-}
-"""What ``why``, ``lineage``, ``stamp`` and the hooks need, and a refresh of a folder whose
-declarations read without YAML never does."""
-
-
-def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    for args in (["status", "--json", str(root)], ["check", str(root)]):
-        done, imported = importing(str(PROVGRAPH), *args)
-        (root / "facts.md").write_text(f"---\nname: facts\n---\nThe user likes {args[0]}.\n")
-        assert done.returncode in (0, 1), done.stderr
-        assert "provgraph.scan" in imported
-        assert ONLY_FOR_OTHER_COMMANDS.isdisjoint(imported), ONLY_FOR_OTHER_COMMANDS & imported
-    done, imported = importing(str(PROVGRAPH), "lineage", "--root", str(root), "facts.md")
-    assert done.returncode == 0 and {"provgraph.queries", "provgraph.answers"} <= imported
-
-
-NEVER_ON_A_FULL_RUN = {"typing", "threading", "networkx", "yaml"}
-"""``typing`` is the type checker's business (3 ms of every run to import), a thread's own
-values need ``threading.local`` but not the rest of ``threading`` (1 ms), networkx is for the
-graph exports, and YAML only for a declaration that is in none of the common forms."""
-
-
-def test_a_first_scan_and_a_refresh_after_a_change_import_no_typing_threading_networkx_or_yaml(
-    tmp_path: Path,
-) -> None:
-    root = _folder(tmp_path)
-    (root / "digest.md").write_text("---\nderived_from:\n  - summary-000.md\n  - '[Facts](facts.md)'\n---\n")
-    (root / "wiki.md").write_text("---\nname: wiki\nderived_from: [[facts]], [[summary-001|one]]\n---\n")
-    (root / "nested.md").write_text("---\nmetadata:\n  type: user\n  derived_from: [facts.md, wiki.md]\n---\n")
-    (root / "inline.md").write_text("# Inline\n\nderived_from:: [[digest]]\n")
-    first, imported = importing(str(PROVGRAPH), "status", str(root))
-    assert first.returncode == 0 and first.stdout.startswith(f"{STALE + 5} memory files, {STALE + 4} derived, 0 stale")
-    assert "provgraph.scan" in imported
-    assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), NEVER_ON_A_FULL_RUN & imported
-    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes coffee.\n")
-    for args in (["status", str(root)], ["status", "--json", str(root)], ["check", str(root)]):
-        changed, imported = importing(str(PROVGRAPH), *args)
-        assert changed.returncode == (1 if args[0] == "check" else 0), changed.stderr
-        assert "provgraph.scan" in imported and "provgraph.incremental" in imported
-        assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), (args, NEVER_ON_A_FULL_RUN & imported)
-    assert f"{STALE + 4} stale" in changed.stdout
-
-
-HANDLED_BY_USERS = {"FileLineage", *provgraph.__all__}
-"""The types a user handles (the package's names, and what ``Memory.lineage`` returns): they
-stay dataclasses.  Every other value is a ``NamedTuple`` or a plain class, which costs a
-tenth of a dataclass to create, and every full run creates them all."""
-
-_RECORDING_DATACLASSES = """
-import dataclasses, sys
-made = set()
-process = dataclasses._process_class
-def recording(cls, *args):
-    made.add(cls.__qualname__) if cls.__module__.startswith("provgraph") else None
-    return process(cls, *args)
-dataclasses._process_class = recording
-from provgraph.cli import cli
-first = cli("status", "--json", sys.argv[1])
-with open(sys.argv[1] + "/facts.md", "a") as facts:
-    facts.write("And coffee.\\n")
-changed = cli("status", "--json", sys.argv[1])
-print(first, changed, *sorted(made), file=sys.stderr)
-"""
-
-
-def test_a_full_run_makes_a_dataclass_only_of_a_type_users_handle(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", _RECORDING_DATACLASSES, str(root)], capture_output=True, text=True, timeout=60
-    )
-    first, changed, *made = done.stderr.split()
-    assert (first, changed) == ("0", "0")
-    scanned, end = json.JSONDecoder().raw_decode(done.stdout)
-    assert json.loads(done.stdout[end:])["counts"]["stale"] == STALE > scanned["counts"]["stale"]
-    assert "Report" in made  # the recording saw the classes being made
-    assert set(made) <= HANDLED_BY_USERS, set(made) - HANDLED_BY_USERS
-
-
-USERS_VALUES = (model.Problem, model.Edge, model.Cause, model.StaleEntry, model.Report)
-"""The dataclasses of ``model`` whose ``__eq__``, ``__hash__`` and ``__repr__`` are not compiled
-by ``dataclass`` (``model._compared_and_shown``)."""
-FIELD_VALUES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.floats(allow_nan=False),
-    st.text(max_size=3),
-    st.sampled_from(list(model.EdgeStatus)),
-    st.tuples(st.text(max_size=2)),
-)
-
-
-def _written_in_full(cls: type) -> type:
-    """A class of the same fields (name, type, default, compare, repr, hash) whose every
-    method ``dataclass`` writes."""
-    specs = []
-    for spec in dataclasses.fields(cls):
-        options = {"compare": spec.compare, "repr": spec.repr, "hash": spec.hash}
-        if spec.default is not dataclasses.MISSING:
-            options["default"] = spec.default
-        if spec.default_factory is not dataclasses.MISSING:
-            options["default_factory"] = spec.default_factory
-        specs.append((spec.name, spec.type, dataclasses.field(**options)))  # type: ignore[call-overload]
-    return dataclasses.make_dataclass(cls.__name__, specs, frozen=True, slots=True)
-
-
-def _subclass(cls: type) -> type:
-    return type(f"Sub{cls.__name__}", (cls,), {"__slots__": ()})
-
-
-@settings(max_examples=60)
-@given(data=st.data())
-def test_the_types_users_handle_are_frozen_dataclasses_that_compare_hash_and_show_as_dataclass_writes_them(
-    data: st.DataObject,
-) -> None:
-    for cls in USERS_VALUES:
-        twin = _written_in_full(cls)
-        names = [spec.name for spec in dataclasses.fields(cls)]
-        values = data.draw(st.lists(FIELD_VALUES, min_size=len(names), max_size=len(names)))
-        kept = data.draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
-        others = [value if keep else data.draw(FIELD_VALUES) for value, keep in zip(values, kept, strict=True)]
-        ours, theirs = cls(*values), twin(*values)
-        assert repr(ours) == repr(theirs) and hash(ours) == hash(theirs)
-        assert (ours == cls(*others)) == (theirs == twin(*others))
-        assert (ours != cls(*others)) == (theirs != twin(*others))
-        assert ours.__eq__(theirs) is NotImplemented and ours != theirs
-        assert (ours == _subclass(cls)(*values)) == (theirs == _subclass(twin)(*values)) is False
-        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
-        assert cls.__match_args__ == twin.__match_args__ and not hasattr(ours, "__dict__")
-        assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
-        assert dataclasses.replace(ours, **{names[0]: "x"}) == cls("x", *values[1:])
-        assert pickle.loads(pickle.dumps(ours)) == ours and copy.deepcopy(ours) == ours
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            setattr(ours, names[0], "x")
-
-
-def test_a_type_users_handle_that_holds_itself_shows_as_dataclass_writes_it() -> None:
-    ours = model.Problem([], model.ProblemKind.UNREADABLE, "x")  # type: ignore[arg-type]
-    theirs = _written_in_full(model.Problem)([], model.ProblemKind.UNREADABLE, "x")
-    ours.path.append(ours)  # type: ignore[attr-defined]
-    theirs.path.append(theirs)  # type: ignore[attr-defined]
-    assert repr(ours) == repr(theirs) == "Problem(path=[...], kind=<ProblemKind.UNREADABLE: 'unreadable'>, detail='x')"
-
-
-def _value_on(base: type) -> type:
-    """The same class body on another named tuple base."""
-
-    class Value(base):  # type: ignore[misc, valid-type]
-        """A value."""
-
-        size: int
-        name: str | None = None
-
-        @property
-        def double(self) -> int:
-            return self.size * 2
-
-    return Value
-
-
-def test_a_named_tuple_of_provgraph_is_what_typing_makes_of_its_body_without_checking_each_annotation() -> None:
-    """The stages' values are named tuples made from a class body as ``typing.NamedTuple`` makes
-    them, but without compiling each annotation (text, under the ``__future__`` import)."""
-    import typing
-
-    from provgraph import model
-
-    typed = _value_on(typing.NamedTuple)  # type: ignore[arg-type]
-
-    def checked(*args: object, **kwargs: object) -> None:
-        raise AssertionError("an annotation was checked")
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(typing, "_type_check", checked)
-        ours: typing.Any = _value_on(model.NamedTuple)
-    assert (ours._fields, ours._field_defaults, ours.__doc__) == (typed._fields, typed._field_defaults, typed.__doc__)
-    assert typing.get_type_hints(ours) == typing.get_type_hints(typed) == {"size": int, "name": str | None}
-    assert ours(3) == typed(3) == (3, None) and ours(3).double == typed(3).double == 6
-    assert ours(3)._replace(name="a") == (3, "a") and ours(3, "a")._asdict() == {"size": 3, "name": "a"}
-    assert repr(ours(3)) == "Value(size=3, name=None)" and ours.__module__ == __name__
-    assert issubclass(ours, tuple)
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:
