@@ -19,10 +19,9 @@ import orjson
 from . import nochange
 from .clock import current, wall_ns
 from .codec import Corrupt, RowsAsSeen
-from .errors import ProvgraphError
+from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
-from .log import log_warning
 from .model import (
     Cause,
     Edge,

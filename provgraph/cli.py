@@ -90,7 +90,7 @@ def full_run() -> None:
     """The command once the quick answer could not answer: the library's logged warnings
     become ``provgraph: warning:`` lines of a full run (``logging`` itself is imported
     only if one is logged)."""
-    from .log import listening
+    from .errors import listening
     from .splitread import release
 
     with listening(_warn):
@@ -378,14 +378,14 @@ def _demo(options: Options) -> int:
 
 
 def _more_hint(report: Report, options: Options) -> str:
-    from .shell import status_command
+    from .paths import status_command
 
     return f"run `{status_command(report.root, _printed_options(options))}` to list them all"
 
 
 def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
-    from .shell import command_options
+    from .paths import command_options
 
     return command_options(options.state, _sources_heading(options))
 

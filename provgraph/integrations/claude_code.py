@@ -32,9 +32,8 @@ import orjson
 from ..edits import Advice, EditContext, edit_notes
 from ..errors import ProvgraphError
 from ..model import Report
-from ..paths import parts_under
+from ..paths import hook_command, parts_under, stamp_command, status_command
 from ..render import prompt_block
-from ..shell import hook_command, stamp_command, status_command
 from ..state import STATE_DIR
 from ..statefolder import (
     Folders,
@@ -139,7 +138,7 @@ def edit_advice(root: str, options: tuple[str, ...] = ()) -> Advice:
 def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[str, ...] = ()) -> str:
     """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale.
 
-    ``options`` (``provgraph.shell.command_options``) are the hook's own, repeated in the
+    ``options`` (``provgraph.paths.command_options``) are the hook's own, repeated in the
     commands it prints so that they read the folder as the hook does."""
     hint = f"run `{status_command(report.root, options)}` to list them all"
     advice = f"After re-deriving one, record it with `{stamp_command(report.root, options=options)}`."
