@@ -1,6 +1,5 @@
-"""The command's full run (a first scan, a changed folder) as a user starts it: a process of
-its own, which ends as soon as its answer is out and its state written, and which imports
-only what the answer needs."""
+"""The command's run (a first scan, a changed folder) as a user starts it: a process of its
+own, which ends with its exit code once its whole answer is out and its state written."""
 
 from __future__ import annotations
 
@@ -8,11 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-from conftest import PROVGRAPH, importing
-from depth import examples
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
+from conftest import PROVGRAPH
 
 STALE = 400
 """Derived files made stale: enough that the answer is larger than a pipe holds at once."""
@@ -117,29 +112,6 @@ def test_the_help_is_as_wide_as_the_terminal(run, tmp_path: Path) -> None:
     assert " ".join(narrow.split()) == " ".join(wide.split())
 
 
-COMMAND_LINES = [
-    ["status", "--json", "--no-cache", "memory"],
-    ["check", "--allow-broken", "--state", "elsewhere"],
-    ["why", "notes/a.md", "--root", "memory", "--json"],
-    ["lineage", "a.md", "--max-lines", "3", "--sources-heading"],
-    ["stamp", "a.md", "b.md", "--sources-heading", "## Provenance"],
-    ["graph", "--format", "dot"],
-    ["prompt", "memory", "--max-lines", "5"],
-    ["hook", "claude-code", "--settings", "memory"],
-    ["demo"],
-]
-
-
-@pytest.mark.parametrize("args", COMMAND_LINES, ids=lambda args: args[0])
-def test_a_command_parsed_by_its_own_parser_reads_as_with_every_parser(args: list[str]) -> None:
-    """The command builds only the parser of the command it runs: what it reads from the
-    arguments is what the parser of every command reads."""
-    from provgraph.cli import _parser, _wanted_command
-
-    assert _wanted_command(args) == args[0]
-    assert vars(_parser(args[0]).parse_args(args)) == vars(_parser().parse_args(args))
-
-
 def test_the_help_without_a_command_lists_every_command(run, tmp_path: Path) -> None:
     code, help, _ = run("--help", cwd=tmp_path)
     _, none, error = run(cwd=tmp_path)
@@ -150,61 +122,6 @@ def test_the_help_without_a_command_lists_every_command(run, tmp_path: Path) -> 
     assert listed == ["status", "check", "why", "lineage", "stamp", "graph", "prompt", "hook", "demo"]
     assert "the following arguments are required: COMMAND" in error
     assert "invalid choice: 'statu'" in unknown and "'demo'" in unknown
-
-
-TOKENS = st.sampled_from(
-    [
-        "status",
-        "check",
-        "why",
-        "--json",
-        "--allow-broken",
-        "--no-cache",
-        "--state",
-        "--state=kept",
-        "--sources-heading",
-        "--sources-heading=## Provenance",
-        "--sources-heading=Sources",
-        "--js",
-        "--",
-        "-h",
-        "memory",
-        "other",
-        "~/memory",
-        "",
-    ]
-)
-
-
-@settings(max_examples=examples(400), deadline=None)
-@given(st.tuples(st.sampled_from(["status", "check", "why"]), st.lists(TOKENS, max_size=5)))
-@example(("check", ["memory", "--allow-broken", "--state=kept", "--sources-heading=## Provenance"]))
-@example(("status", ["--sources-heading", "--json", "--state", "other", "memory"]))
-def test_a_command_line_read_without_argparse_reads_as_argparse_reads_it(line: tuple[str, list[str]]) -> None:
-    """``status`` and ``check`` as the quick answer reads them skip argparse: whenever they do,
-    the options are those argparse gives, attribute for attribute."""
-    import contextlib
-    import io
-
-    from provgraph.cli import _parser, _without_argparse
-
-    args = [line[0], *line[1]]
-    quick = _without_argparse(args)
-    if quick is None:
-        return
-    with contextlib.redirect_stderr(io.StringIO()):
-        assert vars(quick) == vars(_parser().parse_args(args))
-
-
-def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    for args in (["status", "--json", str(root)], ["check", str(root), "--allow-broken"]):
-        done, imported = importing(str(PROVGRAPH), *args)
-        assert done.returncode == 0, done.stderr
-        assert "provgraph.scan" in imported
-        assert {"argparse", "gettext", "locale"}.isdisjoint(imported)
-    done, imported = importing(str(PROVGRAPH), "status", "--no-cache", str(root))
-    assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:
