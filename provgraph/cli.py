@@ -22,7 +22,6 @@ from typing import Any, NoReturn, TextIO
 import orjson
 
 from . import __version__, render
-from .answers import lineage_document, lineage_text
 from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, find_root
 from .clock import pinned_now
 from .demo import run_demo
@@ -30,6 +29,7 @@ from .errors import ProvgraphError, listening
 from .integrations import claude_code
 from .model import Problem, ProblemKind, Report
 from .paths import command_options, parts_under, status_command
+from .render import lineage_document, lineage_text
 
 __all__ = ["cli", "main"]
 

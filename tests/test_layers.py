@@ -24,8 +24,6 @@ PURE = frozenset(
         "lineage",
         "queries",
         "render",
-        "answers",
-        "edits",
         "lockfile",
         "lockname",
     }

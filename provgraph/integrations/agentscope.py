@@ -8,7 +8,7 @@ adds the block when a derived file's sources changed.  It offers the agent a
 tool to record a re-derivation and one to see what derives from a file,
 marks a retrieved memory file's hint when that file is stale, and ends the
 result of a memory write with what the write left resting on old content
-(``provgraph.edits``).  It never withholds or edits a memory file.
+(``provgraph.queries.edit_notes``).  It never withholds or edits a memory file.
 
 This module holds the hooks: the prompt block, the notes in retrieval hints
 and after memory writes.  The tools and their answers live in
@@ -36,14 +36,13 @@ from agentscope.message import HintBlock, TextBlock, ToolResultState
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
 from agentscope.tool import BackendBase, LocalBackend, ToolBase, ToolResponse
 
-from ..answers import LINEAGE_MAX_CHARS, LIST_TOOL, RECORD_TOOL
-from ..answers import stale_phrase as _stale_phrase
 from ..api import Memory
 from ..clock import pinned_now as _now
-from ..edits import Advice, EditContext, edit_notes
 from ..files import NotRegular, OutsideRoot
 from ..model import Report, StaleEntry
-from ..render import causes_text, clip, prompt_block, safe_name
+from ..queries import Advice, EditContext, edit_notes
+from ..render import LINEAGE_MAX_CHARS, LIST_TOOL, RECORD_TOOL, causes_text, clip, prompt_block, safe_name
+from ..render import stale_phrase as _stale_phrase
 from ..watch import WatchedRefresh
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
 from .agentscope_lock import LockMirror
@@ -199,7 +198,7 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     ) -> AsyncGenerator[Any, None]:
         """Remember the memory files the model reads; end a memory write's result with its lineage notes.
 
-        The notes (see ``provgraph.edits``) reach the model with the result
+        The notes (see ``provgraph.queries.edit_notes``) reach the model with the result
         of the very write that called for them.  The folder is checked right
         after each write of a memory file, before the next tool runs (the
         file tools run one at a time), so a new ``derived_from`` is adopted

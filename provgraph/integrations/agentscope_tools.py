@@ -3,7 +3,7 @@
 ``record_memory_rederivation`` records that a file was re-derived,
 ``list_stale_derived_memories`` pages through the stale files and
 ``memory_lineage`` tells what derives from a file (the very answer of
-``provgraph lineage``, built in ``provgraph.answers``).  A tool answers in
+``provgraph lineage``, built in ``provgraph.render``).  A tool answers in
 words and never raises into the agent loop; every answer is bounded, and
 every name it shows is accepted back.
 """
@@ -18,18 +18,16 @@ from typing import TYPE_CHECKING, TypeVar
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import FunctionTool, ToolBase
 
-from ..answers import LINEAGE_MAX_CHARS, LIST_TOOL, RECORD_TOOL, lineage_text
-from ..answers import MORE_RESERVE as _MORE_RESERVE
-from ..answers import NAME_SHOWN as _NAME_SHOWN
-from ..answers import fit_lines as _fit
-from ..answers import named as _named
-from ..answers import stale_phrase as _stale_phrase
 from ..api import Memory, NotDerived
 from ..clock import pinned_now as _now
-from ..model import Edge, EdgeStatus, Report, StaleEntry
+from ..model import Edge, EdgeStatus, FileLineage, Report, StaleEntry
 from ..paths import relative_to
-from ..queries import FileLineage
-from ..render import causes_text, clip, safe_name
+from ..render import LINEAGE_MAX_CHARS, LIST_TOOL, RECORD_TOOL, causes_text, clip, lineage_text, safe_name
+from ..render import MORE_RESERVE as _MORE_RESERVE
+from ..render import NAME_SHOWN as _NAME_SHOWN
+from ..render import fit_lines as _fit
+from ..render import named as _named
+from ..render import stale_phrase as _stale_phrase
 
 __all__ = ["ADVICE", "LINEAGE_TOOL", "MORE_HINT", "ProvenanceTools", "relative_to", "tools_of", "unescaped"]
 

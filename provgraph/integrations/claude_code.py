@@ -7,7 +7,7 @@ and answers per event:
 
 - ``SessionStart`` (or no input at all): the block, when something is stale;
 - ``PostToolUse`` of ``Write``, ``Edit`` or ``MultiEdit`` on a file under the
-  root: the notes of ``provgraph.edits`` (the scan that computes them also
+  root: the notes of ``provgraph.queries.edit_notes`` (the scan that computes them also
   adopts a declaration the write added, with its sources as they are now);
 - ``PostToolUse`` of ``Read`` on a memory file: the read is remembered for
   the session, in provgraph's state folder, so that a later write can be
@@ -29,10 +29,10 @@ from typing import Any
 
 import orjson
 
-from ..edits import Advice, EditContext, edit_notes
 from ..errors import ProvgraphError
 from ..model import Report
 from ..paths import hook_command, parts_under, stamp_command, status_command
+from ..queries import Advice, EditContext, edit_notes
 from ..render import prompt_block
 from ..state import STATE_DIR
 from ..statefolder import (
