@@ -19,6 +19,7 @@ PURE = frozenset(
     {
         "model",
         "declarations",
+        "frontmatter",
         "stamps",
         "incremental",
         "lineage",

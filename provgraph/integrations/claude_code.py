@@ -191,17 +191,13 @@ RECORD_WAIT = 1.0
 class SessionReads:
     """The memory files each recent session read, in one small file beside provgraph's state.
 
-    Each hook is a process of its own, so the reads must be kept on disk
-    between a ``Read`` and the ``Write`` that follows.  The file stays small:
-    sessions untouched for ``max_age`` seconds are dropped, only the
-    ``max_sessions`` most recent are kept, each with its ``max_reads`` latest
-    reads.  It is rewritten whole (temporary file, then rename) under a lock,
-    so parallel hooks never lose a read or leave a torn file.  It obeys the
-    rules of the store's own files (``provgraph.statefolder``): the folder is
-    opened as a real folder, every file in it with ``O_NOFOLLOW`` and only when
-    it is a regular file, and the lock is waited for ``wait`` seconds at most:
-    the reads only feed suggestions, so a read that cannot be recorded in time
-    is let go, and a hook never hangs behind a suspended one.
+    Each hook is a process of its own, so the reads are kept on disk between a
+    ``Read`` and the ``Write`` that follows.  The file stays small: sessions
+    untouched for ``max_age`` seconds are dropped, only the ``max_sessions`` most
+    recent are kept, each with its ``max_reads`` latest reads.  It is rewritten
+    whole under a lock, by the rules of the store's own files (a real folder,
+    ``O_NOFOLLOW``, regular files only); the lock is waited for ``wait`` seconds at
+    most, since the reads only feed suggestions and a hook must never hang.
     """
 
     def __init__(
