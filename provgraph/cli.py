@@ -10,6 +10,7 @@ state file that cannot be written.  Exit codes mean one thing each: 0 fresh,
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import select
 import sys
@@ -65,12 +66,17 @@ def cli(*args: str) -> int:
         _say("error", _os_message(error))
         return EXIT_ERROR
     except KeyboardInterrupt:
+        print("provgraph: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 def main() -> NoReturn:
     """The console script (``provgraph``, ``python -m provgraph``): the library's logged
-    warnings become ``provgraph: warning:`` lines while it runs."""
+    warnings become ``provgraph: warning:`` lines while it runs.  A terminal whose encoding
+    cannot show a file's name gets it escaped rather than a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     with listening(_warn):
         code = cli(*sys.argv[1:])
     try:
@@ -383,6 +389,7 @@ def _add_common(sub: argparse.ArgumentParser) -> None:
     """The options every command takes, right after ``-h``."""
     sub.add_argument(
         "--state",
+        type=os.path.expanduser,  # `--state=~/x` is not expanded by the shell: the same folder either way
         metavar="DIR",
         help="folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, "
         "the cache in ROOT/.provgraph/)",
