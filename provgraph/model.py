@@ -1,10 +1,6 @@
-"""The vocabulary of provgraph: one small type per concept.
-
-What users handle (``Report``, ``Edge``, ``Cause``, ``Explanation``, ...) are frozen
-slotted dataclasses; the rows the stages pass each other are ``NamedTuple``s; kinds and
-statuses are ``StrEnum``s whose values appear in JSON.  Nothing here touches the disk or
-the clock.
-"""
+"""The vocabulary of provgraph, one small type per concept: what users handle is a frozen
+slotted dataclass, a row the stages pass each other a ``NamedTuple``, a kind a ``StrEnum``
+(its values appear in JSON).  Nothing here touches the disk or the clock."""
 
 from __future__ import annotations
 
@@ -288,10 +284,8 @@ def children_known(edges: Sequence[Edge]) -> Mapping[str, list[str]] | None:
 
 @dataclass(frozen=True, slots=True)
 class Cause:
-    """Why a stale file is stale: a changed or missing origin and the chain from it.
-
-    The chain is not stored: every cause of one origin shares the parent links of one
-    walk, and ``via`` follows them when asked, so a cause stays small however deep."""
+    """Why a stale file is stale: a changed or missing origin and the chain from it (not
+    stored: the causes of one origin share the parent links that ``via`` follows)."""
 
     source: str
     kind: EdgeStatus
