@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from conftest import Runner
+from conftest import Runner, launch
 
 from provgraph import EdgeStatus, Memory, ProblemKind, Report
 
@@ -123,6 +123,25 @@ def edit(path: Path) -> None:
     """A real edit: a line added, as an agent adds a fact."""
     with path.open("a", encoding="utf-8") as file:
         file.write("\nOne more fact, added later.\n")
+
+
+def after(tool: str, root: Path, name: str) -> str:
+    """What Claude Code's hook tells the agent after ``tool`` on ``name``, as Claude Code sends it."""
+    file = str(root / name)
+    sent = {
+        "session_id": "s-1",
+        "transcript_path": "/home/me/.claude/projects/club-site/s-1.jsonl",
+        "cwd": "/home/me/src/club-site",
+        "hook_event_name": "PostToolUse",
+        "tool_name": tool,
+        "tool_input": {"file_path": file},
+        "tool_response": {"filePath": file, "success": True},
+        "tool_use_id": "toolu_01",
+    }
+    done = launch(["hook", "claude-code", root], input=json.dumps(sent).encode(), cwd=root)
+    assert (done.code, done.stderr) == (0, b""), done.stderr
+    said = done.stdout.decode()
+    return json.loads(said)["hookSpecificOutput"]["additionalContext"] if said else ""
 
 
 def found_edges(report: Report) -> set[tuple[str, str]]:
@@ -267,3 +286,28 @@ def test_a_run_without_the_option_that_wrote_the_lock_never_loses_a_stamp(tmp_pa
     edit(root / edited)
     report = Memory(root, sources_heading=truth.sources_heading).refresh()
     assert {entry.path for entry in report.stale} == truth.below([edited]), edited
+
+
+# -- advice an agent can follow ---------------------------------------------------------------
+
+
+@issue_25("derived_from is suggested only for a new file, naming the files read since the previous write")
+def test_the_hook_suggests_lineage_only_for_a_new_file_and_only_from_what_was_read_for_it(tmp_path: Path) -> None:
+    root = copied(CLAUDE, tmp_path)
+    Memory(root).refresh()
+    assert after("Read", root, "feedback_no-fabrication.md") == ""
+    edit(root / "project_ai-club.md")
+    advice = after("Edit", root, "project_ai-club.md")
+    assert "project_ai-club-schedule.md" in advice  # the impact note on an edit of a source stays
+    assert "feedback_no-fabrication.md" not in advice, advice
+    after("Read", root, "project_release-freeze.md")
+    after("Read", root, "project_ai-club-schedule.md")
+    (root / "project_parents-letter.md").write_text(
+        "---\nname: Parents' letter\ntype: project\n---\nShowcase on 2026-12-11.\n"
+    )
+    advice = after("Write", root, "project_parents-letter.md")
+    suggested = [line for line in advice.splitlines() if "derived_from:" in line]
+    assert any("project_release-freeze.md" in line and "project_ai-club-schedule.md" in line for line in suggested), (
+        advice
+    )
+    assert "feedback_no-fabrication.md" not in advice, advice
