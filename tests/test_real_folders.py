@@ -5,8 +5,9 @@ fields mixed with prose, a Claude Code auto memory folder, and a ReMe vault whos
 list their sources under ``## Sources``.  Beside each, ``NAME.expected.json`` is what a
 careful reader sees in the lineage fields: the edges ``[derived, source]`` (root-relative
 POSIX paths, a link to a page that does not exist included), the missing sources, the
-ambiguous wiki links with their candidates, the entries that cannot be file names, and the
-reading option the folder needs.  Each test copies a folder and holds one rule of issue 25
+ambiguous wiki links with their candidates, the entries that cannot be file names, the
+reading option the folder needs, and for lineage written in words provgraph does not read,
+the option a hint should name.  Each test copies a folder and holds one rule of issue 25
 against that ground truth; a rule the code does not hold yet is marked ``xfail(strict=True)``
 for that folder, so the marker goes when the rule is implemented.
 """
@@ -59,6 +60,8 @@ class Truth:
     missing: frozenset[tuple[str, str]]
     ambiguous: tuple[Ambiguous, ...]
     bad_entries: tuple[BadEntry, ...]
+    read_by: str | None
+    """The option that reads lineage the folder writes in other words, when nothing is declared."""
 
     @classmethod
     def of(cls, name: str) -> Truth:
@@ -72,6 +75,7 @@ class Truth:
                 Ambiguous(**{**entry, "candidates": tuple(entry["candidates"])}) for entry in data["ambiguous"]
             ),
             bad_entries=tuple(BadEntry(**entry) for entry in data["bad_entries"]),
+            read_by=data.get("lineage_in_other_words", {}).get("read_by"),
         )
 
     def below(self, sources: Iterable[str]) -> set[str]:
@@ -270,10 +274,11 @@ def test_no_status_line_is_longer_than_400_characters(name: str, tmp_path: Path,
 def test_status_names_the_option_that_reads_a_vault_whose_lineage_is_a_sources_heading(
     tmp_path: Path, run: Runner
 ) -> None:
+    truth = Truth.of(REME)
     root = copied(REME, tmp_path)
     code, out, err = run("status", cwd=root)
     assert code == 0, err
-    assert "--sources-heading" in out + err, out
+    assert truth.read_by and truth.read_by in out + err, out
 
 
 @issue_25("a run without the option that wrote the lock never loses a stamp")
