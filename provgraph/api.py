@@ -20,19 +20,19 @@ import orjson
 from . import incremental, queries
 from .clock import current, wall_ns
 from .declarations import Lookup, did_you_mean
-from .errors import ProvgraphError
-from .explanations import Explanation, FileLineage, Relative
+from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
-from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
-from .log import log_warning
+from .lineage import children_of, find_cycles, propagate, to_networkx
 from .model import (
     Cause,
     Edge,
     EdgeStatus,
+    Explanation,
+    FileLineage,
     FileMeta,
-    NodeStatus,
     Problem,
     ProblemKind,
+    Relative,
     Report,
     Snapshot,
     StaleEntry,
@@ -47,6 +47,7 @@ from .store.state import LOCK_NAME, STATE_DIR, StateError, StateStore
 
 if TYPE_CHECKING:
     import networkx as nx
+
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
 
@@ -157,18 +158,7 @@ class Memory:
 
         A query answers from the ``report`` it is given (``refresh()``'s) and never scans
         or writes the state itself: the one call that may rewrite it is ``refresh``."""
-        statuses = node_statuses(report.edges, report.stale)
-        sources = tuple(edge for edge in report.edges if edge.derived == path)
-        return Explanation(
-            problems=tuple(problem for problem in report.problems if problem.path == path),
-            path=path,
-            status=statuses.get(path),
-            sources=sources,
-            stale=report.entry(path),
-            stale_sources=tuple(edge.source for edge in sources if statuses.get(edge.source) is NodeStatus.STALE),
-            derived_from_it=tuple(children_of(report.edges).get(path, ())),
-            in_cycles=tuple(cycle for cycle in report.cycles if path in cycle),
-        )
+        return queries.explain(report, path)
 
     def sources_of(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""

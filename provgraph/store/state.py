@@ -25,9 +25,8 @@ import orjson
 
 from .. import __version__
 from ..clock import wall_ns
-from ..errors import ProvgraphError
+from ..errors import ProvgraphError, log_warning
 from ..files import RACY_WINDOW_NS
-from ..log import log_warning
 from ..model import FileMeta, Stamp
 from ..paths import normalized
 from ..stamps import Derivation
