@@ -215,7 +215,7 @@ class Memory:
                 walk_problems,
                 cache.scan_started_ns - RACY_WINDOW_NS,
                 known.newest,
-                lambda: self._store.lock_as_seen(cache.lock),
+                lambda: self._store.lock_unchanged(cache.lock),
                 self._look,
             ):
                 return _with_hints(replace(known.report(self._root), root=self._root, scanned_at=now), listing)
@@ -238,7 +238,7 @@ class Memory:
         cache = known.cache
         racy_mark = cache.scan_started_ns - RACY_WINDOW_NS
         changed = incremental.changed_files(cache, listing, racy_mark)
-        if changed is None or cache.refused or not self._store.lock_as_seen(cache.lock):
+        if changed is None or cache.refused or not self._store.lock_unchanged(cache.lock):
             return None
         changed |= incremental.others_changed(cache, self._look, racy_mark)
         lock = incremental.LockLines.of(self._store.lock_data(), cache.lock is not None and cache.lock.canonical)

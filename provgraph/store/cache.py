@@ -8,7 +8,7 @@ key is never read, only rebuilt; one that does not decode into valid values rais
 ``Damaged`` and is never trusted either.  A full scan always gives the same answer.
 
 It holds, per file, a row (``FileRow``: the stat the file was read with, its sha256, its
-declaration), what the lock was when the cache was written (``LockSeen``), the sources
+declaration), what the lock was when the cache was written (``LockRecord``), the sources
 outside the listing as they were seen (``Watched``), the walk's problems, and the last
 result without its stale entries (they follow from the edges).
 """
@@ -35,7 +35,7 @@ __all__ = [
     "Damaged",
     "FileRow",
     "Last",
-    "LockSeen",
+    "LockRecord",
     "Rows",
     "Watched",
     "decode",
@@ -70,7 +70,7 @@ class FileRow(NamedTuple):
     reused while it holds, unless it names a wiki link (``declarations.follows_listing``)."""
 
 
-class LockSeen(NamedTuple):
+class LockRecord(NamedTuple):
     """The lock as the cache was written with it: its stat, its sha256, when that was
     recorded, and whether its bytes are exactly what ``encode_lock`` writes."""
 
@@ -107,7 +107,7 @@ class Cache:
     scan_started_ns: int
     """The real clock at the start of the scan that wrote it: the racy mark is before it."""
     walk_problems: tuple[Problem, ...]
-    lock: LockSeen | None
+    lock: LockRecord | None
     rows: dict[str, list[Any]]
     """Path -> ``[size, mtime_ns, ctime_ns, inode, sha256, declaration(, resolved)]``."""
     refused: dict[str, ProblemKind]
@@ -323,14 +323,14 @@ def _decode_row(path: str, row: list[Any]) -> FileRow:
     return FileRow(FileMeta._make(row[:4]), _optional_text(row[4]), declaration, resolved)
 
 
-def _lock(data: object) -> LockSeen | None:
+def _lock(data: object) -> LockRecord | None:
     if data is None:
         return None
     if not isinstance(data, list) or len(data) != 7 or type(data[6]) is not bool:
         raise Damaged("the lock's record must hold its stat, its sha256, a time and a flag")
     size, mtime_ns, ctime_ns, inode, sha256, recorded_ns, canonical = data
     meta = FileMeta(_whole(size), _whole(mtime_ns), _whole(ctime_ns), _whole(inode))
-    return LockSeen(meta, _text(sha256), _whole(recorded_ns), canonical)
+    return LockRecord(meta, _text(sha256), _whole(recorded_ns), canonical)
 
 
 def _watched(data: list[Any]) -> Watched:

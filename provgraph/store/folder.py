@@ -97,11 +97,9 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str]) -> bytes | 
     """The bytes of the regular file ``name``; None when there is none.  A symlink or
     anything but a regular file there is an error, found without reading it.
 
-    Read in one call of the size the open file has, as it nearly always gives it all: a
-    lock of 10,000 edges (1.6 MB) read a mebibyte at a time, then joined, took twice as
-    long in a new process, 2 ms (each large read allocates its buffer anew, and the join
-    copies it all).  A
-    read that gives less, or a file that grew meanwhile, is read on to its end."""
+    Read in one call of the size the open file has, as it nearly always gives it all (a
+    large read allocates its buffer once, and nothing is joined); a read that gives less,
+    or a file that grew meanwhile, is read on to its end."""
     try:
         descriptor = os.open(name, _READ, dir_fd=folder)
     except FileNotFoundError:

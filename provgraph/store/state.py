@@ -30,7 +30,7 @@ from ..files import RACY_WINDOW_NS
 from ..model import FileMeta, Stamp
 from ..paths import normalized
 from ..stamps import Derivation
-from .cache import CACHE_NAME, Cache, Damaged, LockSeen, decode, encode
+from .cache import CACHE_NAME, Cache, Damaged, LockRecord, decode, encode
 from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
 from .lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, encode_rows, is_sync_copy, merge_reads
 
@@ -229,20 +229,20 @@ class StateStore:
         if folders is not None and folders.state >= 0:
             self._set_aside(folders, folders.state, CACHE_NAME, reason)
 
-    def lock_as_seen(self, seen: LockSeen | None) -> bool:
-        """Whether the lock on disk is the one ``seen`` records: the same stat, old enough
+    def lock_unchanged(self, record: LockRecord | None) -> bool:
+        """Whether the lock on disk is the one ``record`` records: the same stat, old enough
         that equal stat proves equal bytes, or else the same sha256; and no sync tool's
         conflict copy beside it (merging one changes the stamps)."""
         folders = self._tx.folders
         if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
         meta = _lock_meta(folders)
-        if meta is None or seen is None:
-            return meta is None and seen is None
-        if meta == seen.meta and max(meta.mtime_ns, meta.ctime_ns) < seen.recorded_ns - RACY_WINDOW_NS:
+        if meta is None or record is None:
+            return meta is None and record is None
+        if meta == record.meta and max(meta.mtime_ns, meta.ctime_ns) < record.recorded_ns - RACY_WINDOW_NS:
             return True
         self._tx.lock_bytes = data = self._lock_bytes_or_none(folders)
-        return data is not None and hashlib.sha256(data).hexdigest() == seen.sha256
+        return data is not None and hashlib.sha256(data).hexdigest() == record.sha256
 
     # -- the lock --
 
@@ -277,7 +277,7 @@ class StateStore:
         return _derivations(merge_reads(read, copies).derivations())
 
     def lock_data(self) -> bytes | None:
-        """The lock's bytes as ``stamps`` or ``lock_as_seen`` last read them, else read now."""
+        """The lock's bytes as ``stamps`` or ``lock_unchanged`` last read them, else read now."""
         folders = self._tx.folders
         if self._tx.lock_bytes is None and folders is not None:
             self._tx.lock_bytes = self._lock_bytes_or_none(folders)
@@ -345,7 +345,7 @@ class StateStore:
                 self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
                 tx.lock_bytes = lock
             canonical = True
-        cache = replace(cache, lock=self._lock_seen(folders, canonical))
+        cache = replace(cache, lock=self._lock_record(folders, canonical))
         self._write(folders, folders.state, CACHE_NAME, encode(cache, __version__), "write")
         with contextlib.suppress(OSError):
             info = os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
@@ -354,7 +354,7 @@ class StateStore:
             self._migrated(folders)
         return cache
 
-    def _lock_seen(self, folders: Folders, canonical: bool) -> LockSeen | None:
+    def _lock_record(self, folders: Folders, canonical: bool) -> LockRecord | None:
         """The lock as written or read now; known to be as ``encode_lock`` writes it when it
         was written so, or when it holds the very bytes the last cache knew to be."""
         meta = _lock_meta(folders)
@@ -364,7 +364,7 @@ class StateStore:
         sha256 = hashlib.sha256(data).hexdigest()
         before = None if self._kept is None else self._kept[1].lock
         canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
-        return LockSeen(meta, sha256, wall_ns(), canonical)
+        return LockRecord(meta, sha256, wall_ns(), canonical)
 
     def _lock_bytes_or_none(self, folders: Folders) -> bytes | None:
         try:
