@@ -41,7 +41,7 @@ from .model import (
 from .render import safe_name
 from .scan import Rescan, scan
 from .stamps import reconcile_as_table
-from .store.cache import Cache, Damaged, FileRow, Rows, Watched
+from .store.cache import Cache, FileRow, Rows, Watched
 from .store.folder import LockBusy
 from .store.state import LOCK_NAME, STATE_DIR, StateError, StateStore
 
@@ -248,8 +248,8 @@ class Memory:
         rescan = Rescan(self.files, rows, racy_mark, listing, roots=self.roots, sources_heading=self.sources_heading)
         try:
             found = incremental.patch(cache, known.index(), lock, rescan, changed, now, self._root)
-        except (Damaged, TypeError, ValueError, KeyError, IndexError):
-            return None  # a damaged row: the full scan reads the cache again and sets it aside
+        except (TypeError, ValueError, KeyError, IndexError):
+            return None  # a row that does not fit the last result: the full scan answers
         if found is None:
             return None
         saved = self._store.save(None, incremental.patched_cache(cache, found, started_ns, listing), found.lock)
@@ -272,11 +272,7 @@ class Memory:
         remembered = {path: tuple(derivation.stamps) for path, derivation in derivations.items()}
         walked = (listing, list(walk_problems))
         racy_mark = (0 if cache is None else cache.scan_started_ns) - RACY_WINDOW_NS
-        try:
-            snapshot = self._scan({} if cache is None else Rows(cache.rows), racy_mark, walked, remembered)
-        except Damaged as damage:
-            self._store.drop_cache(str(damage))
-            snapshot = self._scan({}, -RACY_WINDOW_NS, walked, remembered)
+        snapshot = self._scan({} if cache is None else Rows(cache.rows), racy_mark, walked, remembered)
         not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
         if not_derived:
             raise NotDerived(not_derived)

@@ -28,21 +28,8 @@ import orjson
 from ..declarations import NOTHING, Declaration
 from ..model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind
 
-__all__ = [
-    "CACHE_NAME",
-    "SCHEMA",
-    "Cache",
-    "Damaged",
-    "FileRow",
-    "Last",
-    "LockRecord",
-    "Rows",
-    "Watched",
-    "decode",
-    "encode",
-    "encode_row",
-    "memory_of",
-]
+__all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
+__all__ += ["decode", "encode", "encode_row", "memory_of"]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
@@ -124,16 +111,13 @@ def memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, i
 
 
 class Rows(Mapping[str, FileRow]):
-    """The cache's rows, each decoded (and checked) when a scan asks for it."""
+    """The cache's rows (checked when the cache was read), each decoded when a scan asks for it."""
 
     def __init__(self, rows: Mapping[str, list[Any]]) -> None:
         self._rows = rows
 
     def __getitem__(self, path: str) -> FileRow:
-        try:
-            return _decode_row(path, self._rows[path])
-        except (TypeError, ValueError, IndexError, AttributeError) as error:
-            raise Damaged(f"the row of {path} is not what provgraph writes") from error
+        return _decode_row(path, self._rows[path])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._rows)
@@ -301,8 +285,6 @@ _DECLARATION = itemgetter(5)
 
 
 def _decode_row(path: str, row: list[Any]) -> FileRow:
-    if type(row) is not list or len(row) not in (6, 7) or not all(type(number) is int for number in row[:4]):
-        raise Damaged(f"the row of {path} must start with four whole numbers")
     declaration = row[5]
     if declaration == []:
         declaration = NOTHING

@@ -222,13 +222,6 @@ class StateStore:
         self._kept = None if cache is None else (identity, cache)
         return cache
 
-    def drop_cache(self, reason: str) -> None:
-        """Set aside a cache found damaged past its first reading (a row that does not decode)."""
-        self._kept = None
-        folders = self._tx.folders
-        if folders is not None and folders.state >= 0:
-            self._set_aside(folders, folders.state, CACHE_NAME, reason)
-
     def lock_unchanged(self, record: LockRecord | None) -> bool:
         """Whether the lock on disk is the one ``record`` records: the same stat, old enough
         that equal stat proves equal bytes, or else the same sha256; and no sync tool's
