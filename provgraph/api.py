@@ -1,8 +1,11 @@
 """The Python API: open a memory root, refresh, stamp, explain.
 
-``Memory`` ties the pipeline together: it takes the lock, loads the state,
-scans (or sees that nothing changed and reuses the last result), reconciles
-stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
+``Memory`` ties the pipeline together, under the store's lock, along one path: walk
+and stat; then the last result when nothing changed (``incremental.unchanged``), the
+last result patched after a small change (``incremental.patch``), or a full scan that
+reconciles the stamps, propagates and saves.  A ``Memory`` keeps the cache it last read
+or wrote, so a refresh in a long-lived process reads the cache file again only when it
+changed.  Every method that reads the clock takes ``now=``.
 """
 
 from __future__ import annotations

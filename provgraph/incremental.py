@@ -174,7 +174,7 @@ class Rereading(Protocol):
 
 
 class Patch(NamedTuple):
-    """The next result, the stamps of the files compared, and the lock's next bytes (None: unchanged)."""
+    """The next result, the lock's next bytes (None: unchanged), and the rows read again."""
 
     report: Report
     lock: bytes | None
