@@ -285,8 +285,9 @@ def _damaged(cache: bytes, data: st.DataObject) -> bytes:
 
 def _spoiled_then_changed(spoil: Callable[[bytes], bytes]) -> None:
     """A lineage refreshed with the state in one folder and by the full scan with the state
-    in another; the first one's cache replaced by ``spoil`` of its bytes; then two changes
-    (sources, then a file in a chain and a cycle), each refreshed alike: the same answers."""
+    in another; the first one's cache replaced by ``spoil`` of its bytes; then a refresh of
+    the folder unchanged and two changes (sources, then a file in a chain and a cycle), each
+    refreshed alike: the same answers."""
     with tempfile.TemporaryDirectory(prefix="provgraph-spoiled-") as base, trusted_cache():
         folder = _a_lineage(Path(base) / "memory")
         patched, full = Path(base) / "patched", Path(base) / "full"
@@ -294,7 +295,7 @@ def _spoiled_then_changed(spoil: Callable[[bytes], bytes]) -> None:
         with full_scans_only():
             Memory(folder.root, state=full).refresh(now=T0)
         (patched / "cache.json").write_bytes(spoil((patched / "cache.json").read_bytes()))
-        for number, edited in enumerate((("a.md", "table.csv"), ("c.md",)), 1):
+        for number, edited in enumerate(((), ("a.md", "table.csv"), ("c.md",)), 1):  # nothing changed first
             for path in edited:
                 folder.apply(Step.EDIT, path, [], path, T0 + number * DAY)
             answer = Memory(folder.root, state=patched, warn=lambda _: None).refresh(now=T0 + number * DAY)
