@@ -1,12 +1,12 @@
 """The figures of the goal table, each timed beside its floor on the same folder.
 
-Whole processes, run by the install under test: ``provgraph status --json`` (cold,
+Whole processes of the install under test: ``provgraph status --json`` (cold,
 nothing changed, one file changed) and ``provgraph hook claude-code ROOT`` fed a
 PostToolUse event on stdin (a ``Read`` of a memory file; a ``Write`` of a derived
-file rewritten just before).  In this process: ``Memory.refresh()`` (nothing
-changed, one file changed) and the AgentScope middleware's ``on_system_prompt``,
-the hook it runs before each model call, awaited inside a running event loop as
-an agent awaits it.
+file rewritten just before).  Inside one process of that install, as an
+application or an agent holds them (``inprocess.py``): ``Memory.refresh()``
+(nothing changed, one file changed) and the AgentScope middleware's
+``on_system_prompt``, which runs before each model call.
 
 A "one file changed" run first rewrites a plain file that chains of derived
 files are built from, alternating two contents, so that every run is a real
@@ -36,7 +36,6 @@ STATUS_UNCHANGED = "provgraph status --json, nothing changed"
 STATUS_CHANGED = "provgraph status --json, one file changed"
 STATUS_COLD = "provgraph status --json, cold"
 SESSION = "provgraph-bench"
-PROMPT = "You are a helpful assistant."
 
 
 @dataclass(frozen=True)
