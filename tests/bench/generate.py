@@ -7,13 +7,10 @@ summaries of summaries form; the graph is acyclic because a file only names
 files written before it.  Declarations use every form the contract accepts
 (comma list, inline list, block list, Markdown links, root-relative entries),
 and some descriptions hold an unquoted colon, as real memory files do.
-
-``python -m tests.bench.generate ROOT --files N [--seed S]`` writes a folder.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import posixpath
 import random
@@ -176,17 +173,3 @@ def _write(path: Path, text: str) -> None:
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("root", type=Path)
-    parser.add_argument("--files", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=1)
-    options = parser.parse_args()
-    workload = generate(options.root, options.files, options.seed)
-    print(f"{len(workload.files)} files, {len(workload.sources)} derived, longest chain {workload.depth}")
-
-
-if __name__ == "__main__":
-    main()

@@ -72,11 +72,12 @@ def run(command: Sequence[str], env: dict[str, str], stdin: bytes = b"") -> Samp
         process = subprocess.Popen(command, stdin=given, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0), err.seek(0)
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait again
         if process.returncode != 0:
+            err.seek(0)
             message = err.read().decode(errors="replace")[-2000:]
             raise RuntimeError(f"{' '.join(command[:4])} ... exited {process.returncode}: {message}")
+        out.seek(0)
         return Sample(seconds, usage.ru_maxrss / 1024, out.read())
 
 
