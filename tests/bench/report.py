@@ -95,7 +95,7 @@ def text_table(found: list[tuple[str, ...]]) -> str:
     for row in table:
         cells = [_aligned(cell, width, column) for column, (cell, width) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
-    return "\n".join([*lines, "", *NOTES])
+    return "\n".join([*lines, "", *_notes(found)])
 
 
 def _aligned(cell: str, width: int, column: int) -> str:
@@ -107,8 +107,13 @@ def markdown_table(found: list[tuple[str, ...]], preamble: str) -> str:
     """The table as docs show it, after one line that says where and how it was measured."""
     lines = [preamble, "", "| " + " | ".join(HEADER) + " |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     lines += ["| " + " | ".join((_code(row[0]), *row[1:])) + " |" for row in found]
-    lines += ["", *(f"- {note}." for note in NOTES)]
+    lines += ["", *(f"- {note}." for note in _notes(found))]
     return "\n".join(lines)
+
+
+def _notes(found: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """What the floors are, and what the peak RSS row counts when there is one."""
+    return NOTES if found and found[-1][0].startswith(RSS_FIGURE) else NOTES[:-1]
 
 
 def _code(figure: str) -> str:
