@@ -16,20 +16,21 @@ from operator import attrgetter
 
 import orjson
 
-from . import nochange
+from . import nochange, queries
 from .clock import current, wall_ns
 from .codec import Corrupt, RowsAsSeen
-from .errors import ProvgraphError
+from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
-from .lineage import children_of, find_cycles, node_statuses, propagate, to_networkx
-from .log import log_warning
+from .lineage import children_of, find_cycles, propagate, to_networkx
 from .model import (
     Cause,
     Edge,
     EdgeStatus,
+    Explanation,
+    FileLineage,
     FileMeta,
-    NodeStatus,
     Problem,
+    Relative,
     Report,
     SourceState,
     StaleEntry,
@@ -46,20 +47,7 @@ if TYPE_CHECKING:
     import networkx as nx
 
     from . import incremental
-    from .explanations import Explanation, FileLineage, Relative
     from .scan import Rescan, Seen
-else:
-    _EXPLAINED = frozenset({"Explanation", "FileLineage", "Relative"})
-
-    def __getattr__(name: str) -> object:
-        """``Explanation``, ``FileLineage`` and ``Relative``, still given here as before they
-        moved, made when first asked for (PEP 562): only ``why`` and ``lineage`` use them, and
-        a refresh, which every command makes, would create these dataclasses for nothing."""
-        if name in _EXPLAINED:
-            from . import explanations
-
-            return getattr(explanations, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
@@ -194,43 +182,22 @@ class Memory:
 
         A query answers from the ``report`` it is given (``refresh()``'s) and never scans
         or writes the state itself: the one call that may rewrite it is ``refresh``."""
-        from .explanations import Explanation  # only ``why`` and ``lineage`` ask
-
-        statuses = node_statuses(report.edges, report.stale)
-        sources = tuple(edge for edge in report.edges if edge.derived == path)
-        return Explanation(
-            problems=tuple(problem for problem in report.problems if problem.path == path),
-            path=path,
-            status=statuses.get(path),
-            sources=sources,
-            stale=report.entry(path),
-            stale_sources=tuple(edge.source for edge in sources if statuses.get(edge.source) is NodeStatus.STALE),
-            derived_from_it=tuple(children_of(report.edges).get(path, ())),
-            in_cycles=tuple(cycle for cycle in report.cycles if path in cycle),
-        )
+        return queries.explain(report, path)
 
     def sources_of(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What ``path`` is derived from (every ancestor when ``transitive``), with chains."""
-        from . import queries  # the queries answer other commands than a refresh
-
         return queries.sources_of(report, path, transitive=transitive)
 
     def derived_from(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
         """What is derived from ``path`` (every descendant when ``transitive``), with chains."""
-        from . import queries
-
         return queries.derived_from(report, path, transitive=transitive)
 
     def stale_after_editing(self, source: str, *, report: Report) -> tuple[StaleEntry, ...]:
         """The stale files downstream of ``source``: what to re-check after editing it."""
-        from . import queries
-
         return queries.stale_after_editing(report, source)
 
     def lineage(self, path: str, report: Report) -> FileLineage:
         """What ``provgraph lineage`` prints: the file's status and sources, and everything derived from it."""
-        from . import queries
-
         explanation = self.explain(path, report)
         exists = explanation.status is not None or _exists(self.files, path)
         return queries.file_lineage(report, explanation, exists=exists)

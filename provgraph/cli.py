@@ -10,6 +10,7 @@ state file that cannot be written.  Exit codes mean one thing each: 0 fresh,
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import select
 import sys
@@ -22,16 +23,14 @@ from typing import Any, NoReturn, TextIO
 import orjson
 
 from . import __version__, render
-from .answers import lineage_document, lineage_text
 from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, find_root
 from .clock import pinned_now
 from .demo import run_demo
-from .errors import ProvgraphError
+from .errors import ProvgraphError, listening
 from .integrations import claude_code
-from .log import listening
 from .model import Problem, ProblemKind, Report
-from .paths import parts_under
-from .shell import command_options, status_command
+from .paths import command_options, parts_under, status_command
+from .render import lineage_document, lineage_text
 
 __all__ = ["cli", "main"]
 
@@ -67,12 +66,17 @@ def cli(*args: str) -> int:
         _say("error", _os_message(error))
         return EXIT_ERROR
     except KeyboardInterrupt:
+        print("provgraph: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
 def main() -> NoReturn:
     """The console script (``provgraph``, ``python -m provgraph``): the library's logged
-    warnings become ``provgraph: warning:`` lines while it runs."""
+    warnings become ``provgraph: warning:`` lines while it runs.  A terminal whose encoding
+    cannot show a file's name gets it escaped rather than a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     with listening(_warn):
         code = cli(*sys.argv[1:])
     try:
@@ -385,6 +389,7 @@ def _add_common(sub: argparse.ArgumentParser) -> None:
     """The options every command takes, right after ``-h``."""
     sub.add_argument(
         "--state",
+        type=os.path.expanduser,  # `--state=~/x` is not expanded by the shell: the same folder either way
         metavar="DIR",
         help="folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, "
         "the cache in ROOT/.provgraph/)",

@@ -1,8 +1,8 @@
 """The clock, read in one place: the ``now`` that dates changes, and the wall clock for the racy window.
 
 Two clocks, on purpose.  ``now`` dates what a scan sees (a stamp, the day a
-change was first seen); tests, replays and demos pin it with ``PROVGRAPH_NOW``
-or ``now=``, and every entry point must read it the same way, or two of them
+change was first seen); tests and demos pin it with ``PROVGRAPH_NOW`` or
+``now=``, and every entry point must read it the same way, or two of them
 would date one change differently.  ``wall_ns`` is the machine's real clock,
 compared with the times the file system writes: it is never pinned.
 """
@@ -11,17 +11,11 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime
 
 from .errors import ProvgraphError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from datetime import datetime
-
-# ``datetime`` is imported where it is used: the command's quick answer (``replay``)
-# reads the clock through ``now_text`` without paying for it.
-
-__all__ = ["BadClock", "current", "now_text", "pinned_now", "wall_ns"]
+__all__ = ["BadClock", "current", "pinned_now", "wall_ns"]
 
 CLOCK_VARIABLE = "PROVGRAPH_NOW"
 
@@ -42,8 +36,6 @@ def pinned_now() -> datetime | None:
     value = os.environ.get(CLOCK_VARIABLE)
     if not value:
         return None
-    from datetime import datetime
-
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -58,8 +50,6 @@ def current(now: datetime | None = None) -> datetime:
     instant on every machine that reads the lock.
     """
     if now is None:
-        from datetime import datetime
-
         return datetime.now().astimezone()
     if now.tzinfo is None or now.utcoffset() is None:
         raise ValueError("now must be an aware datetime (with a time zone)")
@@ -72,24 +62,7 @@ def wall_ns() -> int:
     It is compared with the mtimes and ctimes the file system writes, to tell
     whether equal metadata proves an unchanged file (a file written within
     ``RACY_WINDOW_NS`` of a scan may have changed again without moving them).
-    A pinned ``now`` (a replay in the past, a demo a week ahead) would make
-    that comparison trust a file written a moment ago, so this clock is
-    never pinned.
+    A pinned ``now`` (a demo a week ahead) would make that comparison trust a
+    file written a moment ago, so this clock is never pinned.
     """
     return time.time_ns()
-
-
-def now_text() -> str:
-    """``scanned_at`` as the full path writes it (``current(pinned_now())`` in ISO 8601, to
-    the second, with the offset), read from ``time`` as ``datetime.astimezone`` reads it,
-    for the command's quick answer, which does not import ``datetime``."""
-    pinned = pinned_now()
-    if pinned is not None:
-        return pinned.isoformat(timespec="seconds")
-    now = time.localtime(time.time())
-    offset = now.tm_gmtoff
-    sign, offset = ("-", -offset) if offset < 0 else ("+", offset)
-    hours, rest = divmod(offset, 3600)
-    minutes, seconds = divmod(rest, 60)
-    zone = f"{sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
-    return time.strftime("%Y-%m-%dT%H:%M:%S", now) + zone

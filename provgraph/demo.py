@@ -1,10 +1,9 @@
 """``provgraph demo``: the whole story on a small memory folder, in a temporary directory.
 
-An agent keeps facts about its user, a profile derived from them and a
-weekly digest derived from the profile.  A week later one fact changes and
-nobody re-derives anything: the demo shows what provgraph then tells the
-agent, and what it tells a person.  Nothing is written outside the
-temporary folder, which is removed at the end.
+An agent keeps facts about its user, a profile derived from them and a weekly
+digest derived from the profile.  A week later one fact changes and nobody
+re-derives anything: the demo shows what provgraph then tells the agent, and
+what it tells a person.  Nothing is written outside the temporary folder.
 """
 
 from __future__ import annotations
@@ -99,7 +98,8 @@ def run_demo(out: TextIO) -> int:
         say = _Narrator(out)
 
         say.step(f"Day one ({DAY_ONE:%Y-%m-%d}). An agent's memory folder, {root}:")
-        say.listing(root)
+        for path in sorted(root.rglob("*.md")):
+            say.text(f"  {path.relative_to(root).as_posix()}")
         say.text("profile.md declares `derived_from: user-facts.md, preferences.md`;")
         say.text("digest.md is derived from profile.md and work/current-project.md.")
         say.command("provgraph status", status_text(memory.refresh(now=DAY_ONE)))
@@ -126,9 +126,6 @@ def run_demo(out: TextIO) -> int:
     return 0
 
 
-_NO_OUTPUT = "(no output: nothing is stale)\n"
-
-
 class _Narrator:
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -140,8 +137,4 @@ class _Narrator:
         self.out.write(f"   {text}\n")
 
     def command(self, command: str, output: str) -> None:
-        self.out.write(f"\n$ {command}\n{output or _NO_OUTPUT}")
-
-    def listing(self, root: Path) -> None:
-        for path in sorted(root.rglob("*.md")):
-            self.out.write(f"     {path.relative_to(root).as_posix()}\n")
+        self.out.write(f"\n$ {command}\n" + (output or "(no output: nothing is stale)\n"))

@@ -1,44 +1,33 @@
 """The lineage graph: cycles, and how staleness flows from changed edges.
 
 Pure: edges in, stale entries and cycles out.  Walks are iterative (no
-recursion limit on a 10,000-deep chain) and visit neighbours in sorted order,
-so the chains reported never depend on the order of files on disk.
-
-networkx is imported only when it is needed: to analyse cycles once a cheap
-check found one, and to hand out the graph itself (``to_networkx``).
+recursion limit on a deep chain) and visit neighbours in sorted order, so the
+chains reported never depend on the order of files on disk.  networkx is
+loaded only to analyse cycles once a cheap check found one, and to hand out
+the graph itself (``to_networkx``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, children_known, column
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # networkx is heavy: imported where a graph is built
     import networkx as nx
 
 __all__ = ["children_of", "find_cycles", "node_statuses", "propagate", "to_networkx"]
 
 
 def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
-    """Source -> sorted derived files.  Lists, sorted in place: a report's edges come
-    sorted by derived file, so most are sorted already, and a repeated edge is rare.
-    Read from the columns of source and derived files (no edge is made of an ``EdgeTable``)."""
+    """Source -> sorted derived files, read from the columns of sources and derived files
+    (no edge is made of an ``EdgeTable``)."""
     children: dict[str, list[str]] = {}
     for source, derived in zip(column(edges, "source"), column(edges, "derived"), strict=True):
-        kids = children.get(source)
-        if kids is None:
-            children[source] = [derived]
-        else:
-            kids.append(derived)
-    for source, kids in children.items():
-        if len(kids) > 1:
-            kids.sort()
-            if len(set(kids)) != len(kids):
-                children[source] = sorted(set(kids))
-    return children
+        children.setdefault(source, []).append(derived)
+    return {source: sorted(set(kids)) if len(kids) > 1 else kids for source, kids in children.items()}
 
 
 def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = None) -> tuple[StaleEntry, ...]:
@@ -49,7 +38,7 @@ def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = 
     cause of the group shares, and a second pass in order of date gives each
     file the earliest originating change that reaches it.  Time and memory go
     with the number of causes, never with the length of their chains.  ``children`` is
-    ``children_of(edges)`` when the caller has it, as for ``find_cycles``.
+    ``children_of(edges)`` when the caller has it.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
     broken = broken_edges(edges)  # an edge made only where one is broken
@@ -79,13 +68,12 @@ def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = 
 
 _LOOKUPS = 64
 """Children looked up one by one before ``_Children`` indexes them all: a lookup scans the
-sources in C, a whole index is a loop in Python over every edge, some fifty times its cost."""
+list of sources, a whole index loops over every edge."""
 
 
 class _Children(Mapping[str, list[str]]):
     """``children_of(edges)``, found for each file when first asked for while few are: a
-    change deep in a large lineage reaches a handful of files, and an index of every
-    edge would cost more than the whole walk from them."""
+    change deep in a large lineage reaches a handful of files."""
 
     def __init__(self, edges: Sequence[Edge]) -> None:
         self._edges = edges
@@ -167,13 +155,13 @@ def find_cycles(edges: Sequence[Edge], children: Mapping[str, list[str]] | None 
     Each cycle starts at its alphabetically first file and is the shortest
     way back to it, so the report is small, real and deterministic.  A file
     naming itself is a cycle of one.  ``children`` is ``children_of(edges)`` when
-    the caller has it (a full scan writes it into the cache too).
+    the caller has it.
     """
     children = children_of(edges) if children is None else children
     knotted = _not_peelable(children)
     if not knotted:
         return ()
-    import networkx as nx
+    import networkx as nx  # heavy: only for a graph that holds a cycle
 
     graph = nx.DiGraph()
     graph.add_edges_from((source, child) for source, kids in children.items() for child in kids)
@@ -242,7 +230,7 @@ def to_networkx(
     or None), ``in_cycle`` and ``changed`` (the origin of a broken edge);
     edges carry ``status``, ``stamped_at`` and ``since``.
     """
-    import networkx as nx
+    import networkx as nx  # heavy: only when the graph itself is asked for
 
     graph = nx.DiGraph()
     since = {entry.path: entry.since for entry in stale}

@@ -1,123 +1,24 @@
-"""The vocabulary of provgraph: one small frozen type per concept.
-
-Everything here is plain data.  What users handle (``Report``, ``Edge``, ``Cause``, ...)
-are frozen dataclasses; the values only the stages pass each other are ``NamedTuple``s
-or ``Frozen`` classes, because every full run creates each of these classes, and a
-dataclass costs half a millisecond to create where a ``NamedTuple`` costs a quarter of
-that or less (less again on this module's own ``NamedTuple`` base, which skips the check
-of each annotation).  The pipeline stages (scan, declarations, stamps, lineage, render) pass
-these values to each other; nothing in this module touches the disk or the clock.
-"""
+"""The vocabulary of provgraph, one small type per concept: what users handle is a frozen
+slotted dataclass, a row the stages pass each other a ``NamedTuple``, a kind a ``StrEnum``
+(its values appear in JSON).  Nothing here touches the disk or the clock."""
 
 from __future__ import annotations
 
 import enum
-from collections import namedtuple
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, repeat
 from operator import attrgetter, is_not
-from reprlib import recursive_repr
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Generic, NamedTuple, TypeVar, overload
-
-    Handled = TypeVar("Handled", bound=type[Any])
-
-__all__ = [
-    "EDGE_COLUMNS",
-    "Cause",
-    "Edge",
-    "EdgeTable",
-    "EdgeStatus",
-    "FileMeta",
-    "Frozen",
-    "KnownEdges",
-    "NamedTuple",
-    "NodeStatus",
-    "Problem",
-    "ProblemKind",
-    "Report",
-    "Snapshot",
-    "SourceState",
-    "StaleEntry",
-    "Stamp",
-    "broken_edges",
-    "children_known",
-    "column",
-    "derived_count",
-]
-
-if not TYPE_CHECKING:
-
-    class _NamedTupleType(type):
-        """Makes of a class body what ``typing.NamedTuple`` makes of it (a ``namedtuple`` with
-        the body's defaults, methods, properties and docstring), without checking each
-        annotation: ``typing`` compiles every annotation written as text (all of them, under
-        ``from __future__ import annotations``), about 15 µs each, and a full run creates some
-        eighty.  Type checkers see ``typing.NamedTuple`` itself, and check what it checks."""
-
-        def __new__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> type:
-            if not bases:
-                return super().__new__(cls, name, bases, namespace)
-            fields = namespace.get("__annotations__", {})
-            defaults = [namespace[field] for field in fields if field in namespace]
-            made = namedtuple(name, fields, defaults=defaults, module=namespace["__module__"])
-            for key, value in namespace.items():
-                if key not in fields and key not in ("__module__", "__qualname__"):
-                    setattr(made, key, value)
-            return made
-
-    class NamedTuple(metaclass=_NamedTupleType):
-        """The base of provgraph's named tuples, ``class Stamp(NamedTuple)`` as with ``typing``'s."""
-
-
-def _compared_and_shown(cls: Handled) -> Handled:
-    """A frozen dataclass made with ``eq=False, repr=False`` given the ``__eq__``, ``__hash__``
-    and ``__repr__`` that ``@dataclass`` writes, from the same fields (those compared, those
-    hashed, those shown), as closures.  Why: ``dataclass`` compiles each method it writes (an
-    ``exec`` each, six for a frozen class), and every full run creates the five classes users
-    handle; these three of the six cost it about 1.3 ms less.  The classes stay dataclasses,
-    frozen (``fields``, ``replace``, ``asdict``, pickling), and a test holds each to a twin
-    that ``dataclass`` writes in full."""
-    compared = _fields_getter([f.name for f in fields(cls) if f.compare])
-    hashed = _fields_getter([f.name for f in fields(cls) if (f.compare if f.hash is None else f.hash)])
-    shown = [f.name for f in fields(cls) if f.repr]
-
-    def __eq__(self: object, other: object) -> bool:
-        if other.__class__ is self.__class__:
-            return compared(self) == compared(other)
-        return NotImplemented
-
-    def __hash__(self: object) -> int:
-        return hash(hashed(self))
-
-    @recursive_repr()
-    def __repr__(self: object) -> str:
-        values = ", ".join([f"{name}={getattr(self, name)!r}" for name in shown])
-        return f"{self.__class__.__qualname__}({values})"
-
-    for method in (__eq__, __hash__, __repr__):
-        method.__qualname__ = f"{cls.__qualname__}.{method.__name__}"
-        setattr(cls, method.__name__, method)
-    return cls
-
-
-def _fields_getter(names: list[str]) -> Callable[[object], tuple[Any, ...]]:
-    """The values of ``names`` as a tuple, as ``dataclass`` compares and hashes them
-    (``attrgetter`` of one name alone would give the value itself)."""
-    getter = attrgetter(*names)
-    return getter if len(names) > 1 else lambda value: (getter(value),)
+from typing import Any, Generic, TypeVar, overload
+from typing import NamedTuple as NamedTuple  # re-exported: some stages still import it from here
 
 
 class ProblemKind(enum.StrEnum):
     """Why a declaration or a file could not be honoured.  Never fatal."""
 
     BAD_FRONTMATTER = "bad-frontmatter"
-    """``derived_from`` is neither a string nor a list of strings, or the
-    frontmatter block never closes; the file is treated as declaring nothing."""
+    """``derived_from`` is not a string or a list of strings, or the block never closes."""
     BAD_ENTRY = "bad-entry"
     """One entry is empty, a URL, a folder or otherwise not a file path; it is ignored."""
     OUTSIDE_ROOT = "outside-root"
@@ -151,12 +52,8 @@ class NodeStatus(enum.StrEnum):
 
 
 class FileMeta(NamedTuple):
-    """What a stat call says about a file: enough to tell that it was not rewritten.
-
-    ctime is part of it because every write moves ctime, even an edit that
-    carefully restores the mtime.  A tuple, not a dataclass: a scan makes one
-    per file and compares thousands of them.
-    """
+    """What a stat call says about a file: enough to tell that it was not rewritten
+    (ctime is part of it: every write moves ctime, even one that restores the mtime)."""
 
     size: int
     mtime_ns: int
@@ -168,8 +65,7 @@ class FileMeta(NamedTuple):
         return self.mtime_ns / 1e9
 
 
-@_compared_and_shown
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True)
 class Problem:
     """A declaration or file that could not be honoured, with the file it is about."""
 
@@ -179,20 +75,16 @@ class Problem:
 
     @property
     def row(self) -> tuple[str, str, str]:
-        """Path, kind and detail as text: the order problems are listed in, and how the
-        no-change rule records and compares the walk's problems."""
+        """Path, kind and detail as text: the order problems are listed in, and how they are compared."""
         return self.path, self.kind.value, self.detail
 
 
 class Stamp(NamedTuple):
     """What a derived file recorded about one source when it was derived.
 
-    ``sha256`` is None when the source did not exist at derivation.
-    ``mismatch_since`` is the originating change date of the edge: set the
-    first time a scan sees the source differ from the stamp, kept while it
-    differs, dropped when it matches again.  A ``NamedTuple``, not a dataclass:
-    ~0.1 ms to create against ~0.6, on every full run.
-    """
+    ``sha256`` is None when the source did not exist at derivation.  ``mismatch_since``
+    is the originating change date of the edge: set the first time a scan sees the source
+    differ from the stamp, kept while it differs, dropped when it matches again."""
 
     sha256: str | None
     stamped_at: float
@@ -200,21 +92,14 @@ class Stamp(NamedTuple):
 
 
 class SourceState(NamedTuple):
-    """A declared source as it is now; ``sha256`` None means it does not exist.  A
-    ``NamedTuple``, not a dataclass: ~0.1 ms to create against ~0.5, on every full run."""
+    """A declared source as it is now; ``sha256`` None means it does not exist."""
 
     sha256: str | None
     mtime: float | None = None
 
 
 class Frozen:
-    """A value set once and then only read, equal only to itself and shown by its address:
-    the base of what a run makes once and passes along (a scan's ``Snapshot``), which
-    nothing compares or prints.
-
-    Not a dataclass: a class on this base costs about 10 µs to create, a frozen dataclass
-    300 to 600 µs, and every full run creates them.  Subclasses list their fields in
-    ``__slots__`` (unless they cache a property) and pass them to ``__init__`` by name."""
+    """A value set once by keyword and then only read, equal only to itself."""
 
     __slots__ = ()
 
@@ -225,47 +110,14 @@ class Frozen:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
 
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen: cannot delete {name!r}")
+
+CacheRow = TypeVar("CacheRow", covariant=True)
+"""What a scan remembers about one file for the next scan; the pure stages never read it."""
 
 
-if TYPE_CHECKING:
-    CacheRow = TypeVar("CacheRow", covariant=True)
-    """What a scan remembers about one file for the next scan (``scan.Seen``).  The
-    pure stages never read it, so its type stays the scanner's business."""
-else:
-    CacheRow = "CacheRow"
+class Snapshot(NamedTuple, Generic[CacheRow]):
+    """The memory folder as one scan saw it."""
 
-    class Generic:
-        """``typing.Generic`` as a run sees it: a parameter only the type checker reads
-        (``Snapshot[Seen]`` is ``Snapshot``), without importing ``typing`` (3 ms, on every
-        full run, for a name)."""
-
-        __slots__ = ()
-
-        def __class_getitem__(cls, parameter: object) -> type:
-            return cls
-
-
-class Snapshot(Frozen, Generic[CacheRow]):
-    """The memory folder as one scan saw it.
-
-    Equal only to itself, and shown by its address: a scan makes one, and nothing compares
-    two or prints one.  A ``Frozen`` class, not a dataclass: ~0.6 ms less to create on
-    every full run."""
-
-    __slots__ = (
-        "files",
-        "declarations",
-        "derived_at",
-        "sources",
-        "problems",
-        "seen",
-        "refused",
-        "contents",
-        "withheld",
-        "unsettled",
-    )
     files: tuple[str, ...]
     declarations: Mapping[str, tuple[str, ...]]
     """Derived file -> its resolved sources (sorted, never empty)."""
@@ -273,47 +125,17 @@ class Snapshot(Frozen, Generic[CacheRow]):
     sources: Mapping[str, SourceState]
     problems: tuple[Problem, ...]
     seen: Mapping[str, CacheRow]
-    refused: Mapping[str, ProblemKind]
+    refused: Mapping[str, ProblemKind] = {}
     """Declared sources that must not be opened, with the kind of problem each is."""
-    contents: Mapping[str, tuple[str, ...]]
-    """sha256 -> the memory files holding that content; filled only when some
-    source is missing, to tell where a renamed source went."""
-    withheld: Mapping[str, tuple[str, ...]]
-    """Derived file -> the sources it declares that were refused by this scan
-    (a folder, a FIFO, a link out of the root for now): their stamps are kept."""
-    unsettled: Mapping[str, tuple[str, ...]]
-    """A remembered derived file whose declaration cannot be read now (unreadable,
-    empty, broken frontmatter) -> the sources it last declared, which were hashed."""
-
-    def __init__(
-        self,
-        files: tuple[str, ...],
-        declarations: Mapping[str, tuple[str, ...]],
-        derived_at: Mapping[str, str | None],
-        sources: Mapping[str, SourceState],
-        problems: tuple[Problem, ...],
-        seen: Mapping[str, CacheRow],
-        refused: Mapping[str, ProblemKind] | None = None,
-        contents: Mapping[str, tuple[str, ...]] | None = None,
-        withheld: Mapping[str, tuple[str, ...]] | None = None,
-        unsettled: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        super().__init__(
-            files=files,
-            declarations=declarations,
-            derived_at=derived_at,
-            sources=sources,
-            problems=problems,
-            seen=seen,
-            refused={} if refused is None else refused,
-            contents={} if contents is None else contents,
-            withheld={} if withheld is None else withheld,
-            unsettled={} if unsettled is None else unsettled,
-        )
+    contents: Mapping[str, tuple[str, ...]] = {}
+    """sha256 -> the memory files holding it; filled when a source is missing, to tell where it went."""
+    withheld: Mapping[str, tuple[str, ...]] = {}
+    """Derived file -> the sources it declares that this scan refused: their stamps are kept."""
+    unsettled: Mapping[str, tuple[str, ...]] = {}
+    """A remembered derived file whose declaration cannot be read now -> the sources it last declared."""
 
 
-@_compared_and_shown
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True)
 class Edge:
     """One declared derivation, source -> derived, as it compares now."""
 
@@ -324,18 +146,14 @@ class Edge:
     since: float | None
     """Originating change date (epoch seconds) while the edge is not clean."""
     moved_to: str | None = None
-    """For a missing source: a memory file that now holds exactly the stamped
-    content (the source was probably renamed there).  A hint, never applied."""
+    """For a missing source: a memory file that holds exactly the stamped content now (a rename?)."""
     did_you_mean: str | None = None
-    """For a missing source: a memory file its name probably meant (``facts`` for
-    ``facts.md``, another case, the one file of that name elsewhere).  A hint, never applied."""
+    """For a missing source: a memory file its name probably meant (``facts.md`` for ``facts``)."""
 
 
 class KnownEdges(NamedTuple):
-    """What a table of edges read from the cache says before any of its batches is parsed:
-    enough for a refresh after a small change, which reaches a handful of edges, to report
-    on a hundred thousand without reading them (``EdgeTable.deferred``).  A ``NamedTuple``,
-    not a dataclass: ~0.5 ms less to create on every full run."""
+    """What a table of edges read from the cache says before its columns are parsed
+    (``EdgeTable.deferred``): enough to report on a large folder after a small change."""
 
     length: int
     derived: int
@@ -349,16 +167,10 @@ class KnownEdges(NamedTuple):
 
 
 class EdgeTable(Sequence[Edge]):
-    """Edges kept as columns, one list per field of ``Edge`` (``did_you_mean`` aside, which
-    is never stored), an ``Edge`` made only for one asked for.
-
-    Why: a refresh after a small change reads the last result's edges, a hundred thousand
-    in a large folder, and looks at most of them only through a field or two (which
-    sources changed, which are missing, which files are derived), in loops that run in C
-    over a column.  An object for each would cost more than the rest of the refresh.
-    A table may also be *deferred* (``KnownEdges``): its columns are parsed only when one
-    is first read, and until then its length, its broken edges and what derives from
-    each file are known without them.  Equal to the tuple of the same edges, and hashed like it."""
+    """Edges kept as columns, one list per field of ``Edge`` (but ``did_you_mean``, never
+    stored), an ``Edge`` made only for one asked for: most questions about a large folder
+    look at a field or two of every edge.  A *deferred* table (``KnownEdges``) parses its
+    columns when one is first read.  Equal to the tuple of the same edges, hashed like it."""
 
     __slots__ = ("source", "derived", "status", "stamped_at", "since", "moved_to", "_made", "_known")
 
@@ -394,8 +206,7 @@ class EdgeTable(Sequence[Edge]):
 
     @classmethod
     def joined(cls, parts: Iterable[Sequence[Edge]]) -> EdgeTable:
-        """The edges of ``parts`` one after the other: a table's columns are copied as
-        they are, other edges are taken apart into them."""
+        """The edges of ``parts`` one after the other."""
         table = cls([], [], [], [], [], [])
         for part in parts:
             for name in EDGE_COLUMNS:
@@ -405,13 +216,11 @@ class EdgeTable(Sequence[Edge]):
     def __len__(self) -> int:
         return self._known.length if self._known is not None else len(self.source)
 
-    if TYPE_CHECKING:
+    @overload
+    def __getitem__(self, index: int) -> Edge: ...
 
-        @overload
-        def __getitem__(self, index: int) -> Edge: ...
-
-        @overload
-        def __getitem__(self, index: slice) -> EdgeTable: ...
+    @overload
+    def __getitem__(self, index: slice) -> EdgeTable: ...
 
     def __getitem__(self, index: int | slice) -> Edge | EdgeTable:
         if isinstance(index, slice):
@@ -444,7 +253,7 @@ EDGE_COLUMNS = ("source", "derived", "status", "stamped_at", "since", "moved_to"
 
 def column(edges: Sequence[Edge], name: str) -> Iterable[Any]:
     """One field of every edge (``source``, ``derived``, ``status``, ...): an ``EdgeTable``'s
-    column as it is, else the field of each edge, in a loop that runs in C."""
+    column as it is, else the field of each edge."""
     return getattr(edges, name) if type(edges) is EdgeTable else map(attrgetter(name), edges)
 
 
@@ -473,16 +282,10 @@ def children_known(edges: Sequence[Edge]) -> Mapping[str, list[str]] | None:
     return None if known is None else known.children
 
 
-@_compared_and_shown
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True)
 class Cause:
-    """Why a stale file is stale: a changed or missing origin and the chain from it.
-
-    The chain is not stored: every cause of one origin shares the parent links of
-    one walk, and ``via`` follows them only when asked.  So a report holds one
-    small object per cause however deep the chains, and only what is printed is
-    ever spelt out in full.
-    """
+    """Why a stale file is stale: a changed or missing origin and the chain from it (not
+    stored: the causes of one origin share the parent links that ``via`` follows)."""
 
     source: str
     kind: EdgeStatus
@@ -498,12 +301,11 @@ class Cause:
     path: str = field(default="", compare=False, repr=False)
     """The stale file this cause belongs to."""
     links: Mapping[str, str | None] = field(default_factory=dict, compare=False, repr=False)
-    """Shared by the causes of one origin: each file reached -> its parent, None for
-    a file whose own edge from the origin is broken."""
+    """Shared by the causes of one origin: each file reached -> its parent (None: its own edge broke)."""
 
     @property
     def via(self) -> tuple[str, ...]:
-        """A shortest derivation chain ``(origin, ..., stale file)``, spelt out now."""
+        """A shortest derivation chain ``(origin, ..., stale file)``."""
         chain = [self.path]
         parent = self.links.get(self.path)
         while parent is not None:
@@ -513,8 +315,7 @@ class Cause:
         return tuple(reversed(chain))
 
 
-@_compared_and_shown
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True)
 class StaleEntry:
     """A derived file that may be wrong, with every root cause that reaches it."""
 
@@ -524,8 +325,7 @@ class StaleEntry:
     causes: tuple[Cause, ...]
 
 
-@_compared_and_shown
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True)
 class Report:
     """The outcome of one scan: what is stale, why, and what could not be read."""
 
@@ -534,7 +334,7 @@ class Report:
     file_count: int
     """How many memory files the scan listed."""
     edges: Sequence[Edge]
-    """A tuple, or after a refresh that patched the last result an ``EdgeTable``."""
+    """A tuple, or an ``EdgeTable``."""
     stale: tuple[StaleEntry, ...]
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
@@ -555,3 +355,51 @@ class Report:
             if stale.path == path:
                 return stale
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Everything ``why`` says about one file."""
+
+    path: str
+    status: NodeStatus | None
+    """None when the file takes no part in any derivation."""
+    sources: tuple[Edge, ...]
+    """The file's own declared sources, as they compare now."""
+    stale: StaleEntry | None
+    stale_sources: tuple[str, ...]
+    """Sources of this file that are themselves stale (staleness flowing through)."""
+    derived_from_it: tuple[str, ...]
+    """Files that declare this file as a source."""
+    in_cycles: tuple[tuple[str, ...], ...]
+    problems: tuple[Problem, ...] = ()
+    """What could not be honoured in its declaration: why it may declare fewer sources than it says."""
+
+
+@dataclass(frozen=True, slots=True)
+class Relative:
+    """A file related to the one asked about, and how."""
+
+    path: str
+    status: NodeStatus
+    chain: tuple[str, ...]
+    """A shortest derivation chain, always written upstream first: ``(source, ..., derived)``."""
+
+    @property
+    def distance(self) -> int:
+        """1 for a direct source or derived file, 2 through one file, and so on."""
+        return len(self.chain) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class FileLineage:
+    """Everything ``provgraph lineage`` and an agent's lineage tool say about one file:
+    its own explanation, then what derives from it (what an edit of it will affect)."""
+
+    explanation: Explanation
+    descendants: tuple[Relative, ...]
+    """Every file derived from it, directly or through others, nearest first."""
+    stale: Mapping[str, StaleEntry]
+    """The stale entry of each stale descendant, by path."""
+    exists: bool
+    """False when the file is not there and nothing names it as a source."""

@@ -1,20 +1,53 @@
 """Questions an agent or a program asks the lineage at the moment they matter.
 
-Pure functions over a ``Report``: what a file is derived from, what derives
-from it, what to re-check after editing a source.  Every answer is plain
-data, sorted, with the chain that connects the two files.
+Pure functions over a ``Report``: why a file is stale (``explain``), what it is
+derived from, what derives from it, what to re-check after editing a source,
+and what an agent should hear right after it writes a memory file
+(``edit_notes``).  Every answer is plain data, sorted, with the chain that
+connects the two files.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections import defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
-from .explanations import Explanation, FileLineage, Relative
 from .lineage import children_of, node_statuses
-from .model import Report, StaleEntry
+from .model import EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
+from .render import chain_text, clip, safe_name
 
-__all__ = ["FileLineage", "Relative", "derived_from", "file_lineage", "sources_of", "stale_after_editing"]
+__all__ = [
+    "EDIT_NOTES_MAX_CHARS",
+    "Advice",
+    "EditContext",
+    "FileLineage",
+    "Relative",
+    "derived_from",
+    "edit_notes",
+    "explain",
+    "file_lineage",
+    "sources_of",
+    "stale_after_editing",
+    "suggested_line",
+]
+
+
+def explain(report: Report, path: str) -> Explanation:
+    """What ``why`` prints: the file's sources, its causes and what derives from it."""
+    statuses = node_statuses(report.edges, report.stale)
+    sources = tuple(edge for edge in report.edges if edge.derived == path)
+    return Explanation(
+        problems=tuple(problem for problem in report.problems if problem.path == path),
+        path=path,
+        status=statuses.get(path),
+        sources=sources,
+        stale=report.entry(path),
+        stale_sources=tuple(edge.source for edge in sources if statuses.get(edge.source) is NodeStatus.STALE),
+        derived_from_it=tuple(children_of(report.edges).get(path, ())),
+        in_cycles=tuple(cycle for cycle in report.cycles if path in cycle),
+    )
 
 
 def _parents_of(report: Report) -> dict[str, list[str]]:
@@ -78,3 +111,192 @@ def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> F
     paths = {relative.path for relative in descendants}
     stale = {entry.path: entry for entry in report.stale if entry.path in paths}
     return FileLineage(explanation, descendants, stale, exists)
+
+
+# -- the notes after a write ---------------------------------------------------------------
+# What an agent should hear right after it writes a memory file.
+#
+# The prompt block reaches an agent at its next model call or its next
+# session; by then the edit that made a summary wrong is long done.  These
+# notes go into the result of the write itself, while the agent still has the
+# sources in mind:
+#
+# - the impact: which derived files now rest on the old content of the file
+#   just edited, with the chain for the indirect ones;
+# - a suggested ``derived_from`` line, when the agent read memory files in the
+#   same reply and then wrote a file that declares none of them (agents forget
+#   to declare; provgraph never writes the line itself);
+# - the re-derivation hint, when the agent rewrote a stale file after reading
+#   every source that changed under it: recording stays its decision.
+#
+# Pure: a report taken right after the write, the edited path and the files
+# read, in; a bounded text out, empty when nothing applies, so that a reply
+# that touches no lineage sees exactly what it would see without provgraph.
+# Both agent integrations render through here.
+
+EDIT_NOTES_MAX_CHARS = 4000
+"""Characters of the notes on one write at most, whatever the names and the folder's size."""
+INDEX = "MEMORY.md"
+"""The memory index: it links every file and is derived from none of them."""
+HEADING = "Memory lineage after this write (provgraph):"
+_MORE_RESERVE = 120
+_SUGGESTION_LIMIT = 300
+"""Characters of a suggested ``derived_from`` line at most (lines are clipped at 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    """How an integration tells the agent to act: AgentScope names its tools, Claude Code shell commands.
+
+    The notes are the same otherwise.
+    """
+
+    record_file: Callable[[str], str]
+    """The exact instruction for one file: "call `record_memory_rederivation` with `profile.md`"."""
+    record_any: str
+    """The instruction for any of several files: "call `record_memory_rederivation` with its path"."""
+    list_all: Callable[[str], str]
+    """How to see every file derived from a path: "call `memory_lineage` with `facts.md`"."""
+    read_when: str = "earlier in this reply"
+    """When the reads it remembers happened: AgentScope keeps a reply's, Claude Code a session's."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditContext:
+    """One write of a memory file, as the integration saw it."""
+
+    path: str
+    """The file written, relative to the memory root (POSIX)."""
+    reads: frozenset[str]
+    """Memory files the agent read earlier in the same reply (or session), root-relative."""
+
+
+def edit_notes(
+    report: Report,
+    edit: EditContext,
+    advice: Advice,
+    *,
+    max_lines: int = 20,
+    max_chars: int = EDIT_NOTES_MAX_CHARS,
+) -> str:
+    """The notes to append to the result of a write, or "" when nothing applies.
+
+    ``report`` must be taken after the write: it then holds the new
+    declaration (adopted at once, with its sources as they are now) and marks
+    what the write left resting on old content.
+    """
+    budget = max_chars - len(HEADING) - 1
+    sections = []
+    for lines in (
+        _impact(report, edit.path, advice, max_lines, budget),
+        _suggestion(report, edit, advice.read_when),
+        _rederivation(report, edit, advice),
+    ):
+        lines = [clip(line) for line in lines]
+        cost = sum(len(line) + 1 for line in lines)
+        if lines and cost <= budget:
+            sections += lines
+            budget -= cost
+    return "\n".join([HEADING, *sections]) if sections else ""
+
+
+# -- the impact of an edit -------------------------------------------------------------------
+
+
+def _impact(report: Report, path: str, advice: Advice, max_lines: int, budget: int) -> list[str]:
+    """Derived files stale because of ``path``, each with the chain from it."""
+    chains = _resting_on(report, path)
+    if not chains:
+        return []
+    count = "1 memory file" if len(chains) == 1 else f"{len(chains)} memory files"
+    verb = "rests" if len(chains) == 1 else "rest"
+    head = f"- {count} derived from {safe_name(path)} now {verb} on its old content:"
+    tail = f"  Update each from its sources; if one still holds as it is, {advice.record_any}."
+    budget -= len(head) + len(tail) + 2 + _MORE_RESERVE
+    shown: list[str] = []
+    for derived, chain in chains[: max(0, max_lines)]:
+        line = clip(f"  - {safe_name(derived)}" + (f", via {chain_text(chain)}" if len(chain) > 2 else ""))
+        budget -= len(line) + 1
+        if budget < 0:
+            break
+        shown.append(line)
+    hidden = len(chains) - len(shown)
+    more = [f"  - … and {hidden} more; to see them all, {advice.list_all(path)}."] if hidden else []
+    return [head, *shown, *more, tail]
+
+
+def _resting_on(report: Report, path: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(derived file, chain from ``path``) for each stale file with a cause that starts at ``path``.
+
+    Nearest first: the files to update before their own descendants.
+    """
+    found = []
+    for relative in derived_from(report, path, transitive=True):
+        entry = report.entry(relative.path) if relative.status is NodeStatus.STALE else None
+        chains = [cause.via for cause in entry.causes if cause.source == path] if entry is not None else []
+        if chains:
+            found.append((relative.path, min(chains, key=len)))
+    return sorted(found, key=lambda item: (len(item[1]), item[0]))
+
+
+# -- a traced derivation, suggested -----------------------------------------------------------
+
+
+def _suggestion(report: Report, edit: EditContext, when: str) -> list[str]:
+    """The ``derived_from`` line to add when the file declares none of the memory files just read."""
+    if edit.path == INDEX or not edit.path.endswith(".md"):
+        return []
+    declared = sorted({edge.source for edge in report.edges if edge.derived == edit.path})
+    below = {relative.path for relative in derived_from(report, edit.path, transitive=True)}
+    read = sorted(edit.reads - {edit.path, INDEX} - below)
+    if not read or set(read) & set(declared):
+        return []
+    line = suggested_line(edit.path, [*declared, *read])
+    if len(safe_name(line)) > _SUGGESTION_LIMIT:
+        return []  # a line that cannot be shown whole is no exact suggestion; so many reads suggest no derivation
+    names = ", ".join(safe_name(name) for name in read)
+    if declared:
+        situation = f"declares other sources, but not {names}, read {when}"
+    else:
+        situation = f"declares no sources, but you read {names} {when}"
+    return [
+        f"- {safe_name(edit.path)} {situation}. If it was written from them, put this line in its frontmatter "
+        "(provgraph does not edit memory files):",
+        f"  {safe_name(line)}",
+    ]
+
+
+def suggested_line(path: str, sources: Iterable[str]) -> str:
+    """The frontmatter line that declares ``sources`` (root-relative) for the file at ``path``.
+
+    Entries are written relative to the declaring file's folder, as the
+    declaration reads them; one that would climb out with ``..`` is written
+    from the root instead (a leading ``/``).
+    """
+    folder = posixpath.dirname(path)
+    entries = []
+    for source in sources:
+        relative = posixpath.relpath(source, folder or ".")
+        entries.append("/" + source if relative.startswith("../") else relative)
+    return "derived_from: " + ", ".join(entries)
+
+
+# -- a re-derivation in one step ---------------------------------------------------------------
+
+
+def _rederivation(report: Report, edit: EditContext, advice: Advice) -> list[str]:
+    """The one call that records a re-derivation, when every changed source was read first."""
+    entry = report.entry(edit.path)
+    if entry is None:
+        return []
+    changed = sorted(
+        edge.source for edge in report.edges if edge.derived == edit.path and edge.status is not EdgeStatus.CLEAN
+    )
+    if not changed or not set(changed) <= edit.reads:
+        return []
+    names = ", ".join(safe_name(name) for name in changed)
+    return [
+        f"- You rewrote {safe_name(edit.path)} after reading what changed in its sources ({names}). "
+        f"If it now reflects them, {advice.record_file(edit.path)} to record the re-derivation; "
+        "until then it stays marked."
+    ]

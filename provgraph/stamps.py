@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from operator import itemgetter
+from typing import NamedTuple
 
-from .model import Edge, EdgeStatus, EdgeTable, NamedTuple, Snapshot, SourceState, Stamp
+from .model import Edge, EdgeStatus, EdgeTable, Snapshot, SourceState, Stamp
 
 __all__ = ["Derivation", "reconcile", "reconcile_as_table"]
 
 
 class Derivation(NamedTuple):
-    """What provgraph remembers about one derived file.  A ``NamedTuple``, not a
-    dataclass: ~0.1 ms to create against ~0.6, on every full run."""
+    """What provgraph remembers about one derived file."""
 
     derived_at: str | None
     """The ``derived_at`` value last seen; a new value means the file was re-derived."""
@@ -32,8 +32,7 @@ def reconcile(
     now: float,
     restamp: Set[str] = frozenset(),
 ) -> tuple[dict[str, Derivation], tuple[Edge, ...]]:
-    """``reconcile_as_table`` with the edges as a tuple, for a caller that reads each of
-    a few of them (a refresh after a small change)."""
+    """``reconcile_as_table`` with the edges as a tuple."""
     updated, edges = reconcile_as_table(records, snapshot, now, restamp)
     return updated, tuple(edges)
 
@@ -46,10 +45,8 @@ def reconcile_as_table(
 ) -> tuple[dict[str, Derivation], EdgeTable]:
     """Stamp what needs stamping, then compare every edge with its stamp.
 
-    The edges come as a table of columns sorted by derived file, then source
-    (``EdgeTable``): a first scan of a large folder adopts every edge, and an ``Edge``
-    object for each would cost more than the rest of the comparison (a full scan reads
-    them through their columns); one is made only for an edge asked for.
+    The edges come as a table of columns (``EdgeTable``) sorted by derived file, then
+    source: an ``Edge`` is made only for an edge asked for.
 
     A stamp is forgotten only by a re-derivation or by a readable declaration
     that no longer names its source, never because a scan could not see a
@@ -89,7 +86,7 @@ def reconcile_as_table(
 
 
 _Row = tuple[str, str, EdgeStatus, float | None, float | None, str | None]
-"""An edge's fields in ``EDGE_COLUMNS`` order: a tuple is made in a fraction of an ``Edge``'s time."""
+"""An edge's fields in ``EDGE_COLUMNS`` order."""
 _BY_DERIVED = itemgetter(1, 0)
 
 
@@ -105,9 +102,7 @@ _ABSENT = SourceState(None)
 
 
 class _Declared(NamedTuple):
-    """What a derived file declares in this scan, as far as it can be read.  Passed along,
-    never compared or shown.  A ``NamedTuple``, not a dataclass: ~0.3 ms less to create
-    on every full run."""
+    """What a derived file declares in this scan, as far as it can be read."""
 
     sources: tuple[str, ...]
     """Sources to stamp on adoption."""
@@ -170,10 +165,9 @@ class _Adopting:
 
 def _adopted(path: str, snapshot: Snapshot[object], adopting: _Adopting) -> tuple[Derivation, list[_Row]] | None:
     """A derived file seen for the first time whose declared sources all exist: each one
-    stamped with what it holds now, every edge clean.  What ``_stamped`` and ``_compare``
-    give such a file, without comparing stamps made a moment ago with the very hashes they
-    were made from (nor making its ``_Declared``: a first scan adopts every derived file).
-    None for anything else (no source, a missing or refused one): they decide."""
+    stamped with what it holds now, every edge clean (what ``_stamped`` and ``_compare``
+    give it, without comparing new stamps with the hashes they were made from).  None for
+    anything else (no source, a missing or refused one): they decide."""
     sources = snapshot.declarations.get(path)
     if not sources or path in snapshot.withheld:
         return None
@@ -184,11 +178,8 @@ def _adopted(path: str, snapshot: Snapshot[object], adopting: _Adopting) -> tupl
             return None
         stamps[source] = stamp
     now = adopting.now
-    rows: list[_Row] = [(source, path, _CLEAN, now, None, None) for source in stamps]
+    rows: list[_Row] = [(source, path, EdgeStatus.CLEAN, now, None, None) for source in stamps]
     return Derivation(snapshot.derived_at.get(path), stamps), rows
-
-
-_CLEAN = EdgeStatus.CLEAN
 
 
 def _as_before(old: Derivation, declared: _Declared) -> bool:

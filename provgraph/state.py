@@ -69,11 +69,10 @@ from .codec import check_format as _check_format
 from .codec import decode_problem as _decode_problem
 from .codec import encode_problem as _encode_problem
 from .codec import text as _text
-from .errors import ProvgraphError
+from .errors import ProvgraphError, log_warning
 from .incremental import FILES_PER_PART, LockData, LockLines, MemoryFiles, Patch, Previous, racy_files
 from .lineage import children_of, propagate
 from .lockfile import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, is_sync_copy, merge_reads
-from .log import log_warning
 from .model import Edge, EdgeStatus, FileMeta, Frozen, NamedTuple, Problem, ProblemKind, Report, broken_edges, column
 from .nochange import (
     RACY_WINDOW_NS,

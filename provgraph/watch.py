@@ -43,7 +43,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .clock import current
-from .log import log_warning
+from .errors import log_warning
 from .model import Report, column
 from .state import LOCK_NAME, STATE_DIR
 

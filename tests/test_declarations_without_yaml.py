@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from provgraph import declarations
+from provgraph import frontmatter as reader
 from provgraph.declarations import read_declaration
 
 # -- what a frontmatter may hold ------------------------------------------------------------
@@ -209,11 +208,11 @@ def _through_yaml(head: bytes) -> declarations.Declaration:
     """What the YAML path reads, the reader without YAML declining everything."""
 
     def decline(*_: object) -> tuple[str, ...]:
-        raise declarations._Unsure
+        raise reader._Unsure
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(declarations, "_entries_without_yaml", decline)
-        patch.setattr(declarations, "_common_declaration", lambda _: None)
+        patch.setattr(reader, "_entries_without_yaml", decline)
+        patch.setattr(reader, "_common_declaration", lambda _: None)
         return read_declaration(head)
 
 
@@ -310,7 +309,7 @@ def test_a_plain_name_is_text_to_yaml_whenever_the_shortcut_says_so(plain: str) 
     from yaml.nodes import ScalarNode
     from yaml.resolver import Resolver
 
-    if declarations._reads_as_text(plain):
+    if reader._reads_as_text(plain):
         assert Resolver().resolve(ScalarNode, plain, (True, False)) == "tag:yaml.org,2002:str"
 
 
@@ -325,13 +324,13 @@ def _yaml_unusable() -> Iterator[None]:
         raise AssertionError("YAML was used")
 
     def resolver_free(plain: str) -> bool:
-        if declarations._NEVER_TYPED.search(plain):
+        if reader._NEVER_TYPED.search(plain):
             return True
         raise AssertionError(f"YAML's resolver was used for {plain!r}")
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(declarations, "_yaml_mapping", refuse)
-        patch.setattr(declarations, "_reads_as_text", resolver_free)
+        patch.setattr(reader, "_yaml_mapping", refuse)
+        patch.setattr(reader, "_reads_as_text", resolver_free)
         yield
 
 
@@ -400,7 +399,7 @@ def test_every_declaration_the_benchmark_writes_is_read_by_the_quick_reader(
 ) -> None:
     head, entries = declared
     block = head.decode().split("---\n")[1]
-    quick = declarations._common_declaration(block)
+    quick = reader._common_declaration(block)
     assert quick is not None
     assert quick.entries == entries
 
@@ -433,55 +432,3 @@ def test_a_first_scan_of_declarations_in_the_common_forms_never_imports_yaml(tmp
     assert "yaml" not in imported
     report = json.loads(done.stdout)
     assert report["counts"] == {"files": 6, "derived": 4, "stale": 0, "cycles": 0, "problems": 0}
-
-
-COMMON_PATH_PATTERNS = {
-    "_COMMON_ENTRIES",
-    "_COMMON_ITEM",
-    "_FOUND_ENTRY",
-    "_NEVER_TYPED",
-    "_OPENING",
-    "_TOP_LINE",
-    "_PLAIN_PATH",
-    "_RELATIVE_PATH",
-    "_PLAIN_LINK",
-    "_LINK",
-    "_URL",
-    "_DRIVE",
-}
-"""The patterns that reading and resolving declarations in the common forms use."""
-
-
-def test_declarations_in_the_common_forms_compile_none_of_the_full_readers_patterns(tmp_path: Path) -> None:
-    """The reader's patterns are compiled when first used: a first scan of a folder in the
-    common forms compiles those of the quick reader and of resolving entries, not the three
-    dozen of the full reader."""
-    root = _common_forms(tmp_path)
-    script = (
-        "import sys\n"
-        "from provgraph import declarations\n"
-        "from provgraph.cli import cli\n"
-        "compiled = lambda: sorted(name for name, value in vars(declarations).items()"
-        " if isinstance(value, declarations._CompiledOnFirstUse) and 'match' in vars(value))\n"
-        "print(','.join(compiled()), file=sys.stderr)\n"
-        "code = cli('status', '--json', sys.argv[1])\n"
-        "print(','.join(compiled()), file=sys.stderr)\n"
-        "sys.exit(code)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script, str(root)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    before, after = done.stderr.splitlines()
-    assert before == ""
-    assert set(after.split(",")) <= COMMON_PATH_PATTERNS
-    assert json.loads(done.stdout)["counts"]["derived"] == 4
-
-
-def test_a_pattern_compiled_on_first_use_answers_as_the_compiled_pattern() -> None:
-    pattern = declarations._on_first_use(r"(\w+)\.md")
-    compiled = declarations.re.compile(r"(\w+)\.md")
-    text = "see facts.md and notes.md"
-    assert pattern.search(text)[1] == compiled.search(text)[1] == "facts"
-    assert pattern.findall(text) == compiled.findall(text) == ["facts", "notes"]
-    assert pattern.fullmatch("facts.md") is not None and pattern.match("x facts.md") is None
-    assert pattern.sub("*", text) == "see * and *"
-    assert pattern.pattern == compiled.pattern and pattern.groups == 1

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provgraph import Memory
-from provgraph.edits import EDIT_NOTES_MAX_CHARS, Advice, EditContext, edit_notes, suggested_line
 from provgraph.lineage import find_cycles, propagate
 from provgraph.model import Edge, EdgeStatus, Report
+from provgraph.queries import EDIT_NOTES_MAX_CHARS, Advice, EditContext, edit_notes, suggested_line
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")

@@ -31,6 +31,7 @@ import provgraph.api
 import provgraph.cli
 import provgraph.declarations
 import provgraph.files
+import provgraph.frontmatter
 import provgraph.nochange
 import provgraph.scan
 from provgraph import Memory
@@ -261,7 +262,7 @@ def list_declarations(draw) -> str:
 def test_lists_read_without_yaml_mean_what_yaml_reads(text: str) -> None:
     fast = read_declaration(text.encode())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(provgraph.declarations, "_plain_list", lambda value, continued: None)
+        patch.setattr(provgraph.frontmatter, "_plain_list", lambda value, continued: None)
         assert read_declaration(text.encode()) == fast
 
 

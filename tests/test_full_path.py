@@ -3,19 +3,11 @@ own, which ends with its exit code once its whole answer is out and its state wr
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
-import pickle
 import subprocess
 from pathlib import Path
 
-import pytest
 from conftest import PROVGRAPH
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from provgraph import model
 
 STALE = 400
 """Derived files made stale: enough that the answer is larger than a pipe holds at once."""
@@ -130,111 +122,6 @@ def test_the_help_without_a_command_lists_every_command(run, tmp_path: Path) -> 
     assert listed == ["status", "check", "why", "lineage", "stamp", "graph", "prompt", "hook", "demo"]
     assert "the following arguments are required: COMMAND" in error
     assert "invalid choice: 'statu'" in unknown and "'demo'" in unknown
-
-
-USERS_VALUES = (model.Problem, model.Edge, model.Cause, model.StaleEntry, model.Report)
-"""The dataclasses of ``model`` whose ``__eq__``, ``__hash__`` and ``__repr__`` are not compiled
-by ``dataclass`` (``model._compared_and_shown``)."""
-FIELD_VALUES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(),
-    st.floats(allow_nan=False),
-    st.text(max_size=3),
-    st.sampled_from(list(model.EdgeStatus)),
-    st.tuples(st.text(max_size=2)),
-)
-
-
-def _written_in_full(cls: type) -> type:
-    """A class of the same fields (name, type, default, compare, repr, hash) whose every
-    method ``dataclass`` writes."""
-    specs = []
-    for spec in dataclasses.fields(cls):
-        options = {"compare": spec.compare, "repr": spec.repr, "hash": spec.hash}
-        if spec.default is not dataclasses.MISSING:
-            options["default"] = spec.default
-        if spec.default_factory is not dataclasses.MISSING:
-            options["default_factory"] = spec.default_factory
-        specs.append((spec.name, spec.type, dataclasses.field(**options)))  # type: ignore[call-overload]
-    return dataclasses.make_dataclass(cls.__name__, specs, frozen=True, slots=True)
-
-
-def _subclass(cls: type) -> type:
-    return type(f"Sub{cls.__name__}", (cls,), {"__slots__": ()})
-
-
-@settings(max_examples=60)
-@given(data=st.data())
-def test_the_types_users_handle_are_frozen_dataclasses_that_compare_hash_and_show_as_dataclass_writes_them(
-    data: st.DataObject,
-) -> None:
-    for cls in USERS_VALUES:
-        twin = _written_in_full(cls)
-        names = [spec.name for spec in dataclasses.fields(cls)]
-        values = data.draw(st.lists(FIELD_VALUES, min_size=len(names), max_size=len(names)))
-        kept = data.draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
-        others = [value if keep else data.draw(FIELD_VALUES) for value, keep in zip(values, kept, strict=True)]
-        ours, theirs = cls(*values), twin(*values)
-        assert repr(ours) == repr(theirs) and hash(ours) == hash(theirs)
-        assert (ours == cls(*others)) == (theirs == twin(*others))
-        assert (ours != cls(*others)) == (theirs != twin(*others))
-        assert ours.__eq__(theirs) is NotImplemented and ours != theirs
-        assert (ours == _subclass(cls)(*values)) == (theirs == _subclass(twin)(*values)) is False
-        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen  # type: ignore[attr-defined]
-        assert cls.__match_args__ == twin.__match_args__ and not hasattr(ours, "__dict__")
-        assert dataclasses.asdict(ours) == dataclasses.asdict(theirs)
-        assert dataclasses.replace(ours, **{names[0]: "x"}) == cls("x", *values[1:])
-        assert pickle.loads(pickle.dumps(ours)) == ours and copy.deepcopy(ours) == ours
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            setattr(ours, names[0], "x")
-
-
-def test_a_type_users_handle_that_holds_itself_shows_as_dataclass_writes_it() -> None:
-    ours = model.Problem([], model.ProblemKind.UNREADABLE, "x")  # type: ignore[arg-type]
-    theirs = _written_in_full(model.Problem)([], model.ProblemKind.UNREADABLE, "x")
-    ours.path.append(ours)  # type: ignore[attr-defined]
-    theirs.path.append(theirs)  # type: ignore[attr-defined]
-    assert repr(ours) == repr(theirs) == "Problem(path=[...], kind=<ProblemKind.UNREADABLE: 'unreadable'>, detail='x')"
-
-
-def _value_on(base: type) -> type:
-    """The same class body on another named tuple base."""
-
-    class Value(base):  # type: ignore[misc, valid-type]
-        """A value."""
-
-        size: int
-        name: str | None = None
-
-        @property
-        def double(self) -> int:
-            return self.size * 2
-
-    return Value
-
-
-def test_a_named_tuple_of_provgraph_is_what_typing_makes_of_its_body_without_checking_each_annotation() -> None:
-    """The stages' values are named tuples made from a class body as ``typing.NamedTuple`` makes
-    them, but without compiling each annotation (text, under the ``__future__`` import)."""
-    import typing
-
-    from provgraph import model
-
-    typed = _value_on(typing.NamedTuple)  # type: ignore[arg-type]
-
-    def checked(*args: object, **kwargs: object) -> None:
-        raise AssertionError("an annotation was checked")
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(typing, "_type_check", checked)
-        ours: typing.Any = _value_on(model.NamedTuple)
-    assert (ours._fields, ours._field_defaults, ours.__doc__) == (typed._fields, typed._field_defaults, typed.__doc__)
-    assert typing.get_type_hints(ours) == typing.get_type_hints(typed) == {"size": int, "name": str | None}
-    assert ours(3) == typed(3) == (3, None) and ours(3).double == typed(3).double == 6
-    assert ours(3)._replace(name="a") == (3, "a") and ours(3, "a")._asdict() == {"size": 3, "name": "a"}
-    assert repr(ours(3)) == "Value(size=3, name=None)" and ours.__module__ == __name__
-    assert issubclass(ours, tuple)
 
 
 def _reads_per_file(files, monkeypatch) -> dict[str, int]:

@@ -8,7 +8,7 @@ import pytest
 
 import provgraph.cli
 from provgraph import Memory
-from provgraph.log import log_warning
+from provgraph.errors import log_warning
 
 
 @pytest.fixture

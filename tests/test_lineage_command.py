@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from provgraph.answers import LINEAGE_MAX_CHARS
 from provgraph.clock import BadClock, pinned_now
 from provgraph.demo import A_WEEK_LATER, DAY_ONE, build_demo_memory
+from provgraph.render import LINEAGE_MAX_CHARS
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(days=2)

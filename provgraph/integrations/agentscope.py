@@ -4,16 +4,11 @@
 it read and write memory files through a backend (the local disk, a Docker
 or E2B sandbox, ...).  ``ProvenanceMiddleware`` looks at the same folder
 through the same backend, checks every memory file on each model call, and
-adds the block when a derived file's sources changed.  It offers the agent a
-tool to record a re-derivation and one to see what derives from a file,
-marks a retrieved memory file's hint when that file is stale, and ends the
-result of a memory write with what the write left resting on old content
-(``provgraph.edits``).  It never withholds or edits a memory file.
-
-This module holds the hooks: the prompt block, the notes in retrieval hints
-and after memory writes.  The tools and their answers live in
-``agentscope_tools``, backend access in ``agentscope_backend``; these three
-are the only provgraph modules that import AgentScope.
+adds the block when a derived file's sources changed; it marks a retrieved
+stale file in the hint that shows it, ends the result of a memory write with
+what the write left resting on old content, and gives the agent three tools.
+It never withholds or edits a memory file.  With ``agentscope_backend`` and
+``agentscope_lock``, the only provgraph modules that import AgentScope.
 """
 
 from __future__ import annotations
@@ -29,29 +24,39 @@ import sys
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from agentscope.message import HintBlock, TextBlock, ToolResultState
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
-from agentscope.tool import BackendBase, LocalBackend, ToolBase, ToolResponse
+from agentscope.permission import PermissionBehavior, PermissionDecision
+from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, ToolResponse
 
-from ..answers import LINEAGE_MAX_CHARS, LIST_TOOL, RECORD_TOOL
-from ..answers import stale_phrase as _stale_phrase
-from ..api import Memory
+from ..api import Memory, NotDerived
 from ..clock import pinned_now as _now
-from ..edits import Advice, EditContext, edit_notes
 from ..files import NotRegular, OutsideRoot
-from ..model import Report, StaleEntry
-from ..render import causes_text, clip, prompt_block, safe_name
+from ..model import Edge, EdgeStatus, FileLineage, Report, StaleEntry
+from ..paths import relative_to
+from ..queries import Advice, EditContext, edit_notes
+from ..render import (
+    LINEAGE_MAX_CHARS,
+    LIST_TOOL,
+    MORE_RESERVE,
+    NAME_SHOWN,
+    RECORD_TOOL,
+    causes_text,
+    clip,
+    fit_lines,
+    lineage_text,
+    named,
+    prompt_block,
+    safe_name,
+    stale_phrase,
+)
 from ..watch import WatchedRefresh
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
 from .agentscope_lock import LockMirror
-from .agentscope_tools import ADVICE as _ADVICE
-from .agentscope_tools import LINEAGE_TOOL, ProvenanceTools
-from .agentscope_tools import MORE_HINT as _MORE_HINT
-from .agentscope_tools import relative_to as _relative_to
-from .agentscope_tools import tools_of as _tools
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
@@ -70,8 +75,18 @@ _EXAMINED_KEPT = 10_000
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
+LINEAGE_TOOL = "memory_lineage"
 
-class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
+ADVICE = (
+    f"After you update one of them from its sources, or check that it still holds, "
+    f"call `{RECORD_TOOL}` with its path as listed here. "
+    f"Before or after editing a memory file, `{LINEAGE_TOOL}` shows what derives from it."
+)
+MORE_HINT = f"call `{LIST_TOOL}` to list them all"
+_NOTHING_STALE = "No derived memory file has changed sources."
+
+
+class ProvenanceMiddleware(MiddlewareBase):
     """Marks derived memory files whose sources changed, in the agent's system prompt.
 
     Place it after ``AgenticMemoryMiddleware`` in ``middlewares`` so that the
@@ -87,19 +102,13 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     The tools: ``record_memory_rederivation`` (the marker goes away),
     ``list_stale_derived_memories`` (the block without its line cap) and
     ``memory_lineage`` (what derives from a file, and which of those are
-    stale).  The folder is checked once per model call; the tools check it
-    again when called.
+    stale).  The folder is checked once per model call, and by each tool call.
 
-    Where state lives.  With the local backend (``backend=None`` or
-    AgentScope's ``LocalBackend``) the memory folder is a folder on this
-    machine, read directly, and the state is ``<memory folder>/.provgraph/``
-    as for the command line, so ``provgraph status`` sees the same stamps.
-    With any other backend the memory folder lives elsewhere (a sandbox): the
-    lock is still ``<memory folder>/provgraph.lock`` there, written through
-    the backend (see ``agentscope_lock``), and only the cache and a mirror of
-    the lock stay on this machine, by default in
-    ``default_state_path(backend, memory folder)`` under the user's cache
-    folder, or in ``state=``.  Losing the cache only costs a full read.
+    With AgentScope's ``LocalBackend`` (the default) the state is
+    ``<memory folder>/.provgraph/`` as for the command line.  With any other
+    backend (a sandbox) the lock is still ``<memory folder>/provgraph.lock``
+    there, written through the backend, and the cache and a mirror of the lock
+    stay on this machine, in ``state=`` or ``default_state_path(...)``.
     """
 
     def __init__(
@@ -163,12 +172,10 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     ) -> AsyncGenerator[Any, None]:
         """Mark the retrieved memory files that are stale, in the hint that shows them.
 
-        ``AgenticMemoryMiddleware.on_reasoning`` (earlier in the list, so
-        outside this one) has just put the files its selector retrieved into
-        the agent's context as a hint; the model reads that hint in the call
-        that follows, so the note goes into the hint itself.  ``ReMeMiddleware``
-        (earlier in the list too) shows its retrieved memories in a message of
-        its own; a stale file among them gets the same note there.
+        ``AgenticMemoryMiddleware`` (earlier in the list, so outside this one) has
+        just put the files it retrieved into the context as a hint, which the model
+        reads in the call that follows; ``ReMeMiddleware`` shows its memories in a
+        message of its own, which gets the same note.
         """
         report = await self._round_check(agent)
         if report is not None:
@@ -190,7 +197,7 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         answered from the watch gives back the very same entries, call after call."""
         stale, max_lines, block = self._last_block
         if stale is not report.stale or max_lines != self.max_lines:
-            block = prompt_block(report, max_lines=self.max_lines, advice=_ADVICE, more_hint=_MORE_HINT)
+            block = prompt_block(report, max_lines=self.max_lines, advice=ADVICE, more_hint=MORE_HINT)
             self._last_block = (report.stale, self.max_lines, block)
         return block
 
@@ -199,12 +206,10 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     ) -> AsyncGenerator[Any, None]:
         """Remember the memory files the model reads; end a memory write's result with its lineage notes.
 
-        The notes (see ``provgraph.edits``) reach the model with the result
-        of the very write that called for them.  The folder is checked right
-        after each write of a memory file, before the next tool runs (the
-        file tools run one at a time), so a new ``derived_from`` is adopted
-        with its sources as they are at that moment.  A result is passed on
-        untouched when nothing applies, and always when the check fails.
+        The folder is checked right after each write of a memory file, before the
+        next tool runs, so a new ``derived_from`` is adopted with its sources as
+        they are then.  A result is passed on untouched when nothing applies, and
+        always when the check fails.
         """
         touched = self._touched(input_kwargs.get("tool_call"))
         async for item in next_handler(**input_kwargs):
@@ -215,6 +220,76 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     async def list_tools(self) -> list[ToolBase]:
         return list(self._tools)
 
+    # -- tools ---------------------------------------------------------------------
+
+    async def record_memory_rederivation(self, path: str) -> str:
+        """Record that a derived memory file was just re-derived from its current sources.
+
+        Call it after you updated a file listed under "Derived memories with
+        changed sources" from its sources, or checked that it still holds;
+        its marker then goes away. The file itself is not changed.
+
+        Args:
+            path (`str`):
+                The file's path inside the memory folder, as listed (e.g. `profile.md`).
+        """
+        candidates = self._candidates(path)
+        if not candidates:
+            return f"Nothing recorded: {named(path)} is not a path inside the memory folder {named(self.memory_path)}."
+        for relative in candidates:
+            try:
+                report, missing = await self._in_worker(partial(_record, path=relative))
+            except NotDerived:
+                continue
+            except Exception as error:  # a tool answers in words; it never raises into the agent loop
+                return f"Could not record the re-derivation of {named(relative)}: {_one_line(error)}"
+            return _missing_sources(relative, missing) if missing else _recorded(relative, report)
+        return (
+            f"Nothing recorded: {named(candidates[0])} is not a derived memory file "
+            "(it does not exist, or its frontmatter has no derived_from)."
+        )
+
+    async def memory_lineage(self, path: str) -> str:
+        """Show what derives from a memory file and which of those are stale; call it before or after editing one.
+
+        Answers with the file's own status (and its sources when it is
+        derived from other memory files), then every file derived from it,
+        directly or through others, with the chain and, for a stale one, the
+        date its sources changed.  Nothing is changed.
+
+        Args:
+            path (`str`):
+                The file's path inside the memory folder (e.g. `user-facts.md`), or its full path.
+        """
+        candidates = self._candidates(path)
+        if not candidates:
+            folder = named(self.memory_path)
+            return f"No lineage: {named(path)} is not a path inside the memory folder {folder}."
+        try:
+            found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
+        except Exception as error:  # a tool answers in words; it never raises into the agent loop
+            return f"Could not check the lineage of {named(candidates[0])}: {_one_line(error)}"
+        return lineage_text(found, max_lines=self.max_lines)
+
+    async def list_stale_derived_memories(self, offset: int = 0) -> str:
+        """List the derived memory files whose sources changed since they were derived, with the cause, page by page.
+
+        Args:
+            offset (`int`):
+                How many stale files to skip: 0 for the first page; each answer gives the offset of the next one.
+        """
+        try:
+            report = await self.refresh()
+        except Exception as error:  # a tool answers in words; it never raises into the agent loop
+            return f"Could not check the memory folder: {_one_line(error)}"
+        return _stale_page(report, offset, max_lines=max(self.max_lines, _PAGE_LINES))
+
+    def _candidates(self, path: str) -> list[str]:
+        """The memory-folder-relative paths the agent may mean, likeliest first: names are
+        shown escaped and passed back as shown, so the unescaped name, then the text as given."""
+        relatives = (relative_to(self.memory_path, name) for name in (unescaped(path), path))
+        return list(dict.fromkeys(relative for relative in relatives if relative is not None))
+
     # -- the Python API behind the hooks and tools ----------------------------
 
     async def refresh(self) -> Report:
@@ -222,13 +297,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         return await self._in_worker(lambda memory: memory.refresh(now=_now()))
 
     async def _round_check(self, agent: Any) -> Report | None:
-        """The report of the agent's reasoning round in progress: the folder is checked once per model call.
-
-        An agent asks for its system prompt twice in a round (to count tokens
-        before compressing its context, then for the model call) and the
-        hint is marked in between; all three read one check.  The next round
-        (after the tools ran) checks again.
-        """
+        """The report of the agent's reasoning round in progress, checked once per round: the
+        prompt is asked for twice (to count tokens, then for the call), the hint marked between."""
         round_key = _round_of(agent)
         if round_key is not None and self._round_report is not None and self._round_report[0] == round_key:
             return self._round_report[1]
@@ -240,11 +310,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     async def _checked(self) -> Report | None:
         """``refresh``, or None (logged) when the folder could not be checked: the agent keeps working.
 
-        A local folder is checked right here, without yielding to the event
-        loop: the memory middleware's retrieval runs beside the agent, and a
-        yield would let it finish earlier than it would without this
-        middleware, moving its hint to another step.  A remote one has to be
-        awaited.
+        A local folder is checked without yielding to the event loop: a yield would let the
+        memory middleware's retrieval, which runs beside the agent, finish at another step.
         """
         try:
             if self.files is None:
@@ -257,9 +324,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     def _annotate_hints(self, agent: Any, report: Report) -> None:
         """Append a note to each retrieval hint of this reply that shows a stale file.
 
-        Each hint is looked at once, when it first appears, so the note says
-        what held when the model first read it.  Never raises: a hint shaped
-        otherwise is left as it is.
+        Each hint is looked at once, when it first appears: the note says what held when
+        the model first read it.  A hint shaped otherwise is left as it is.
         """
         try:
             for hint in self._new_hints(agent):
@@ -275,10 +341,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     async def _annotate_reme(self, agent: Any, report: Report) -> None:
         """Append a note to each new ReMe memory message that quotes a stale file.
 
-        ReMe shows the text of the memory chunks it retrieved, not their
-        files: a chunk belongs to a stale file when that file holds it.  The
-        stale files are read only when such a message appeared, so that the
-        agent's steps are not delayed otherwise.
+        ReMe shows the text of the chunks it retrieved, not their files: a chunk belongs
+        to a stale file that holds it.  The stale files are read only for such a message.
         """
         try:
             hints = self._new_reme_hints(agent)
@@ -316,11 +380,8 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         return found
 
     def _new_hints(self, agent: Any) -> list[HintBlock]:
-        """Text hints in the agent's own message of the reply in progress, not looked at before.
-
-        That message is where ``agent.state.append_context`` puts the memory
-        middleware's hint.
-        """
+        """Text hints in the agent's own message of the reply in progress (where the memory
+        middleware puts its hint), not looked at before."""
         state = agent.state
         reply_id = state.reply_id
         examined = self._examined_hints
@@ -375,14 +436,11 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
     def _hint_path(self, shown: str) -> str | None:
         """The memory-folder-relative path of a file as a retrieval hint shows it."""
         shown = os.path.abspath(shown) if self.files is None else self.backend.normpath(shown)
-        return _relative_to(self.memory_path, shown)
+        return relative_to(self.memory_path, shown)
 
     async def _in_worker(self, action: Callable[[Memory], _T]) -> _T:
-        """Run a synchronous provgraph call in a thread, so the event loop stays free.
-
-        A remote backend is async: the worker reaches it by scheduling its
-        coroutines back on this loop.  One call at a time per middleware.
-        """
+        """Run a provgraph call in a thread, one at a time, so the event loop stays free (a
+        remote backend's coroutines are scheduled back on this loop)."""
         loop = asyncio.get_running_loop()
         return await asyncio.to_thread(self._locked, loop, action)
 
@@ -399,8 +457,7 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
                     self.files.forget()
 
     def _local_refresh(self, memory: Memory) -> Report:
-        """``memory.refresh()``, answered without walking while the watch says nothing changed
-        (``provgraph.watch``); the walk itself wherever it cannot say so."""
+        """``memory.refresh()``, without a walk while the watch says nothing changed."""
         assert self._watched is not None and self._watched.memory is memory
         return self._watched.refresh(_now())
 
@@ -420,10 +477,7 @@ class ProvenanceMiddleware(MiddlewareBase, ProvenanceTools):
         )
 
     def close(self) -> None:
-        """Release what the middleware holds (the watch's descriptor); a later check watches anew.
-
-        AgentScope's middlewares have no closing hook: without this call the
-        descriptor is released when the middleware is garbage-collected."""
+        """Release the watch's descriptor (else freed with the middleware); a later check watches anew."""
         with self._guard:
             if self._watched is not None:
                 self._watched.close()
@@ -448,7 +502,7 @@ _FILE_TOOLS = frozenset({"Read", "Write", "Edit"})
 """AgentScope's file tools, by the names the model calls them."""
 
 
-class _Access(enum.Enum):
+class _Access(enum.StrEnum):
     """What a file tool did to a file of the memory folder."""
 
     READ = "read"
@@ -488,8 +542,7 @@ def _hint_paths(hint: str, relative: Callable[[str], str | None]) -> set[str]:
 
 _REME_MESSAGE = "memory"
 _REME_HEADER = "## Relevant memories from past conversations"
-"""How ``ReMeMiddleware`` names and opens the message that shows its retrieved memories,
-one ``- <chunk text>`` bullet per memory."""
+"""How ``ReMeMiddleware`` names and opens its message of memories, one ``- <chunk>`` each."""
 
 
 def _texts(memory: Memory, paths: list[str]) -> dict[str, str]:
@@ -515,18 +568,14 @@ def _reme_notes(hint: str, report: Report, texts: dict[str, str]) -> list[str]:
     return list(dict.fromkeys(notes))
 
 
-def _note(entry: StaleEntry) -> str:
-    """The line added to a hint that shows a stale file."""
-    return clip(f"Note: {safe_name(entry.path)}: {_stale_phrase(entry)}: {causes_text(entry)}")
+def _note(entry: StaleEntry, mark: str = "Note:") -> str:
+    """The line added to a hint that shows a stale file (``- `` opens a line of a page)."""
+    return clip(f"{mark} {safe_name(entry.path)}: {stale_phrase(entry)}: {causes_text(entry)}")
 
 
 def default_state_path(backend: BackendBase, memory_path: str) -> Path:
-    """Where the state of a remote memory folder is kept when no ``state=`` is given.
-
-    A folder under the user's cache folder named by a hash of the backend
-    class and the memory folder's path in the backend; it holds the cache and
-    a mirror of the workspace's lock, like ``--state``.
-    """
+    """Where the state of a remote memory folder is kept when no ``state=`` is given: a folder
+    under the user's cache folder named by a hash of the backend class and the folder's path."""
     key = f"{type(backend).__module__}.{type(backend).__qualname__}\0{memory_path}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     return _cache_home() / "provgraph" / "agentscope" / digest
@@ -539,3 +588,112 @@ def _cache_home() -> Path:
         return Path.home() / "Library" / "Caches"
     configured = os.environ.get("XDG_CACHE_HOME", "")
     return Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
+
+
+# -- the tools' answers -----------------------------------------------------------
+
+
+def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
+    allow = PermissionDecision(
+        behavior=PermissionBehavior.ALLOW,
+        message="provgraph only records stamps in its own state; memory files are not touched.",
+    )
+    # FunctionTool takes a function that returns text and wraps it in a ToolChunk; its type hint
+    # names ToolChunk results only, hence the ignores.
+    return (
+        FunctionTool(middleware.record_memory_rederivation, name=RECORD_TOOL, permission=allow),  # type: ignore[arg-type]
+        FunctionTool(
+            middleware.list_stale_derived_memories,  # type: ignore[arg-type]
+            name=LIST_TOOL,
+            is_read_only=True,
+            permission=allow,
+        ),
+        FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
+    )
+
+
+def _look_up_first(memory: Memory, candidates: list[str]) -> FileLineage:
+    """The lineage of the first candidate that is a memory file or a declared source, else of the first."""
+    report = memory.refresh(now=_now())
+    found = [memory.lineage(path, report) for path in candidates]
+    return next((one for one in found if one.exists), found[0])
+
+
+def _recorded(path: str, report: Report) -> str:
+    count = sum(1 for edge in report.edges if edge.derived == path)
+    sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
+    entry = report.entry(path)
+    if entry is None:
+        return f"Recorded: {named(path)} is now derived from {sources} now."
+    return (
+        f"Recorded for {named(path)}, but it stays marked because a file it is derived "
+        f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
+    )
+
+
+def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
+    """Stamp ``path`` again, unless a source it names does not exist: the report and those sources.
+
+    Nothing can be re-derived from a file that does not exist, and stamping
+    it as absent would lose the hint of where its content went.
+    """
+    before = memory.refresh(now=_now())
+    missing = tuple(edge for edge in before.edges if edge.derived == path and edge.status is EdgeStatus.MISSING)
+    if missing:
+        return before, missing
+    return memory.stamp([path], now=_now()), ()
+
+
+def _missing_sources(path: str, missing: tuple[Edge, ...]) -> str:
+    """What the agent can do about a source that does not exist: nothing can be re-derived from it."""
+    names = ", ".join(map(_missing_text, missing))
+    return clip(
+        f"Nothing recorded for {named(path)}: it names sources that do not exist: "
+        f"{names}. Remove each such entry from its derived_from, or fix it to the file's "
+        f"current name, then call `{RECORD_TOOL}` again.",
+        LINEAGE_MAX_CHARS,
+    )
+
+
+def _missing_text(edge: Edge) -> str:
+    if edge.moved_to is None:
+        return named(edge.source)
+    return f"{named(edge.source)} (its stamped content is now at {named(edge.moved_to)}: fix the entry to that name)"
+
+
+_PAGE_LINES = 20
+"""Stale files on a page of ``list_stale_derived_memories`` at least, when the block lists fewer."""
+
+_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
+
+
+def unescaped(shown: str) -> str:
+    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone."""
+    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
+
+
+def _stale_page(report: Report, offset: int, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
+    """One page of the stale files, from ``offset``: at most ``max_lines`` files and ``max_chars`` characters."""
+    total = len(report.stale)
+    if not total:
+        return _NOTHING_STALE
+    start = min(max(0, offset), total)
+    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
+    head = [f"{files} changed sources (a source changed after they were written)."]
+    tail = [clip(ADVICE)]
+    budget = max_chars - sum(len(line) + 1 for line in head + tail) - MORE_RESERVE
+    lines = [_note(entry, "-") for entry in report.stale[start : start + max(1, max_lines)]]
+    shown = fit_lines(lines, max(1, max_lines), budget)
+    end = start + len(shown)
+    if end < total:
+        where = f"Shown: {start + 1} to {end} of {total}; call `{LIST_TOOL}` with offset={end} for the next ones."
+    elif shown:
+        where = f"Shown: {start + 1} to {end} of {total}; that is all."
+    else:
+        where = f"Nothing past offset {start}: there are {total}; call `{LIST_TOOL}` with offset=0."
+    return "\n".join(head + shown + [where] + tail)
+
+
+def _one_line(error: Exception) -> str:
+    """An error message as one safe line: a tool answer stays short and cannot inject anything."""
+    return clip(safe_name(" ".join(str(error).split())), NAME_SHOWN) or type(error).__name__

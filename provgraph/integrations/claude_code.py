@@ -7,7 +7,7 @@ and answers per event:
 
 - ``SessionStart`` (or no input at all): the block, when something is stale;
 - ``PostToolUse`` of ``Write``, ``Edit`` or ``MultiEdit`` on a file under the
-  root: the notes of ``provgraph.edits`` (the scan that computes them also
+  root: the notes of ``provgraph.queries.edit_notes`` (the scan that computes them also
   adopts a declaration the write added, with its sources as they are now);
 - ``PostToolUse`` of ``Read`` on a memory file: the read is remembered for
   the session, in provgraph's state folder, so that a later write can be
@@ -29,12 +29,11 @@ from typing import Any
 
 import orjson
 
-from ..edits import Advice, EditContext, edit_notes
 from ..errors import ProvgraphError
 from ..model import Report
-from ..paths import parts_under
+from ..paths import hook_command, parts_under, stamp_command, status_command
+from ..queries import Advice, EditContext, edit_notes
 from ..render import prompt_block
-from ..shell import hook_command, stamp_command, status_command
 from ..state import STATE_DIR
 from ..statefolder import (
     Folders,
@@ -139,7 +138,7 @@ def edit_advice(root: str, options: tuple[str, ...] = ()) -> Advice:
 def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[str, ...] = ()) -> str:
     """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale.
 
-    ``options`` (``provgraph.shell.command_options``) are the hook's own, repeated in the
+    ``options`` (``provgraph.paths.command_options``) are the hook's own, repeated in the
     commands it prints so that they read the folder as the hook does."""
     hint = f"run `{status_command(report.root, options)}` to list them all"
     advice = f"After re-deriving one, record it with `{stamp_command(report.root, options=options)}`."
@@ -192,17 +191,13 @@ RECORD_WAIT = 1.0
 class SessionReads:
     """The memory files each recent session read, in one small file beside provgraph's state.
 
-    Each hook is a process of its own, so the reads must be kept on disk
-    between a ``Read`` and the ``Write`` that follows.  The file stays small:
-    sessions untouched for ``max_age`` seconds are dropped, only the
-    ``max_sessions`` most recent are kept, each with its ``max_reads`` latest
-    reads.  It is rewritten whole (temporary file, then rename) under a lock,
-    so parallel hooks never lose a read or leave a torn file.  It obeys the
-    rules of the store's own files (``provgraph.statefolder``): the folder is
-    opened as a real folder, every file in it with ``O_NOFOLLOW`` and only when
-    it is a regular file, and the lock is waited for ``wait`` seconds at most:
-    the reads only feed suggestions, so a read that cannot be recorded in time
-    is let go, and a hook never hangs behind a suspended one.
+    Each hook is a process of its own, so the reads are kept on disk between a
+    ``Read`` and the ``Write`` that follows.  The file stays small: sessions
+    untouched for ``max_age`` seconds are dropped, only the ``max_sessions`` most
+    recent are kept, each with its ``max_reads`` latest reads.  It is rewritten
+    whole under a lock, by the rules of the store's own files (a real folder,
+    ``O_NOFOLLOW``, regular files only); the lock is waited for ``wait`` seconds at
+    most, since the reads only feed suggestions and a hook must never hang.
     """
 
     def __init__(
