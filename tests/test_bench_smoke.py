@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
-import itertools
 import os
 import re
 import subprocess
@@ -34,8 +33,6 @@ def _load_generator():
 
 
 generate = _load_generator().generate
-report = _load("report")
-MAIN_HEADER, SANDBOX_HEADER, OTHERS_HEADER = report.MAIN_HEADER, report.SANDBOX_TITLE, report.OTHERS_HEADER
 FIGURES = (
     "cold status --json, no state yet",
     "warm status --json, nothing changed",
@@ -134,27 +131,6 @@ def test_every_ratio_is_printed_against_its_goal_from_the_performance_issue(quic
         row = next(line for line in lines if figure in line and "×" in line)
         assert goal in row and re.search(r"× +≤ [\d.]+× +(ok|OVER) ", row), row
     assert "goal ≤ 200 MB at 100,000 files" in quick_run
-
-
-def _first_cells(text: str, header: str) -> list[str]:
-    """The first cell of each row of the table under ``header``, numbers replaced by ``N``."""
-    lines = text.splitlines()
-    start = next(number for number, line in enumerate(lines) if line.startswith(header))
-    rows = itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :])
-    return [re.sub(r"\d[\d,.]*", "N", row.split(" | ")[0]) for row in rows]
-
-
-def test_the_readme_performance_tables_are_ones_the_benchmark_prints(quick_run: str) -> None:
-    """A figure in the README is one the benchmark prints: its tables have the rows of ``--markdown``."""
-    documents = [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").glob("**/*.md"))]
-    texts = [doc.read_text(encoding="utf-8") for doc in documents]
-    assert MAIN_HEADER in texts[0], "the README shows the benchmark's main table"
-    for header in (MAIN_HEADER, SANDBOX_HEADER, OTHERS_HEADER):
-        text = next((text for text in texts if header in text), "")
-        assert text, f"no document holds the benchmark's table ({header})"
-        printed = _first_cells(quick_run, header)
-        shown = _first_cells(text, header)
-        assert shown and set(shown) <= set(printed), header
 
 
 def test_the_benchmark_times_a_wheel_of_the_checkout_installed_and_compiled(tmp_path: Path) -> None:
