@@ -1,11 +1,12 @@
-"""The only module that opens memory files: listing, stat and reading.
+"""The only module that opens memory files: the walk, stat and reading.
 
 ``FileSource`` is what the scan needs from a memory folder.  ``LocalFiles``
 implements it on the local disk with the care the contract asks for: hidden
 entries are skipped, symlinked folders are not followed, a symlink that
-leaves the root is refused and never opened, and anything that is not a
-regular file (a FIFO, a device, a dangling link) is never opened either.
-Integrations provide other sources (an AgentScope backend, for instance).
+leaves the root is refused and never opened, a name that is not UTF-8 is
+reported and never listed, and anything that is not a regular file (a FIFO,
+a device, a dangling link) is never opened either.  Integrations provide
+other sources (an AgentScope backend, for instance).
 """
 
 from __future__ import annotations
@@ -13,29 +14,28 @@ from __future__ import annotations
 import hashlib
 import os
 import stat as stat_module
-from _thread import _local as thread_local  # what threading.local is, without importing threading (~1 ms a run)
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from itertools import repeat
+from pathlib import Path
+from typing import Protocol
 
 from .errors import PathRefused
 from .model import FileMeta, Problem, ProblemKind
-from .nochange import RACY_WINDOW_NS, Sight, metas_of  # the racy rule is the no-change rule's; the scan applies it too
 from .paths import normalized
-from .walk import FOLDER_FLAGS, ROOT_FLAGS, handed_over, place, walk_in_order
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Protocol
-else:
-    Protocol = object  # a protocol is the type checker's: a run need not import ``typing`` for it
+__all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn", "walk_folder"]
 
-__all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn"]
-
+RACY_WINDOW_NS = 2_000_000_000
+"""A file whose mtime is this close to (or after) the start of the scan that read it may
+have been written again within the file system's timestamp granularity, with identical
+metadata; such a file is read again rather than trusted (the rule git applies to its index)."""
 
 _CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
+ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+"""The root is opened through a link, as it was named."""
+FOLDER_FLAGS = ROOT_FLAGS | os.O_NOFOLLOW
 
 
 class OutsideRoot(PathRefused):
@@ -88,29 +88,15 @@ class LocalFiles:
         self._root_prefix = os.path.join(self._root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
-        self._reading = thread_local()
+        self._reading = threading.local()
         """This thread's ``_Folders`` while it is in ``reading``: two threads may scan at once."""
-        self.walked_ns: int | None = None
-        """When the last walk began, when it began before ``walk`` was called (handed over)."""
 
     @property
     def root(self) -> Path:
-        """The folder, as a ``Path``: made when asked for, never by a scan, which works on text."""
-        from pathlib import Path
-
         return Path(self._root)
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
-        """The walk; the command's quick answer may have made it already (``walk.handed_over``),
-        and then ``walked_ns`` is when it began."""
-        handed = handed_over(self._root, self._real_root)
-        if handed is None:
-            self.walked_ns = None
-            paths, numbers, rows = walk_in_order(self._root, self._real_root)
-        else:
-            self.walked_ns, (paths, numbers, rows) = handed
-        found = dict(zip(paths, map(_new_tuple, repeat(FileMeta), metas_of(numbers)), strict=True))
-        problems = [Problem(path, ProblemKind(kind), detail) for path, kind, detail in rows]
+        found, problems = walk_folder(self._root, self._real_root)
         self._listed, self._device = found, _device(self._root)
         return found, problems
 
@@ -159,10 +145,12 @@ class LocalFiles:
         """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root.
         provgraph's own files (its lock, its state folder) are never a source, whatever
         link leads there: ``NotRegular``, so a stamp can never make its own lock stale."""
-        refusal, real = place(self._root, self._real_root, path)
-        if refusal is Sight.OUTSIDE_ROOT:
+        real = os.path.realpath(os.path.join(self._root, *path.split("/")))
+        real_root = self._real_root
+        if not (real == real_root or real.startswith(real_root.rstrip("/") + "/")):
             raise OutsideRoot(path)
-        if refusal is not None:
+        folder, lock = os.path.join(real_root, ".provgraph"), os.path.join(real_root, "provgraph.lock")
+        if real in (lock, folder) or real.startswith(folder + "/"):
             raise ProvgraphOwn(path)
         return real
 
@@ -221,6 +209,103 @@ class LocalFiles:
         finally:
             os.close(descriptor)
         return digest.hexdigest()
+
+
+def walk_folder(root: str, real_root: str) -> tuple[dict[str, FileMeta], list[Problem]]:
+    """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``), by
+    root-relative POSIX path, with its metadata, and the problems met on the way."""
+    walker = _Walker(real_root)
+    walker.walk([("", root)])
+    return walker.found_files, walker.problems
+
+
+class _Walker:
+    """What one walk has found so far, and the folders it has still to list."""
+
+    __slots__ = ("found_files", "inside", "pending", "problems", "real_root")
+
+    def __init__(self, real_root: str) -> None:
+        self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
+        self.found_files: dict[str, FileMeta] = {}
+        self.problems: list[Problem] = []
+        self.pending: list[tuple[str, str]] = []
+
+    def walk(self, folders: list[tuple[str, str]]) -> None:
+        """Walk ``folders`` (the stack, as ``(prefix, folder)``) and everything below them."""
+        self.pending = folders
+        while self.pending:
+            self.next_folder()
+
+    def next_folder(self) -> None:
+        """List the folder on top of ``pending``: the last one found is walked first, so
+        the folders found first (at the bottom) come last, each subtree in one piece."""
+        prefix, folder = self.pending.pop()
+        try:
+            self.folder(folder, prefix)
+        except OSError as error:
+            self.problems.append(Problem(prefix.rstrip("/") or ".", ProblemKind.UNREADABLE, _reason(error)))
+
+    def folder(self, folder: str, prefix: str) -> None:
+        """One folder's entries: a regular ``.md`` file with an ASCII name (the common case)
+        at once, anything else through ``visit``.
+
+        The folder is listed through a descriptor, so that each file is stat'ed by its name
+        in it rather than by a path the system resolves again from the root; a subfolder
+        (never the root) that became a symlink since it was listed is not followed."""
+        descriptor = os.open(folder, FOLDER_FLAGS if prefix else ROOT_FLAGS)
+        try:
+            with os.scandir(descriptor) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name[0] == ".":  # a name is never empty; cheaper than startswith
+                        continue
+                    if name.endswith(".md") and name.isascii():
+                        try:
+                            if entry.is_file(follow_symlinks=False):
+                                self.found(prefix + name, entry.stat(follow_symlinks=False))
+                                continue
+                        except OSError:
+                            pass  # visited again below, where the problem is reported
+                    self.visit(entry, prefix + name, os.path.join(folder, name))
+        finally:
+            os.close(descriptor)
+
+    def found(self, path: str, info: os.stat_result) -> None:
+        self.found_files[path] = _meta(info)
+
+    def visit(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
+        """Any entry but a plain memory file: ``path`` is root-relative, ``full_path`` as
+        the root was named."""
+        name = entry.name
+        try:
+            if not (name.isascii() or _is_utf8(name)):
+                if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
+                    self.problems.append(
+                        Problem(_printable(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8")
+                    )
+            elif entry.is_symlink():
+                self.visit_link(entry, path, full_path)
+            elif entry.is_dir(follow_symlinks=False):
+                self.pending.append((path + "/", full_path))
+            elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                self.found(path, entry.stat(follow_symlinks=False))
+        except OSError as error:
+            self.problems.append(Problem(path, ProblemKind.UNREADABLE, _reason(error)))
+
+    def visit_link(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
+        """Symlinked files inside the root count; folders are not followed (no loops)."""
+        resolved = os.path.realpath(full_path)
+        if not (resolved == self.real_root or resolved.startswith(self.inside)):
+            if entry.name.endswith(".md"):
+                self.problems.append(Problem(path, ProblemKind.OUTSIDE_ROOT, "symlink to a path outside the root"))
+            return
+        if entry.name.endswith(".md"):
+            try:
+                info = os.stat(full_path)
+            except OSError:
+                return  # dangling link: skipped, never opened
+            if stat_module.S_ISREG(info.st_mode):
+                self.found(path, info)
 
 
 class _Folders:
@@ -337,11 +422,24 @@ def _device(root: str) -> int | None:
         return None
 
 
-_new_tuple = tuple.__new__
-"""How ``walk`` makes a ``FileMeta`` per file: ``FileMeta(...)`` runs a Python ``__new__``
-per call, and a first scan of a large folder makes one for every file (``namedtuple``'s
-own ``_make`` builds them this way)."""
-
-
 def _meta(info: os.stat_result) -> FileMeta:
     return FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+def _reason(error: OSError) -> str:
+    return error.strerror or type(error).__name__
+
+
+def _is_utf8(name: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (decoded as lone surrogates):
+    such a name cannot be written to JSON, so the file is reported, not listed."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(path: str) -> str:
+    """``path`` with each byte that is not UTF-8 shown as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")

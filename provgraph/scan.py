@@ -16,11 +16,18 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 
-from .declarations import NOTHING, Declaration, Lookup, follows_listing, resolve_entries
+from .declarations import (
+    FRONTMATTER_LIMIT,
+    NOTHING,
+    Declaration,
+    Lookup,
+    follows_listing,
+    frontmatter_incomplete,
+    read_declaration,
+    resolve_entries,
+)
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
 from .model import FileMeta, NamedTuple, Problem, ProblemKind, Snapshot, SourceState
-from .reading import Reading, describe, read_one
-from .splitread import Shared, shared_reading
 
 __all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"]
 
@@ -83,13 +90,8 @@ def scan(
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     ordered = sorted(listing)
-    shared = shared_reading(files, listing, sources_heading)
-    try:
-        with _reading(files):
-            declared, unsettled = _declared(reader, ordered, listing, remembered, progress, shared)
-    finally:
-        if shared is not None:
-            shared.release()  # met, or let go of when the loop never came to the child's files
+    with _reading(files):
+        declared, unsettled = _declared(reader, ordered, listing, remembered, progress)
     # resolved once every file is read, in a loop of its own: between two reads of a file
     # its code and data are no longer in the processor's caches, and it took twice as long
     for path, declaration in declared:
@@ -181,20 +183,16 @@ def _declared(
     listing: Mapping[str, FileMeta],
     remembered: Mapping[str, tuple[str, ...]],
     progress: Callable[[int, int], None] | None,
-    shared: Shared | None,
 ) -> tuple[list[tuple[str, Declaration]], dict[str, tuple[str, ...]]]:
     """Every file's declaration, in order: the files that declare something, and the
-    remembered ones whose declaration is unsettled.  A forked process reading the files
-    from the other end (``shared``) gives its reading of each file the loop comes to once
-    they have met, where the listing vouches for it; the loop reads any other file itself."""
+    remembered ones whose declaration is unsettled."""
     declared: list[tuple[str, Declaration]] = []
     unsettled: dict[str, tuple[str, ...]] = {}
     for done, path in enumerate(ordered):
         if progress is not None and done % _PROGRESS_EVERY == 0:
             progress(done, len(ordered))
         is_remembered = path in remembered
-        reading = None if shared is None else shared.reading(done, ordered, listing)
-        declaration = reader.declaration(path, listing[path], is_remembered, reading)
+        declaration = reader.declaration(path, listing[path], is_remembered)
         if declaration is NOTHING and not is_remembered:
             continue  # most memory files: nothing declared, nothing to keep from before
         reader.problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
@@ -292,25 +290,16 @@ class _Reader:
             and meta.ctime_ns < self.racy_from_ns
         )
 
-    def declaration(
-        self, path: str, meta: FileMeta, remembered: bool = False, reading: Reading | None = None
-    ) -> Declaration:
-        """What ``path`` declares: from the cache while it vouches for the file, else from
-        ``reading`` (what a forked process read) or read now.  A ``remembered`` derived file
-        whose declaration cannot be read now (unreadable, empty or cut short mid-write,
-        broken frontmatter) is marked unsettled and not cached, so the next scan reads it
-        again rather than trusting a reading that said nothing."""
+    def declaration(self, path: str, meta: FileMeta, remembered: bool = False) -> Declaration:
+        """What ``path`` declares: from the cache while it vouches for the file, else read
+        now.  A ``remembered`` derived file whose declaration cannot be read now (unreadable,
+        empty or cut short mid-write, broken frontmatter) is marked unsettled and not cached,
+        so the next scan reads it again rather than trusting a reading that said nothing."""
         old = self.previous.get(path)
         if old is not None and old.declaration is not None and self._trusted(old, meta):
             self.seen[path] = old
             return old.declaration
-        if reading is None or (remembered and _unsure(reading)):
-            reading = read_one(self.files, path, self.sources_heading, remembered)
-        return self._recorded(path, meta, remembered, reading)
-
-    def _recorded(self, path: str, meta: FileMeta, remembered: bool, reading: Reading) -> Declaration:
-        """What reading ``path`` gave, recorded: the same step whichever process read it."""
-        digest, declaration, unreadable, incomplete = reading
+        digest, declaration, unreadable, incomplete = read_one(self.files, path, self.sources_heading, remembered)
         if unreadable is not None:
             self._unreadable.add(path)
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, unreadable))
@@ -395,17 +384,46 @@ class _Reader:
         return sha
 
 
-def _unsure(reading: Reading) -> bool:
-    """A reading that declares nothing, read without working out whether its frontmatter was
-    cut short (by another process, which does not know which files are remembered): for a
-    remembered derived file, the reader reads it again to find out."""
-    digest, declaration, unreadable, incomplete = reading
-    return unreadable is None and incomplete is None and not declaration.entries and not declaration.problems
-
-
 _new_row = tuple.__new__
 """How the reader makes a ``Seen``: with every field given, ``Seen(...)`` would run a Python
 ``__new__`` per call, and a first scan makes one per file, and another per source (as
 ``files`` makes a ``FileMeta``, and ``namedtuple``'s own ``_make`` builds them)."""
 
 _INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
+
+
+Reading = tuple[bytes | None, Declaration, str | None, bool | None]
+"""What reading one file for its declaration gave (``read_one``): the sha256 of a file read
+whole (None for one longer than the frontmatter's limit), its declaration, why it could not
+be read (None when it could), and whether a frontmatter that declares nothing looks cut short
+(None when that was not worked out)."""
+
+
+def read_one(files: FileSource, path: str, sources_heading: str | None, remembered: bool) -> Reading:
+    """Read ``path`` for its declaration and its hash, changing nothing: the one way a file
+    is read for a scan.  Whether a frontmatter that declares nothing looks cut short is worked out only for a
+    ``remembered`` derived file, the one reading that needs it (it costs a search of the
+    frontmatter's end in every memory file that declares nothing, most of them)."""
+    try:
+        head = files.read(path, FRONTMATTER_LIMIT + 1)
+    except (OSError, NotRegular, OutsideRoot) as error:
+        return None, NOTHING, describe(error), None
+    truncated = len(head) > FRONTMATTER_LIMIT
+    digest = None if truncated else hashlib.sha256(head).digest()
+    declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, sources_heading)
+    if remembered and not declaration.entries and not declaration.problems:
+        return digest, declaration, None, frontmatter_incomplete(head)
+    return digest, declaration, None, None
+
+
+def describe(error: Exception) -> str:
+    """Why a file could not be read, in a few words for a problem's detail."""
+    if isinstance(error, NotRegular):
+        return "not a regular file"
+    if isinstance(error, OutsideRoot):
+        return "resolves outside the root"
+    if isinstance(error, UnicodeDecodeError):
+        return "invalid UTF-8"
+    if isinstance(error, OSError):
+        return error.strerror or type(error).__name__
+    return str(error)

@@ -1,6 +1,5 @@
-"""The command's full run (a first scan, a changed folder) as a user starts it: a process of
-its own, which ends as soon as its answer is out and its state written, and which imports
-only what the answer needs."""
+"""The command's run (a first scan, a changed folder) as a user starts it: a process of its
+own, which ends with its exit code once its whole answer is out and its state written."""
 
 from __future__ import annotations
 
@@ -9,16 +8,13 @@ import dataclasses
 import json
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import PROVGRAPH, importing
-from depth import examples
-from hypothesis import example, given, settings
+from conftest import PROVGRAPH
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import provgraph
 from provgraph import model
 
 STALE = 400
@@ -46,15 +42,6 @@ def test_the_command_ends_with_its_exit_code_and_its_whole_output(tmp_path: Path
     assert check.returncode == 1
     assert check.stdout.count("facts.md changed") == STALE
     assert check.stderr == ""
-
-
-def test_a_full_run_that_warns_of_nothing_never_imports_logging(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    done, imported = importing(str(PROVGRAPH), "status", "--json", str(root))
-    assert done.returncode == 0, done.stderr
-    assert "provgraph.scan" in imported
-    assert "logging" not in imported
-    assert json.loads(done.stdout)["counts"]["derived"] == STALE
 
 
 def test_a_declaration_written_with_percent_escapes_still_reads_them(tmp_path: Path, run) -> None:
@@ -133,29 +120,6 @@ def test_the_help_is_as_wide_as_the_terminal(run, tmp_path: Path) -> None:
     assert " ".join(narrow.split()) == " ".join(wide.split())
 
 
-COMMAND_LINES = [
-    ["status", "--json", "--no-cache", "memory"],
-    ["check", "--allow-broken", "--state", "elsewhere"],
-    ["why", "notes/a.md", "--root", "memory", "--json"],
-    ["lineage", "a.md", "--max-lines", "3", "--sources-heading"],
-    ["stamp", "a.md", "b.md", "--sources-heading", "## Provenance"],
-    ["graph", "--format", "dot"],
-    ["prompt", "memory", "--max-lines", "5"],
-    ["hook", "claude-code", "--settings", "memory"],
-    ["demo"],
-]
-
-
-@pytest.mark.parametrize("args", COMMAND_LINES, ids=lambda args: args[0])
-def test_a_command_parsed_by_its_own_parser_reads_as_with_every_parser(args: list[str]) -> None:
-    """The command builds only the parser of the command it runs: what it reads from the
-    arguments is what the parser of every command reads."""
-    from provgraph.cli import _parser, _wanted_command
-
-    assert _wanted_command(args) == args[0]
-    assert vars(_parser(args[0]).parse_args(args)) == vars(_parser().parse_args(args))
-
-
 def test_the_help_without_a_command_lists_every_command(run, tmp_path: Path) -> None:
     code, help, _ = run("--help", cwd=tmp_path)
     _, none, error = run(cwd=tmp_path)
@@ -166,146 +130,6 @@ def test_the_help_without_a_command_lists_every_command(run, tmp_path: Path) -> 
     assert listed == ["status", "check", "why", "lineage", "stamp", "graph", "prompt", "hook", "demo"]
     assert "the following arguments are required: COMMAND" in error
     assert "invalid choice: 'statu'" in unknown and "'demo'" in unknown
-
-
-TOKENS = st.sampled_from(
-    [
-        "status",
-        "check",
-        "why",
-        "--json",
-        "--allow-broken",
-        "--no-cache",
-        "--state",
-        "--state=kept",
-        "--sources-heading",
-        "--sources-heading=## Provenance",
-        "--sources-heading=Sources",
-        "--js",
-        "--",
-        "-h",
-        "memory",
-        "other",
-        "~/memory",
-        "",
-    ]
-)
-
-
-@settings(max_examples=examples(400), deadline=None)
-@given(st.tuples(st.sampled_from(["status", "check", "why"]), st.lists(TOKENS, max_size=5)))
-@example(("check", ["memory", "--allow-broken", "--state=kept", "--sources-heading=## Provenance"]))
-@example(("status", ["--sources-heading", "--json", "--state", "other", "memory"]))
-def test_a_command_line_read_without_argparse_reads_as_argparse_reads_it(line: tuple[str, list[str]]) -> None:
-    """``status`` and ``check`` as the quick answer reads them skip argparse: whenever they do,
-    the options are those argparse gives, attribute for attribute."""
-    import contextlib
-    import io
-
-    from provgraph.cli import _parser, _without_argparse
-
-    args = [line[0], *line[1]]
-    quick = _without_argparse(args)
-    if quick is None:
-        return
-    with contextlib.redirect_stderr(io.StringIO()):
-        assert vars(quick) == vars(_parser().parse_args(args))
-
-
-def test_a_full_run_of_status_or_check_never_imports_argparse(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    for args in (["status", "--json", str(root)], ["check", str(root), "--allow-broken"]):
-        done, imported = importing(str(PROVGRAPH), *args)
-        assert done.returncode == 0, done.stderr
-        assert "provgraph.scan" in imported
-        assert {"argparse", "gettext", "locale"}.isdisjoint(imported)
-    done, imported = importing(str(PROVGRAPH), "status", "--no-cache", str(root))
-    assert "argparse" in imported and done.stdout.startswith(f"{STALE + 1} memory files")
-
-
-ONLY_FOR_OTHER_COMMANDS = {
-    "provgraph.queries",
-    "provgraph.answers",
-    "provgraph.explanations",
-    "provgraph.shell",
-    "yaml",
-}
-"""What ``why``, ``lineage``, ``stamp`` and the hooks need, and a refresh of a folder whose
-declarations read without YAML never does."""
-
-
-def test_a_refresh_imports_no_module_that_only_other_commands_use(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    for args in (["status", "--json", str(root)], ["check", str(root)]):
-        done, imported = importing(str(PROVGRAPH), *args)
-        (root / "facts.md").write_text(f"---\nname: facts\n---\nThe user likes {args[0]}.\n")
-        assert done.returncode in (0, 1), done.stderr
-        assert "provgraph.scan" in imported
-        assert ONLY_FOR_OTHER_COMMANDS.isdisjoint(imported), ONLY_FOR_OTHER_COMMANDS & imported
-    done, imported = importing(str(PROVGRAPH), "lineage", "--root", str(root), "facts.md")
-    assert done.returncode == 0 and {"provgraph.queries", "provgraph.answers"} <= imported
-
-
-NEVER_ON_A_FULL_RUN = {"typing", "threading", "networkx", "yaml"}
-"""``typing`` is the type checker's business (3 ms of every run to import), a thread's own
-values need ``threading.local`` but not the rest of ``threading`` (1 ms), networkx is for the
-graph exports, and YAML only for a declaration that is in none of the common forms."""
-
-
-def test_a_first_scan_and_a_refresh_after_a_change_import_no_typing_threading_networkx_or_yaml(
-    tmp_path: Path,
-) -> None:
-    root = _folder(tmp_path)
-    (root / "digest.md").write_text("---\nderived_from:\n  - summary-000.md\n  - '[Facts](facts.md)'\n---\n")
-    (root / "wiki.md").write_text("---\nname: wiki\nderived_from: [[facts]], [[summary-001|one]]\n---\n")
-    (root / "nested.md").write_text("---\nmetadata:\n  type: user\n  derived_from: [facts.md, wiki.md]\n---\n")
-    (root / "inline.md").write_text("# Inline\n\nderived_from:: [[digest]]\n")
-    first, imported = importing(str(PROVGRAPH), "status", str(root))
-    assert first.returncode == 0 and first.stdout.startswith(f"{STALE + 5} memory files, {STALE + 4} derived, 0 stale")
-    assert "provgraph.scan" in imported
-    assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), NEVER_ON_A_FULL_RUN & imported
-    (root / "facts.md").write_text("---\nname: facts\n---\nThe user likes coffee.\n")
-    for args in (["status", str(root)], ["status", "--json", str(root)], ["check", str(root)]):
-        changed, imported = importing(str(PROVGRAPH), *args)
-        assert changed.returncode == (1 if args[0] == "check" else 0), changed.stderr
-        assert "provgraph.scan" in imported and "provgraph.incremental" in imported
-        assert NEVER_ON_A_FULL_RUN.isdisjoint(imported), (args, NEVER_ON_A_FULL_RUN & imported)
-    assert f"{STALE + 4} stale" in changed.stdout
-
-
-HANDLED_BY_USERS = {"FileLineage", *provgraph.__all__}
-"""The types a user handles (the package's names, and what ``Memory.lineage`` returns): they
-stay dataclasses.  Every other value is a ``NamedTuple`` or a plain class, which costs a
-tenth of a dataclass to create, and every full run creates them all."""
-
-_RECORDING_DATACLASSES = """
-import dataclasses, sys
-made = set()
-process = dataclasses._process_class
-def recording(cls, *args):
-    made.add(cls.__qualname__) if cls.__module__.startswith("provgraph") else None
-    return process(cls, *args)
-dataclasses._process_class = recording
-from provgraph.cli import cli
-first = cli("status", "--json", sys.argv[1])
-with open(sys.argv[1] + "/facts.md", "a") as facts:
-    facts.write("And coffee.\\n")
-changed = cli("status", "--json", sys.argv[1])
-print(first, changed, *sorted(made), file=sys.stderr)
-"""
-
-
-def test_a_full_run_makes_a_dataclass_only_of_a_type_users_handle(tmp_path: Path) -> None:
-    root = _folder(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-c", _RECORDING_DATACLASSES, str(root)], capture_output=True, text=True, timeout=60
-    )
-    first, changed, *made = done.stderr.split()
-    assert (first, changed) == ("0", "0")
-    scanned, end = json.JSONDecoder().raw_decode(done.stdout)
-    assert json.loads(done.stdout[end:])["counts"]["stale"] == STALE > scanned["counts"]["stale"]
-    assert "Report" in made  # the recording saw the classes being made
-    assert set(made) <= HANDLED_BY_USERS, set(made) - HANDLED_BY_USERS
 
 
 USERS_VALUES = (model.Problem, model.Edge, model.Cause, model.StaleEntry, model.Report)

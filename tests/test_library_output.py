@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 
 import pytest
 
@@ -51,7 +50,6 @@ def test_the_console_script_shows_logged_warnings_as_lines_and_only_while_it_run
         return 0
 
     monkeypatch.setattr(provgraph.cli, "cli", command)
-    monkeypatch.setattr(provgraph.cli, "_leave", sys.exit)  # the script ends its process; here, a SystemExit
     monkeypatch.setattr("sys.argv", ["provgraph", "status"])
     with pytest.raises(SystemExit) as exit_:
         provgraph.cli.main()
@@ -78,21 +76,6 @@ def test_the_library_leaves_the_garbage_collector_alone(memory, clock):
     assert gc.isenabled()
     api.refresh(now=clock.now)
     assert seen == [True]
-
-
-def test_the_command_pauses_the_garbage_collector_while_it_runs(memory, monkeypatch):
-    memory.write("MEMORY.md", "index\n")
-    seen = []
-    refresh = Memory.refresh
-
-    def looking(self, *args, **kwargs):
-        seen.append(gc.isenabled())
-        return refresh(self, *args, **kwargs)
-
-    monkeypatch.setattr(Memory, "refresh", looking)
-    assert provgraph.cli.cli("status", str(memory.root)) == 0
-    assert seen == [False]
-    assert gc.isenabled()
 
 
 def test_the_watch_gives_back_its_last_report_as_of_now_with_every_other_field_kept(memory, clock):

@@ -16,7 +16,6 @@ import orjson
 
 from provgraph import Memory
 from provgraph.lockfile import decode_lock
-from provgraph.replay import RECORD_NAMES
 from provgraph.state import FORMAT, StateStore
 
 from .helpers import NOW, TIMEOUT, assert_clean, derived, environment, provgraph, write
@@ -148,5 +147,5 @@ def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_file
             assert stamp.stamped_at == _moment(round_, index).timestamp(), (round_, index)
             assert stamp.sha256 == hashlib.sha256(f"v{round_}\n".encode()).hexdigest()
         assert Memory(root).refresh(now=NOW + timedelta(days=10)).stale == ()
-        kept = sorted(path.name for path in state.parent.iterdir() if path.name not in RECORD_NAMES)
+        kept = sorted(path.name for path in state.parent.iterdir())
         assert kept == ["cache.json", "flock"]

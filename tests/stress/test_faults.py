@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from provgraph import Memory
 from provgraph.cli import cli
 from provgraph.lockfile import decode_lock
-from provgraph.replay import RECORD_NAMES
 from provgraph.state import FORMAT, State, StateStore
 
 from .helpers import (
@@ -78,9 +77,8 @@ def _stamped_at(lock: Path) -> float | None:
 
 
 def _leftovers(folder: Path) -> list[str]:
-    """What is in the state folder besides the cache, the lock's lock file and the commands'
-    last answers."""
-    own = {"cache.json", "flock", *RECORD_NAMES}
+    """What is in the state folder besides the cache and the lock's lock file."""
+    own = {"cache.json", "flock"}
     return sorted(path.name for path in folder.iterdir() if path.name not in own)
 
 
