@@ -46,14 +46,12 @@ _MODIFY, _ATTRIB, _CLOSE_WRITE = 0x2, 0x4, 0x8
 _MOVED_FROM, _MOVED_TO, _CREATE, _DELETE = 0x40, 0x80, 0x100, 0x200
 _DELETE_SELF, _MOVE_SELF, _UNMOUNT, _Q_OVERFLOW, _IGNORED = 0x400, 0x800, 0x2000, 0x4000, 0x8000
 _ONLYDIR, _DONT_FOLLOW, _ISDIR = 0x01000000, 0x02000000, 0x40000000
-_FOLDER_MASK = (
-    _MODIFY | _ATTRIB | _CLOSE_WRITE | _MOVED_FROM | _MOVED_TO | _CREATE | _DELETE | _DELETE_SELF | _MOVE_SELF
-) | (_ONLYDIR | _DONT_FOLLOW)
+_ARRIVED = _CREATE | _MOVED_TO
+_SHAPE_CHANGED = _ARRIVED | _DELETE | _MOVED_FROM
+_FOLDER_MASK = _MODIFY | _ATTRIB | _CLOSE_WRITE | _SHAPE_CHANGED | _DELETE_SELF | _MOVE_SELF | _ONLYDIR | _DONT_FOLLOW
 """Every change of an entry's content, metadata or name, and of the folder itself (not reads)."""
 _LOST = _DELETE_SELF | _MOVE_SELF | _UNMOUNT | _Q_OVERFLOW | _IGNORED
 """The watches no longer cover what they did: watch again."""
-_ARRIVED = _CREATE | _MOVED_TO
-_SHAPE_CHANGED = _ARRIVED | _DELETE | _MOVED_FROM
 _READ_SIZE = 65536
 
 
@@ -79,10 +77,6 @@ class WatchTargets:
     root: str
     state: str
     lock_folder: str
-
-    @classmethod
-    def of(cls, memory: Memory) -> WatchTargets:
-        return cls(str(memory.root), str(memory.state_path), str(memory.lock_path.parent))
 
     def resolved(self) -> WatchTargets:
         """The same folders by their real paths (what a symbolic link on the way leads to now)."""
@@ -139,8 +133,7 @@ class FolderWatch:
         self._folders: dict[int, _Folder] = {}
         self._shape: Doubt | None = None
         """A doubt about the folder's shape (a link, a hard link, a mount), until the shape changes."""
-        self._rearm = True
-        self._vouched = False
+        self._rearm, self._vouched = True, False
         self._retry: tuple[float, Doubt] | None = None
         """When to try watching again after the system refused it, and why it refused."""
 
@@ -151,8 +144,7 @@ class FolderWatch:
         if self.given.identity() != self._identity:
             self._vouched, self._rearm = False, True  # a link on the way to a watched folder was re-pointed
             return False
-        if self._changed(during_walk=False):
-            self._vouched = False
+        self._vouched = not self._changed(during_walk=False)
         return self._vouched
 
     def before_walk(self) -> None:
@@ -206,15 +198,14 @@ class FolderWatch:
         self.doubt = doubt
         if doubt in (Doubt.LINK_OUT, Doubt.HARD_LINK, Doubt.MOUNT):
             self._shape = doubt
-            return
-        if doubt is Doubt.MISSING:
+        elif doubt is Doubt.MISSING:
             self._rearm = True
-            return
-        if doubt is Doubt.FILE_SYSTEM:
-            self._permanent = doubt
-        elif doubt in (Doubt.LIMIT, Doubt.TOO_MANY_FOLDERS):
-            self._retry = (time.monotonic() + RETRY_SECONDS, doubt)
-        self.close()
+        else:
+            if doubt is Doubt.FILE_SYSTEM:
+                self._permanent = doubt
+            else:  # LIMIT, TOO_MANY_FOLDERS
+                self._retry = (time.monotonic() + RETRY_SECONDS, doubt)
+            self.close()
 
     def _watch_all(self) -> None:
         targets = self.targets
@@ -332,8 +323,8 @@ class WatchedRefresh:
         """``open_memory(warn)`` makes the ``Memory`` whose warnings go to ``warn`` (a walk
         that warned is not vouched for)."""
         self._warnings = 0
-        self.memory = open_memory(self._warn)
-        self.watch = FolderWatch(WatchTargets.of(self.memory))
+        memory = self.memory = open_memory(self._warn)
+        self.watch = FolderWatch(WatchTargets(str(memory.root), str(memory.state_path), str(memory.lock_path.parent)))
         self._last: Report | None = None
         self.walks = 0
         """Calls not answered from the watch."""
@@ -430,11 +421,8 @@ def _source_doubt(report: Report) -> Doubt | None:
 
 def _local(path: str) -> bool:
     """Whether ``path``'s mount (the longest prefix in ``/proc/self/mountinfo``) is local."""
-    best, kind = "", ""
-    for point, fs_type in _mounts():
-        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
-            best, kind = point, fs_type
-    return kind in LOCAL_FILE_SYSTEMS
+    holding = [mount for mount in _mounts() if path == mount[0] or path.startswith(mount[0].rstrip("/") + "/")]
+    return max(holding, key=lambda mount: len(mount[0]), default=("", ""))[1] in LOCAL_FILE_SYSTEMS
 
 
 def _mounts() -> list[tuple[str, str]]:
