@@ -1,13 +1,10 @@
 """The lock and the cache of one memory root, read and written under one exclusive lock.
 
-The **lock** (``provgraph.lock``, see ``store.lock``) holds the stamps: portable facts,
-committed and synced with the memory.  The **cache** (``.provgraph/cache.json``, see
-``store.cache``) holds what makes a refresh cheap; it may be deleted at any time.
-
-Writes are atomic (see ``store.folder``), and every read-modify-write of a root happens
-under an exclusive ``flock``, so concurrent processes never lose each other's stamps.  A
-lock or a cache that cannot be read back is moved aside, never deleted, with one warning,
-and provgraph starts afresh; a cache of another provgraph or another folder is rebuilt.
+The lock (``provgraph.lock``, ``store.lock``) holds the stamps, committed and synced with
+the memory; the cache (``store.cache``) may be deleted at any time.  Writes are atomic and
+every read-modify-write happens under an exclusive ``flock``, so concurrent processes
+never lose each other's stamps.  A lock or cache that cannot be read is moved aside, never
+deleted, with one warning.
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ from ..files import RACY_WINDOW_NS
 from ..model import FileMeta, Stamp
 from ..paths import normalized
 from ..stamps import Derivation
-from .cache import CACHE_NAME, Cache, Damaged, LockRecord, decode, encode
+from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
 from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
 from .lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, encode_rows, is_sync_copy, merge_reads
 
@@ -44,11 +41,8 @@ ROOT_NAME = "root"
 
 
 class StateError(ProvgraphError):
-    """The state cannot be read or written (permissions, full disk, ...).
-
-    ``path`` is the file or folder concerned; the message is one sentence
-    that names it and says what to do.
-    """
+    """The state cannot be read or written (permissions, full disk, ...): ``path`` is the file
+    or folder concerned, the message one sentence that names it and says what to do."""
 
     def __init__(self, path: str | os.PathLike[str], message: str) -> None:
         super().__init__(message)
@@ -72,8 +66,8 @@ class StateStore:
     """The lock and the cache of one root, with the exclusive lock that guards them.
 
     By default the lock is ``ROOT/provgraph.lock`` and the cache folder ``ROOT/.provgraph/``;
-    with ``folder`` (``--state``) both live in that folder, which then records the root it
-    belongs to.  ``settings`` are the reading settings, part of the cache's key.
+    with ``folder`` (``--state``) both live there, and it records its root.  ``settings``
+    are the reading settings, part of the cache's key.
     """
 
     def __init__(
@@ -93,18 +87,14 @@ class StateStore:
         self._kept: tuple[tuple[int, ...], Cache] | None = None
         """The cache last read or written, with the stat of its file: read again only when that changed."""
         self._proven: tuple[FileMeta, str] | None = None
-        """A lock's stat and the sha256 its bytes were found to have once its times were
-        older than the racy window: while its stat is the same, so are its bytes."""
-
-    # -- the folders and the exclusive lock --
+        """A lock's stat and sha256, hashed once its times were out of the racy window."""
 
     @contextlib.contextmanager
     def locked(self, wait: float = 3600.0) -> Iterator[None]:
-        """Hold the root's exclusive lock for one read-modify-write, waiting at most
-        ``wait`` seconds (``LockBusy`` then)."""
+        """Hold the root's exclusive lock for one read-modify-write (``LockBusy`` after ``wait`` s)."""
         folders = self._open(create=True)
         assert folders is not None
-        try:
+        with contextlib.closing(folders):
             try:
                 descriptor = hold(folders.state, FLOCK_NAME, wait)
             except OSError as error:
@@ -118,13 +108,11 @@ class StateStore:
             finally:
                 self._begin(None, exclusive=False)
                 os.close(descriptor)
-        finally:
-            folders.close()
 
     @contextlib.contextmanager
     def unlocked(self) -> Iterator[None]:
-        """Read what is there without the lock (another process holds it): files are
-        replaced whole, so what is read is whole; nothing is written or set aside."""
+        """Read without the lock (another process holds it; files are replaced whole): nothing
+        is written or set aside."""
         folders = self._open(create=False)
         try:
             if folders is not None:
@@ -170,8 +158,8 @@ class StateStore:
             raise StateError(self.state_path, _cannot("use the state folder", self.state_path, error)) from error
 
     def _refuse_memory_tree(self) -> None:
-        """A ``--state`` folder inside the memory folder must be ``.provgraph`` or below it:
-        anywhere else provgraph could overwrite a memory file."""
+        """A ``--state`` folder in the memory folder must be in ``.provgraph`` (else it could
+        overwrite a memory file)."""
         assert self.folder is not None
         if in_memory_tree(self.folder, self.root, STATE_DIR):
             raise StateError(
@@ -187,7 +175,7 @@ class StateStore:
         recorded = self._read(folders.state, ROOT_NAME, self.state_path)
         if recorded is None:
             if write:
-                self._write(folders, folders.state, ROOT_NAME, os.fsencode(self.root), "record the root in")
+                self._write(folders, folders.state, ROOT_NAME, [os.fsencode(self.root)], "record the root in")
             return
         other = os.fsdecode(recorded)
         if os.path.realpath(other) != os.path.realpath(self.root):
@@ -197,12 +185,9 @@ class StateStore:
                 "pass another --state folder",
             )
 
-    # -- the cache --
-
     def cache(self) -> Cache | None:
-        """The cache for this root and these settings, or None: there is none, it is
-        another provgraph's or another folder's, or it is damaged (then set aside, with
-        one warning).  Read again only when its file changed since it was last read."""
+        """The cache for this root and these settings, or None (none, another's, or damaged:
+        then set aside); read again only when its file changed since it was last read."""
         folders = self._tx.folders
         if folders is None or folders.state < 0:
             return None
@@ -226,36 +211,33 @@ class StateStore:
         return cache
 
     def lock_unchanged(self, record: LockRecord | None) -> bool:
-        """Whether the lock on disk is the one ``record`` records: the same stat, old enough
-        that equal stat proves equal bytes, or else the same sha256; and no sync tool's
-        conflict copy beside it (merging one changes the stamps)."""
+        """Whether the lock on disk is the one ``record`` records (the same settled stat, or
+        the same sha256) with no sync tool's conflict copy beside it."""
         folders = self._tx.folders
         if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
         meta = _lock_meta(folders)
         if meta is None or record is None:
             return meta is None and record is None
-        if meta == record.meta and max(meta.mtime_ns, meta.ctime_ns) < record.recorded_ns - RACY_WINDOW_NS:
-            return True
-        if self._proven == (meta, record.sha256):
+        settled = meta == record.meta and max(meta.mtime_ns, meta.ctime_ns) < record.recorded_ns - RACY_WINDOW_NS
+        if settled or self._proven == (meta, record.sha256):
             return True
         looked_ns = wall_ns()
-        self._tx.lock_bytes = data = self._lock_bytes_or_none(folders)
+        self._tx.lock_bytes = None
+        data = self.lock_data()
         if data is None or hashlib.sha256(data).hexdigest() != record.sha256:
             return False
         if max(meta.mtime_ns, meta.ctime_ns) < looked_ns - RACY_WINDOW_NS:
             self._proven = (meta, record.sha256)  # hashed once it was old enough: its stat proves it from now on
         return True
 
-    # -- the lock --
-
     def stamps(self) -> dict[str, Derivation]:
-        """The stamps in the lock (or in a ``state.json`` of the first releases, converted
-        once), merged with any conflict copy a sync tool left; damage is set aside."""
-        folders = self._tx.folders
+        """The stamps in the lock (or a first-layout ``state.json``), merged with any conflict
+        copy a sync tool left; damage is set aside."""
+        tx = self._tx
+        folders = tx.folders
         if folders is None:
             return {}
-        tx = self._tx
         tx.as_locked = None
         tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
         if data is None:
@@ -281,14 +263,14 @@ class StateStore:
 
     def lock_data(self) -> bytes | None:
         """The lock's bytes as ``stamps`` or ``lock_unchanged`` last read them, else read now."""
-        folders = self._tx.folders
-        if self._tx.lock_bytes is None and folders is not None:
-            self._tx.lock_bytes = self._lock_bytes_or_none(folders)
-        return self._tx.lock_bytes
+        tx = self._tx
+        if tx.lock_bytes is None and tx.folders is not None:
+            with contextlib.suppress(StateError):
+                tx.lock_bytes = self._read(tx.folders.lock, LOCK_NAME, tx.folders.lock_path)
+        return tx.lock_bytes
 
     def _sync_copies(self, folders: Folders) -> list[LockRead]:
-        """The conflict copies a sync tool left beside the lock, read like the lock and
-        merged into it; each is then moved into the state folder, kept."""
+        """The conflict copies a sync tool left beside the lock, read; each then kept aside."""
         copies = []
         for name in sorted(filter(is_sync_copy, _names(folders.lock))):
             data = self._read(folders.lock, name, folders.lock_path)
@@ -304,13 +286,9 @@ class StateStore:
                 )
         return copies
 
-    # -- the layout of the first releases: one ``state.json`` held the stamps, before the lock.
-    # Read once and converted into the lock; this can go once no such folder is in use.
-
     def _load_legacy(self, folders: Folders) -> dict[str, Derivation]:
-        if folders.state < 0:
-            return {}
-        data = self._read(folders.state, LEGACY_NAME, self.state_path)
+        """The stamps of a ``state.json`` of the first layout, converted into the lock once."""
+        data = None if folders.state < 0 else self._read(folders.state, LEGACY_NAME, self.state_path)
         if data is None:
             return {}
         try:
@@ -322,20 +300,9 @@ class StateStore:
         self._tx.migrating = self._tx.exclusive
         return derivations
 
-    def _migrated(self, folders: Folders) -> None:
-        self._tx.migrating = False
-        aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
-        self._warn(
-            f"converted {os.path.join(self.state_path, LEGACY_NAME)} into {self.lock_path}; "
-            f"the old file is {os.path.basename(aside)}"
-        )
-
-    # -- writing --
-
     def save(self, derivations: Mapping[str, Derivation] | None, cache: Cache, lock: bytes | None = None) -> Cache:
-        """Write the lock when its stamps changed (``derivations``, the stamps now, or
-        ``lock``, the new bytes of a patch; both None: unchanged), then ``cache``, with
-        the lock it was written with; the cache as written."""
+        """Write the lock when its stamps changed (``derivations``, the stamps now, or ``lock``,
+        a patch's bytes), then ``cache`` with the lock it was written with; the cache as written."""
         folders, tx = self._tx.folders, self._tx
         if folders is None or not tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
@@ -345,7 +312,7 @@ class StateStore:
             lock = lock_bytes(derivations, tx.lock_bytes is not None) if canonical else None
         if lock is not None:
             if lock != tx.lock_bytes:
-                self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
+                self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
                 tx.lock_bytes = lock
             canonical = True
         cache = replace(cache, lock=self._lock_record(folders, canonical))
@@ -357,9 +324,16 @@ class StateStore:
             self._migrated(folders)
         return cache
 
+    def _migrated(self, folders: Folders) -> None:
+        self._tx.migrating = False
+        aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
+        self._warn(
+            f"converted {os.path.join(self.state_path, LEGACY_NAME)} into {self.lock_path}; "
+            f"the old file is {os.path.basename(aside)}"
+        )
+
     def _lock_record(self, folders: Folders, canonical: bool) -> LockRecord | None:
-        """The lock as written or read now; known to be as ``encode_lock`` writes it when it
-        was written so, or when it holds the very bytes the last cache knew to be."""
+        """The lock as written or read now; canonical when written so, or as the last cache knew it."""
         meta = _lock_meta(folders)
         data = self._tx.lock_bytes
         if meta is None or data is None or meta.size != len(data):
@@ -368,12 +342,6 @@ class StateStore:
         before = None if self._kept is None else self._kept[1].lock
         canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
         return LockRecord(meta, sha256, wall_ns(), canonical)
-
-    def _lock_bytes_or_none(self, folders: Folders) -> bytes | None:
-        try:
-            return self._read(folders.lock, LOCK_NAME, folders.lock_path)
-        except StateError:
-            return None
 
     def _read(self, folder: int, name: str, where: str | os.PathLike[str]) -> bytes | None:
         try:
@@ -398,15 +366,12 @@ class StateStore:
         except OSError as error:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
-    def _write(
-        self, folders: Folders, target: int, name: str, data: bytes | list[bytes | memoryview], what: str
-    ) -> None:
-        """Every file is replaced atomically; only the cache is not synced to the disk: it is
-        derived again from the memory files and the lock, and a torn one (after a crash of
-        the machine) fails to parse and gives the full scan."""
+    def _write(self, folders: Folders, target: int, name: str, data: list[bytes | memoryview], what: str) -> None:
+        """Replace a file atomically; all but the cache are synced to the disk (a torn cache
+        fails to decode and gives the full scan)."""
         where = folders.path_of(target, name)
         try:
-            write_file(folders, target, name, data if isinstance(data, list) else [data], durable=name != CACHE_NAME)
+            write_file(folders, target, name, data, durable=name != CACHE_NAME)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
 
@@ -416,7 +381,7 @@ LEGACY_FORMAT = "provgraph-state"
 
 
 def _decode_legacy(data: Any) -> dict[str, Derivation]:
-    """The stamps of a ``state.json`` of the first releases (schema 1)."""
+    """The stamps of a ``state.json`` of the first layout (schema 1)."""
     if not isinstance(data, dict) or data.get("format") != LEGACY_FORMAT or data.get("version") != 1:
         raise Damaged(f"it is not a {LEGACY_FORMAT} file of version 1")
     derivations = {}
@@ -428,21 +393,13 @@ def _decode_legacy(data: Any) -> dict[str, Derivation]:
         for source, (sha, at, since) in record["stamps"].items():
             if not isinstance(source, str) or not (sha is None or isinstance(sha, str)):
                 raise Damaged("a source and its sha256 must be text")
-            stamps[source] = Stamp(sha, _date(at), None if since is None else _date(since))
+            stamps[source] = Stamp(sha, checked_date(at), None if since is None else checked_date(since))
         derivations[path] = Derivation(derived_at, stamps)
     return derivations
 
 
-def _date(value: object) -> float:
-    number = float(value)  # type: ignore[arg-type]
-    if not 0 <= number <= 253402300799.0:
-        raise Damaged(f"a date out of range: {value!r}")
-    return number
-
-
 def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
-    """The lock for these stamps; None when there is none and nothing to put in it (a
-    folder without derived files gets no lock)."""
+    """The lock for these stamps; None when there is none and nothing to put in it."""
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
     return encode_rows(
