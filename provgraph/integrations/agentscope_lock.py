@@ -53,7 +53,7 @@ from ..clock import wall_ns
 from ..store.folder import Folders, hold, open_folder, read_file, write_file
 from ..store.lock import LOCK_NAME, LockError, decode_lock, encode_lock, merge_reads
 from . import agentscope_backend as backend_files
-from .agentscope_backend import BackendError, BackendFiles
+from .agentscope_backend import IDENTITY_FIELDS, BackendError, BackendFiles
 
 __all__ = ["LockMirror"]
 
@@ -65,10 +65,9 @@ _WAIT = 60.0
 """Seconds a check waits for another one using the same host folder."""
 _WRITTEN = b"provgraph-written\n"
 _MOVED = b"provgraph-moved\n"
-_IDENTITY = "%y\\t%s\\t%T@\\t%C@\\t%i"
 _REPLACE_SCRIPT = (
     'cd -- "$1" || exit 4\n'
-    f"now=$(find {LOCK_NAME} -maxdepth 0 -printf '{_IDENTITY}' 2>/dev/null)\n"
+    f"now=$(find {LOCK_NAME} -maxdepth 0 -printf '{IDENTITY_FIELDS}' 2>/dev/null)\n"
     'if [ "$now" != "$3" ]; then\n'
     '  rm -f -- "$2"\n'
     f"  printf 'provgraph-moved\\n%s\\n' \"$now\"\n"
@@ -77,7 +76,7 @@ _REPLACE_SCRIPT = (
     "fi\n"
     f'mv -f -- "$2" {LOCK_NAME} || exit 6\n'
     "printf 'provgraph-written\\n'\n"
-    f"exec find {LOCK_NAME} -maxdepth 0 -printf '{_IDENTITY}'\n"
+    f"exec find {LOCK_NAME} -maxdepth 0 -printf '{IDENTITY_FIELDS}'\n"
 )
 """Rename the temporary file ($2) over the lock if the lock still has the identity $3
 (empty: no lock); else print the lock's identity and bytes, for a merge."""
