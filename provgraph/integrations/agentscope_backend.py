@@ -1,13 +1,10 @@
 """A memory folder read through an AgentScope backend (a Docker, E2B or bubblewrap sandbox, a custom store).
 
-Every backend call is a round trip, so the number of calls decides how long a check takes.
-With a POSIX shell (every sandbox AgentScope ships has one), one ``find`` lists the whole
-folder with each file's type, size, times and inode, and one ``tar`` reads every file whose
-metadata moved: an unchanged folder costs one call.  Without a shell, files are read one by
-one through ``list_dir``/``read_file``.  A listing counts only when it ends with its end
-marker (else ``BackendError``, rather than a folder taken for empty, which would forget
-every stamp); every call has a deadline; only regular files are read.  AgentScope is
-imported only for its types.
+Every backend call is a round trip, so with a POSIX shell one ``find`` lists the whole
+folder with each file's stat, and one ``tar`` reads every file whose stat moved; without
+one, files are read one by one through ``list_dir``/``read_file``.  A listing counts only
+when it ends with its end marker (else ``BackendError``: a folder taken for empty would
+forget every stamp); every call has a deadline; only regular files are read.
 """
 
 from __future__ import annotations
@@ -36,20 +33,17 @@ _END = "provgraph-end"
 IDENTITY_FIELDS = "%y\\t%s\\t%T@\\t%C@\\t%i"
 """How ``find -printf`` prints an entry's type, size, times and inode: what tells one file from another."""
 _FIELDS = IDENTITY_FIELDS + "\\t%P\\0"
-_LIST_SCRIPT = (
+_LIST_SCRIPT = (  # list the folder (hidden entries pruned), then an end marker with find's status
     'cd -- "$1" 2>/dev/null || { [ -e "$1" ] && exit 3; exit 4; }\n'
     f"find . -mindepth 1 -name '.*' -prune -o -printf '{_FIELDS}'\n"
     f"printf '{_END}\\t%s\\0' \"$?\"\n"
 )
-"""List the folder (hidden entries pruned) and end with a marker carrying find's status."""
 _STAT_SCRIPT = f"cd -- \"$1\" && shift && find \"$@\" -maxdepth 0 -printf '{_FIELDS}'; printf '{_END}\\t0\\0'\n"
 _READ_SCRIPT = 'cd -- "$1" && shift && exec tar -cf - "$@"\n'
 _MISSING_FOLDER = 4
 _NO_SHELL = (126, 127)
-_ARGUMENT_BYTES = 100_000
-"""Paths passed to one read command at most: far below any system's argument limit."""
-_CONCURRENCY = 16
-"""Per-file calls in flight at once for a backend without a shell."""
+_ARGUMENT_BYTES = 100_000  # paths passed to one read command at most: far below any system's limit
+_CONCURRENCY = 16  # per-file calls in flight at once for a backend without a shell
 
 
 class Companion(Protocol):
@@ -84,13 +78,12 @@ class BackendFiles:
         timeout: float = DEFAULT_BACKEND_TIMEOUT,
     ) -> None:
         self.backend, self.folder, self.loop, self.timeout = backend, folder, loop, timeout
-        self.calls = 0
+        self.calls = self._walk_started_ns = 0
         self.trusts_stat = self.has_shell = True
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
         self._listed: dict[str, tuple[str, FileMeta]] = {}
         self._previous: dict[str, FileMeta] = {}
-        self._walk_started_ns = 0
         self._records: list[bytes] = []
         self.companion: Companion | None = None
 
@@ -112,12 +105,9 @@ class BackendFiles:
         listed = (
             self._listed.get(path) if self.has_shell and not _hidden(path) else self._run(lambda: self._stat_one(path))
         )
-        if listed is None:
-            return None
-        kind, meta = listed
-        if kind != "f":
+        if listed is not None and listed[0] != "f":
             raise NotRegular(path)
-        return meta
+        return None if listed is None else listed[1]
 
     def read(self, path: str, limit: int | None = None) -> bytes:
         content = self._content.get(path)
@@ -195,15 +185,15 @@ class BackendFiles:
         return entries
 
     async def _stat_one(self, path: str) -> tuple[str, FileMeta] | None:
-        if not self.has_shell:
-            return await self._stat_without_shell(path)
-        result = await self._sh(_STAT_SCRIPT, "./" + path)
-        records = result.stdout.split(b"\0")
-        if _end_status(records) is None:
-            if result.exit_code in _NO_SHELL:
-                return await self._stat_without_shell(path)
-            raise BackendError(f"looking at {path} did not complete ({_why(result)})")
-        return _entries(records[:-2]).get(path)
+        if self.has_shell:
+            result = await self._sh(_STAT_SCRIPT, "./" + path)
+            records = result.stdout.split(b"\0")
+            if _end_status(records) is not None:
+                return _entries(records[:-2]).get(path)
+            if result.exit_code not in _NO_SHELL:
+                raise BackendError(f"looking at {path} did not complete ({_why(result)})")
+        meta = await self._fetch(path)  # without a shell: read it
+        return None if meta is None else ("f", meta)
 
     def _worth_reading(self, found: dict[str, FileMeta]) -> list[str]:
         """Files whose metadata moved since the last walk, or moved so recently that equal metadata proves nothing."""
@@ -247,8 +237,7 @@ class BackendFiles:
         return found, problems
 
     async def _confirm_empty(self) -> None:
-        """An empty listing counts only when the folder exists and a second, plain listing is
-        empty too (``list_dir`` answers a failure with an empty list)."""
+        """An empty listing counts when the folder exists and a plain listing is empty too."""
         if not await self._call(self.backend.is_dir(self.folder)):
             raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
         if await self._call(self.backend.list_dir(self.folder)):
@@ -258,10 +247,6 @@ class BackendFiles:
         for outcome in await _gather_bounded([self._fetch(path) for path in paths]):
             if isinstance(outcome, BackendError):
                 raise outcome
-
-    async def _stat_without_shell(self, path: str) -> tuple[str, FileMeta] | None:
-        meta = await self._fetch(path)
-        return None if meta is None else ("f", meta)
 
     async def _fetch(self, path: str) -> FileMeta | None:
         """Read one file and its mtime; None when it does not exist."""
@@ -282,8 +267,7 @@ class BackendFiles:
         return FileMeta(len(content), mtime_ns, 0, 0)
 
     def _relative(self, entry: str) -> str | None:
-        """A listed entry (absolute, under the folder as given, or relative to it) as a
-        root-relative POSIX path, or None when it is not a visible ``*.md`` file."""
+        """A listed entry as a root-relative POSIX path; None unless it is a visible ``*.md`` file."""
         path = self.backend.normpath(entry)
         if path.startswith(self._prefix):
             path = path[len(self._prefix) :]
