@@ -1,10 +1,9 @@
-"""The inotify watch that tells a long-running process (the AgentScope middleware) that
-nothing in a memory folder changed, for the price of one non-blocking ``read``: the kernel
-queues an event inside the very system call that changes a watched folder.  Watched: every
-folder a walk enters, the state folder and the lock's folder, each armed before the walk it
-vouches for; each check also stats the memory and state folders (a symbolic link above
-them, re-pointed, sends no event into them).  Any ``Doubt`` means ``Memory.refresh()``.
-inotify (the ``watch`` extra) is imported only here.
+"""The inotify watch that tells the AgentScope middleware that nothing in a memory folder
+changed, for one non-blocking ``read``: the kernel queues an event inside the very system
+call that changes a watched folder.  Watched: every folder a walk enters, the state folder
+and the lock's folder, armed before the walk they vouch for; each check also stats the
+memory and state folders (a symbolic link above them, re-pointed, sends no event into them).
+Any ``Doubt`` means ``Memory.refresh()``.  inotify is the ``watch`` extra, imported only here.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from .clock import current
 from .errors import log_warning
@@ -32,14 +31,12 @@ __all__ = ["MAX_FOLDERS", "Doubt", "FolderWatch", "WatchTargets", "WatchedRefres
 
 MAX_FOLDERS = 4096
 """Folders watched at most: above this, a walk is cheaper to keep than thousands of watches."""
-RETRY_SECONDS = 30.0
-"""After the system refused a watch (its limits), how long to walk before trying again."""
+RETRY_SECONDS = 30.0  # after the system refused a watch (its limits), how long to walk before trying again
 LOCAL_FILE_SYSTEMS = frozenset(
     {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "jfs", "reiserfs", "zfs", "bcachefs"}
     | {"nilfs2", "overlay"}
 )
-"""File systems whose every change goes through this machine's kernel, so inotify sees it
-(network and FUSE file systems change elsewhere too)."""
+"""File systems whose every change goes through this machine's kernel (unlike network and FUSE ones)."""
 
 # inotify's event bits (linux/inotify.h): the values are the kernel's ABI.
 _MODIFY, _ATTRIB, _CLOSE_WRITE = 0x2, 0x4, 0x8
@@ -50,8 +47,7 @@ _ARRIVED = _CREATE | _MOVED_TO
 _SHAPE_CHANGED = _ARRIVED | _DELETE | _MOVED_FROM
 _FOLDER_MASK = _MODIFY | _ATTRIB | _CLOSE_WRITE | _SHAPE_CHANGED | _DELETE_SELF | _MOVE_SELF | _ONLYDIR | _DONT_FOLLOW
 """Every change of an entry's content, metadata or name, and of the folder itself (not reads)."""
-_LOST = _DELETE_SELF | _MOVE_SELF | _UNMOUNT | _Q_OVERFLOW | _IGNORED
-"""The watches no longer cover what they did: watch again."""
+_LOST = _DELETE_SELF | _MOVE_SELF | _UNMOUNT | _Q_OVERFLOW | _IGNORED  # the watches no longer cover it
 _READ_SIZE = 65536
 
 
@@ -107,19 +103,8 @@ class _Refused(Exception):
     """Arming stopped: the watch cannot vouch for the folder (the ``Doubt`` is its argument)."""
 
 
-class _Folder(NamedTuple):
-    """A watched folder: its real path, and whether it is part of the memory tree."""
-
-    path: str
-    in_tree: bool
-
-
 class FolderWatch:
-    """inotify watches over a memory folder, its state folder and its lock's folder.
-
-    ``quiet()`` says whether nothing that matters changed since the last walk it vouched
-    for; ``before_walk()`` and ``after_walk()`` frame each walk.  Not thread-safe.
-    """
+    """inotify watches over a memory folder, its state folder and its lock's folder; not thread-safe."""
 
     def __init__(self, targets: WatchTargets) -> None:
         self.given = targets
@@ -130,12 +115,11 @@ class FolderWatch:
         self.doubt: Doubt | None = self._permanent
         """Why the last walk could not be vouched for (None when it was, or before any)."""
         self._inotify: _Inotify | None = None
-        self._folders: dict[int, _Folder] = {}
-        self._shape: Doubt | None = None
-        """A doubt about the folder's shape (a link, a hard link, a mount), until the shape changes."""
+        self._folders: dict[int, str] = {}  # each watch's folder, by its descriptor
+        self._outside: set[int] = set()  # the watches of the state and lock folders outside the tree
+        self._shape: Doubt | None = None  # a link, hard link or mount: a doubt until the shape changes
         self._rearm, self._vouched = True, False
-        self._retry: tuple[float, Doubt] | None = None
-        """When to try watching again after the system refused it, and why it refused."""
+        self._retry: tuple[float, Doubt] | None = None  # when to try again after a refusal, and why
 
     def quiet(self) -> bool:
         """True when the last walk was vouched for and no event since concerns the answer."""
@@ -174,7 +158,7 @@ class FolderWatch:
         if self._inotify is not None:
             self._inotify.close()
             self._inotify = None
-        self._folders, self._vouched, self._rearm = {}, False, True
+        self._folders, self._outside, self._vouched, self._rearm = {}, set(), False, True
 
     def _arm(self) -> None:
         self.close()
@@ -219,8 +203,7 @@ class FolderWatch:
             raise _Refused(shape)
 
     def _watch_tree(self, top: str) -> Doubt | None:
-        """Watch ``top`` and every folder below it a walk enters, each before it is listed (an
-        entry made between the two is listed or an event); the first doubt about its shape."""
+        """Watch every folder a walk enters, each before it is listed; the first doubt about its shape."""
         device = os.stat(top).st_dev
         pending, doubt = [top], None
         while pending:
@@ -261,11 +244,12 @@ class FolderWatch:
             if error.errno in (errno.ENOTDIR, errno.ENOENT, errno.EACCES):
                 return  # not a folder (any more), or unreadable: the walk cannot enter it either
             raise _Refused(Doubt.LIMIT) from None  # ENOSPC, ENOMEM: the system's limits
-        self._folders[descriptor] = _Folder(folder, in_tree)
+        self._folders[descriptor] = folder
+        if not in_tree:
+            self._outside.add(descriptor)
 
     def _changed(self, *, during_walk: bool) -> bool:
-        """Whether an event queued now (read without waiting) concerns the answer; re-arms
-        when the watches no longer cover the folder."""
+        """Whether an event queued now (read without waiting) concerns the answer."""
         assert self._inotify is not None
         chunks = []
         try:
@@ -277,18 +261,16 @@ class FolderWatch:
             return False
         from inotify_simple import parse_events  # type: ignore[import-untyped,unused-ignore]
 
-        changed = False
-        for event in parse_events(b"".join(chunks)):
-            changed = self._concerns(event.wd, event.mask, event.name, during_walk) or changed
-        return changed
+        events = parse_events(b"".join(chunks))  # each taken in (a list, not a generator): any may re-arm
+        return any([self._concerns(event.wd, event.mask, event.name, during_walk) for event in events])
 
     def _concerns(self, descriptor: int, mask: int, name: str, during_walk: bool) -> bool:
         folder = self._folders.get(descriptor)
         if mask & _LOST or folder is None:
             self._rearm = True
             return True
-        is_lock = name == LOCK_NAME and folder.path == self.targets.lock_folder
-        if not folder.in_tree or is_lock:
+        is_lock = name == LOCK_NAME and folder == self.targets.lock_folder
+        if descriptor in self._outside or is_lock:
             return is_lock or not during_walk  # the cache's files count unless the walk wrote them
         if name.startswith("."):
             if name == STATE_DIR and mask & _SHAPE_CHANGED:
@@ -297,7 +279,7 @@ class FolderWatch:
         if self._shape is not None and mask & _SHAPE_CHANGED or mask & _ISDIR and mask & _ATTRIB:
             self._rearm = True  # the shape changed: look at it again; or a folder may have become readable
         elif mask & _ARRIVED:
-            self._arrived(os.path.join(folder.path, name), bool(mask & _ISDIR))
+            self._arrived(os.path.join(folder, name), bool(mask & _ISDIR))
         return True
 
     def _arrived(self, path: str, is_folder: bool) -> None:
@@ -320,8 +302,7 @@ class WatchedRefresh:
     changed: that report with ``scanned_at`` set to ``now``, as a refresh would give it."""
 
     def __init__(self, open_memory: Callable[[Callable[[str], None]], Memory]) -> None:
-        """``open_memory(warn)`` makes the ``Memory`` whose warnings go to ``warn`` (a walk
-        that warned is not vouched for)."""
+        """``open_memory(warn)`` makes the ``Memory`` whose warnings go to ``warn`` (they void a walk)."""
         self._warnings = 0
         memory = self.memory = open_memory(self._warn)
         self.watch = FolderWatch(WatchTargets(str(memory.root), str(memory.state_path), str(memory.lock_path.parent)))
@@ -354,8 +335,7 @@ class WatchedRefresh:
 
 
 def _as_of(report: Report, now: datetime) -> Report:
-    """``dataclasses.replace(report, scanned_at=now)``, spelt out: ``replace`` looks the
-    fields up on every call the watch answers."""
+    """``dataclasses.replace(report, scanned_at=now)`` spelt out: cheaper, on every call the watch answers."""
     return Report(report.root, now, report.file_count, report.edges, report.stale, report.cycles, report.problems)
 
 
@@ -395,8 +375,7 @@ def _entry_doubt(path: str, info: os.stat_result, root: str) -> Doubt | None:
 
 
 def _link_stays(path: str, root: str) -> bool:
-    """Whether every step of a symbolic link's chain (at most 40), and where it ends, lies in
-    watched folders of ``root``: then re-pointing any step is an event."""
+    """Whether every step of a link's chain (at most 40), and its end, lie in watched folders of ``root``."""
     current = path
     for _ in range(40):
         folder = os.path.realpath(os.path.dirname(current))
