@@ -1,10 +1,7 @@
-"""The lock and the cache of one memory root, read and written under one exclusive lock.
-
-The lock (``provgraph.lock``, ``store.lock``) holds the stamps, committed and synced with
-the memory; the cache (``store.cache``) may be deleted at any time.  Writes are atomic and
-every read-modify-write happens under an exclusive ``flock``, so concurrent processes
-never lose each other's stamps.  A lock or cache that cannot be read is moved aside, never
-deleted, with one warning.
+"""The lock (the stamps, committed and synced with the memory) and the disposable cache of
+one memory root.  Writes are atomic and every read-modify-write happens under an exclusive
+``flock``, so concurrent processes never lose each other's stamps.  A lock or cache that
+cannot be read is moved aside, never deleted, with one warning.
 """
 
 from __future__ import annotations
@@ -34,15 +31,12 @@ from .lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, en
 __all__ = ["LOCK_NAME", "STATE_DIR", "StateError", "StateStore", "lock_bytes"]
 
 STATE_DIR = ".provgraph"
-FLOCK_NAME = "flock"
-"""The file whose ``flock`` is the root's exclusive lock (it holds no data)."""
-ROOT_NAME = "root"
-"""In a ``--state`` folder: the memory root it belongs to."""
+FLOCK_NAME = "flock"  # the file whose flock is the root's exclusive lock (it holds no data)
+ROOT_NAME = "root"  # in a --state folder: the memory root it belongs to
 
 
 class StateError(ProvgraphError):
-    """The state cannot be read or written (permissions, full disk, ...): ``path`` is the file
-    or folder concerned, the message one sentence that names it and says what to do."""
+    """The state cannot be read or written (permissions, full disk, ...) at ``path``."""
 
     def __init__(self, path: str | os.PathLike[str], message: str) -> None:
         super().__init__(message)
@@ -54,21 +48,15 @@ class _Transaction(threading.local):
 
     folders: Folders | None = None
     exclusive = False
-    lock_bytes: bytes | None = None
-    """The lock as this transaction read it: it is rewritten only when it changes."""
-    as_locked: dict[str, Derivation] | None = None
-    """The stamps as loaded, when the lock holds exactly their encoding."""
-    migrating = False
-    """A ``state.json`` of the first releases was read: set it aside once the lock is written."""
+    lock_bytes: bytes | None = None  # the lock as read: it is rewritten only when it changes
+    as_locked: dict[str, Derivation] | None = None  # the stamps as loaded, when the lock is their encoding
+    migrating = False  # a first-layout state.json was read: set it aside once the lock is written
 
 
 class StateStore:
-    """The lock and the cache of one root, with the exclusive lock that guards them.
-
-    By default the lock is ``ROOT/provgraph.lock`` and the cache folder ``ROOT/.provgraph/``;
+    """The lock (``ROOT/provgraph.lock``) and the cache (in ``ROOT/.provgraph/``) of one root;
     with ``folder`` (``--state``) both live there, and it records its root.  ``settings``
-    are the reading settings, part of the cache's key.
-    """
+    are the reading settings, part of the cache's key."""
 
     def __init__(
         self,
@@ -84,10 +72,8 @@ class StateStore:
         self.settings = settings
         self._warn = warn or log_warning
         self._tx = _Transaction()
-        self._kept: tuple[tuple[int, ...], Cache] | None = None
-        """The cache last read or written, with the stat of its file: read again only when that changed."""
-        self._proven: tuple[FileMeta, str] | None = None
-        """A lock's stat and sha256, hashed once its times were out of the racy window."""
+        self._kept: tuple[tuple[int, ...], Cache] | None = None  # the cache last read or written, by its stat
+        self._proven: tuple[FileMeta, str] | None = None  # a lock's stat and sha256, hashed once settled
 
     @contextlib.contextmanager
     def locked(self, wait: float = 3600.0) -> Iterator[None]:
@@ -98,8 +84,9 @@ class StateStore:
             try:
                 descriptor = hold(folders.state, FLOCK_NAME, wait)
             except OSError as error:
-                path = os.path.join(self.state_path, FLOCK_NAME)
-                raise StateError(self.state_path, _cannot("lock", path, error)) from error
+                raise StateError(
+                    self.state_path, _cannot("lock", os.path.join(self.state_path, FLOCK_NAME), error)
+                ) from error
             try:
                 self._check_root(folders, write=True)
                 remove_temporaries(folders)
@@ -111,8 +98,7 @@ class StateStore:
 
     @contextlib.contextmanager
     def unlocked(self) -> Iterator[None]:
-        """Read without the lock (another process holds it; files are replaced whole): nothing
-        is written or set aside."""
+        """Read without the lock (files are replaced whole); nothing is written or set aside."""
         folders = self._open(create=False)
         try:
             if folders is not None:
@@ -158,8 +144,7 @@ class StateStore:
             raise StateError(self.state_path, _cannot("use the state folder", self.state_path, error)) from error
 
     def _refuse_memory_tree(self) -> None:
-        """A ``--state`` folder in the memory folder must be in ``.provgraph`` (else it could
-        overwrite a memory file)."""
+        """A ``--state`` folder in the memory folder must be in ``.provgraph`` (not over memory files)."""
         assert self.folder is not None
         if in_memory_tree(self.folder, self.root, STATE_DIR):
             raise StateError(
@@ -186,8 +171,7 @@ class StateStore:
             )
 
     def cache(self) -> Cache | None:
-        """The cache for this root and these settings, or None (none, another's, or damaged:
-        then set aside); read again only when its file changed since it was last read."""
+        """The cache for this root and settings (read again only when its file changed), or None."""
         folders = self._tx.folders
         if folders is None or folders.state < 0:
             return None
@@ -211,8 +195,7 @@ class StateStore:
         return cache
 
     def lock_unchanged(self, record: LockRecord | None) -> bool:
-        """Whether the lock on disk is the one ``record`` records (the same settled stat, or
-        the same sha256) with no sync tool's conflict copy beside it."""
+        """Whether the lock on disk is ``record``'s (same settled stat, or same sha256), with no sync copy."""
         folders = self._tx.folders
         if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
@@ -232,8 +215,7 @@ class StateStore:
         return True
 
     def stamps(self) -> dict[str, Derivation]:
-        """The stamps in the lock (or a first-layout ``state.json``), merged with any conflict
-        copy a sync tool left; damage is set aside."""
+        """The stamps in the lock (or a first-layout ``state.json``) and its sync copies; damage set aside."""
         tx = self._tx
         folders = tx.folders
         if folders is None:
@@ -367,8 +349,7 @@ class StateStore:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
     def _write(self, folders: Folders, target: int, name: str, data: list[bytes | memoryview], what: str) -> None:
-        """Replace a file atomically; all but the cache are synced to the disk (a torn cache
-        fails to decode and gives the full scan)."""
+        """Replace a file atomically, synced to the disk but for the cache (torn, it is not trusted)."""
         where = folders.path_of(target, name)
         try:
             write_file(folders, target, name, data, durable=name != CACHE_NAME)
