@@ -248,9 +248,10 @@ def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
     assert settings["hooks"]["PostToolUse"][0]["matcher"] == "Read|Write|Edit|MultiEdit"
     assert settings["hooks"]["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
     command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
-    assert command == f"provgraph hook claude-code {root}"
+    assert command == f"{shlex.quote(str(PROVGRAPH))} hook claude-code {root}"
     shown = re.search(r"<!-- claude-code-settings -->\n```json\n(.*?)```", README.read_text(), re.S)
-    assert shown is not None and json.loads(shown.group(1)) == settings
+    assert shown is not None
+    assert json.loads(shown.group(1).replace("/home/me/.venv/bin/provgraph", str(PROVGRAPH))) == settings
 
 
 def test_the_session_reads_stay_bounded(tmp_path) -> None:
@@ -320,7 +321,8 @@ def test_the_settings_carry_the_sources_heading_and_the_state(tmp_path) -> None:
     assert capped["hooks"]["SessionStart"][0]["hooks"][0]["command"].endswith(" --max-lines 5")
     heading_only = json.loads(hook(root, None, "--settings", "--sources-heading")[1])
     installed = heading_only["hooks"]["PostToolUse"][0]["hooks"][0]["command"]
-    assert shown is not None and installed == shown.group(1).replace("ROOT", shlex.quote(str(root)))
+    assert shown is not None
+    assert installed == shown.group(1).replace("ROOT", shlex.quote(str(root))).replace("provgraph", str(PROVGRAPH), 1)
 
 
 def test_the_commands_the_hook_prints_read_the_folder_as_the_hook_does(tmp_path) -> None:
@@ -363,11 +365,13 @@ def test_a_write_that_extends_a_declaration_adopts_the_new_source_and_never_rest
     )
 
 
-def test_the_suggestion_speaks_of_the_session_whose_reads_it_remembers(simple) -> None:
+def test_the_suggestion_speaks_of_the_reads_since_the_previous_write(simple) -> None:
     assert hook(simple.root, tool_use("Read", simple.path("prefs.md"))) == (0, "", "")
     simple.write("summary.md", "Summary.\n")
     _, out, _ = hook(simple.root, tool_use("Write", simple.path("summary.md")))
-    assert "summary.md declares no sources, but you read prefs.md earlier in this session." in context(out)
+    assert "summary.md declares no sources, but you read prefs.md before writing it, since your previous write." in (
+        context(out)
+    )
 
 
 @pytest.mark.parametrize("sent", [None, event("SessionStart"), "tool-use"])

@@ -191,7 +191,7 @@ def test_why_names_the_whole_chain_from_a_subfolder(simple, run) -> None:
 def test_why_on_a_file_that_does_not_exist_says_so(simple, run) -> None:
     code, out, err = run("why", "nothing-here.md", cwd=simple.root, now=at(1))
     assert (code, err) == (0, "")
-    assert out.startswith("nothing-here.md does not exist under ")
+    assert out.startswith("nothing-here.md does not exist in the memory folder")
 
 
 def test_why_on_a_fresh_file_says_so(simple, run) -> None:

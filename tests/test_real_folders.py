@@ -296,7 +296,6 @@ def test_a_run_without_the_option_that_wrote_the_lock_never_loses_a_stamp(tmp_pa
 # -- advice an agent can follow ---------------------------------------------------------------
 
 
-@issue_25("derived_from is suggested only for a new file, naming the files read since the previous write")
 def test_the_hook_suggests_lineage_only_for_a_new_file_and_only_from_what_was_read_for_it(tmp_path: Path) -> None:
     root = copied(CLAUDE, tmp_path)
     Memory(root).refresh()
