@@ -173,8 +173,7 @@ def _lineage(options: Options) -> int:
 
 
 def _stamp(options: Options) -> int:
-    """Exit 0 when every file is fresh afterwards; 2 when one names a source that does not
-    exist (nothing is recorded for it); 1 when one stays stale behind a stale source."""
+    """Exit 2 when a file names a source that does not exist (nothing recorded for it), 1 when one stays stale."""
     root, paths = _locate(options, options.files)
     memory = _open(options, root)
     report = memory.refresh(now=pinned_now())
@@ -186,10 +185,11 @@ def _stamp(options: Options) -> int:
     for path in stamped:
         count = sum(1 for edge in report.edges if edge.derived == path)
         print(f"stamped {render.safe_name(path)}: re-derived from {count} source{'s' * (count != 1)} as they are now")
-    behind = {path: explain(report, path).stale_sources for path in stamped if report.entry(path) is not None}
-    for path, upstream in behind.items():
-        names = ", ".join(map(render.safe_name, upstream))
-        print(f"{render.safe_name(path)} stays stale: it is derived from {names}, itself stale; stamp that first")
+    behind = {p: ", ".join(map(render.safe_name, explain(report, p).stale_sources)) for p in stamped if report.entry(p)}
+    for path, names in behind.items():
+        print(
+            f"{render.safe_name(path)} stays stale: it is derived from {names}, stale itself; re-derive, stamp it first"
+        )
     print(render.summary_line(report))
     return EXIT_ERROR if refused else EXIT_STALE if behind else EXIT_OK
 
@@ -236,8 +236,7 @@ def _answer_event(options: Options, data: bytes) -> None:
 
 
 def _hook_tool_use(options: Options, event: claude_code.HookEvent) -> None:
-    root = Path(os.path.abspath(options.root))
-    path = claude_code.memory_path(root, event.file_path) if event.file_path else None
+    path = claude_code.memory_path(Path(os.path.abspath(options.root)), event.file_path) if event.file_path else None
     if path is None or event.tool not in claude_code.WRITE_TOOLS | {claude_code.READ_TOOL}:
         return
     memory = _open(options)

@@ -40,7 +40,9 @@ def command_answer(run, workdir: Path, path: str, *options: str) -> str:
     assert out.endswith("\n") and "record_memory_rederivation" not in out and "list_stale_derived" not in out
     return (
         out[:-1]
-        .replace(f"record it with `provgraph stamp --root {root} FILE`", "call `record_memory_rederivation` with its path")
+        .replace(
+            f"record it with `provgraph stamp --root {root} FILE`", "call `record_memory_rederivation` with its path"
+        )
         .replace(f"run `provgraph status {root}`", "call `list_stale_derived_memories`")
     )
 

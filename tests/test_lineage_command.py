@@ -124,7 +124,10 @@ def test_lineage_is_bounded_in_lines_and_characters(chain, run) -> None:
 
 def test_why_and_lineage_word_a_file_outside_any_lineage_alike(chain, run) -> None:
     for path in ("MEMORY.md", "nowhere.md"):
-        why, lineage = run("why", path, cwd=chain.root, now=LATER)[1], run("lineage", path, cwd=chain.root, now=LATER)[1]
+        why, lineage = (
+            run("why", path, cwd=chain.root, now=LATER)[1],
+            run("lineage", path, cwd=chain.root, now=LATER)[1],
+        )
         assert why == lineage and why.count("\n") == 1
 
 

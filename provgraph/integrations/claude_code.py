@@ -13,10 +13,9 @@ and answers per event:
   the session, in provgraph's state folder, so that a later write can be
   told which sources to declare.
 
-A ``derived_from`` is suggested only for a ``Write`` (a new file, or one written
-whole again), naming the memory files read since the session's previous write:
-Claude Code gives a ``PostToolUse`` event no turn id, so the previous write is
-where the reads of a turn start.  An ``Edit`` adds to a file and gets none.
+A ``derived_from`` is suggested only for a ``Write`` (a new file, or all of one again),
+naming the memory files read since the session's previous write: a ``PostToolUse``
+event has no turn id, so the previous write is where a turn's reads start.
 
 Anything else gets no output.  A hook must never break the user's session:
 every event exits 0, with at most one line on stderr (input that is not a hook
@@ -208,14 +207,13 @@ RECORD_WAIT = 1.0
 class SessionReads:
     """The memory files each recent session read and wrote, in one small file beside provgraph's state.
 
-    Each hook is a process of its own, so the reads are kept on disk between a
-    ``Read`` and the ``Write`` that follows, in order with the session's writes: a
-    write is made from what was read since the previous one.  The file stays small:
-    sessions untouched for ``max_age`` seconds are dropped, only the ``max_sessions``
-    most recent are kept, each with its ``max_reads`` latest reads and writes.  It is rewritten
-    whole under a lock, by the rules of the store's own files (a real folder,
-    ``O_NOFOLLOW``, regular files only); the lock is waited for ``wait`` seconds at
-    most, since the reads only feed suggestions and a hook must never hang.
+    Each hook is a process of its own, so a session's reads and writes are logged on
+    disk, in order: a write is made from what was read since the previous one.  The
+    file stays small: sessions untouched for ``max_age`` seconds are dropped, only the
+    ``max_sessions`` most recent are kept, each with its ``max_reads`` latest events.
+    It is rewritten whole under a lock, by the rules of the store's own files (a real
+    folder, ``O_NOFOLLOW``, regular files only); the lock is waited for ``wait`` seconds
+    at most, since the reads only feed suggestions and a hook must never hang.
     """
 
     def __init__(
