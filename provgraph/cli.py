@@ -176,7 +176,7 @@ def _stamp(options: Options) -> int:
     """Exit 2 when a file names a source that does not exist (nothing recorded for it), 1 when one stays stale."""
     root, paths = _locate(options, options.files)
     memory = _open(options, root)
-    report = memory.refresh(now=pinned_now())
+    report = _open(options, root, lambda message: None).refresh(now=pinned_now())  # the stamp warns, and fails
     refused = {path: missing for path in sorted(set(paths)) if (missing := missing_sources(report, path))}
     for path, missing in refused.items():
         print(f"provgraph: error: {refusal_text(path, missing, 'run this command again')}", file=sys.stderr)
@@ -282,7 +282,7 @@ def _printed_options(options: Options) -> tuple[str, ...]:
     return command_options(options.state, _sources_heading(options))
 
 
-def _open(options: Options, root: Path | None = None) -> Memory:
+def _open(options: Options, root: Path | None = None, warn: Callable[[str], None] = _warn) -> Memory:
     folder = root if root is not None else options.root
     if not os.path.isdir(folder):
         raise UsageError(f"memory root {Path(folder)} is not a folder")
@@ -290,7 +290,7 @@ def _open(options: Options, root: Path | None = None) -> Memory:
     return Memory(
         folder,
         state=options.state,
-        warn=_warn,
+        warn=warn,
         progress=progress,
         sources_heading=_sources_heading(options),
         trust_cache=not options.no_cache,

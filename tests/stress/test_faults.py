@@ -122,7 +122,8 @@ elif point == "after-rename":
     rename = os.rename
     def renamed(*args, **options):
         rename(*args, **options)
-        pause()
+        if os.fspath(args[1]).endswith("provgraph.lock"):  # the lock's own write, not the cache's
+            pause()
     os.rename = renamed
 else:  # mid-write: the temporary file holds half of the new lock when the process dies
     fdopen = os.fdopen
