@@ -34,6 +34,7 @@ __all__ = [
     "frontmatter_incomplete",
     "read_frontmatter",
     "split_entries",
+    "value_entries",
 ]
 
 FRONTMATTER_LIMIT = 64 * 1024
@@ -46,6 +47,10 @@ _NESTING = re.compile(r"[\"'\[\]()<>]")
 _ITEM = re.compile(r"( *)- (.*)")
 _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 _WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
+_ANY_LINK = re.compile(r"!?\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\((?:[^()\n]|\([^()\n]*\))*\)")
+"""A wiki link (``[[a]]``, ``![[a|alias]]``) or a Markdown link (``[text](a.md "title")``)."""
+_FILE_NAME = re.compile(r"(?!.*[:;] )\S+(?: \S+){0,2}\.[A-Za-z][A-Za-z0-9]{0,7}")
+"""A name with an extension, in at most three words and no clause (``b.md``, ``my facts.md``)."""
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
 _FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
 _NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
@@ -503,7 +508,7 @@ def _common_value(value: str, text: str) -> tuple[str, ...] | None:
         entries = tuple([name.strip() for name in listed.split(",")])
         shown = entries if inline else (value,)
         return entries if all(map(_NEVER_TYPED.search, shown)) else None
-    entries = tuple(found.strip() for found in _FOUND_ENTRY.findall(listed))
+    entries = tuple([found.strip() for found in _FOUND_ENTRY.findall(listed)]) if inline else value_entries(value)
     if (inline or value.startswith("[")) and not _plain_lines_before(text):
         return None  # a value YAML refuses: the lines above decide how it is read
     return entries
@@ -575,24 +580,24 @@ def _entries_from_value(value: object, written: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        return split_entries(value)
+        return value_entries(value)
     if isinstance(value, list):
-        return tuple(_entry_from_item(item, written) for item in value)
+        return tuple(entry for item in value for entry in _item_entries(item, written))
     raise _NotStrings(_type_name(value))
 
 
-def _entry_from_item(item: object, written: str) -> str:
-    """A string, or an unquoted ``[[name]]`` that YAML read as a list in a list:
-    a wiki link when the declaration holds exactly that text."""
+def _item_entries(item: object, written: str) -> tuple[str, ...]:
+    """A list item's entries: a string (``_listed``), or an unquoted ``[[name]]`` that YAML
+    read as a list in a list: a wiki link when the declaration holds exactly that text."""
     if isinstance(item, str):
-        return item.strip()
+        return _listed(item.strip())
     inner = item
     if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], list):
         inner = inner[0]
     if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], str):
         link = f"[[{inner[0]}]]"
         if link in written:
-            return link
+            return (link,)
     raise _NotStrings(f"a list holding {_type_name(item)}")
 
 
@@ -606,16 +611,51 @@ def _entries_from_lines(key_lines: list[str]) -> tuple[str, ...]:
     value = _strip_comment(key_lines[0][len(_KEY) :]).strip()
     if _WIKI_ONLY.fullmatch(value):
         return split_entries(value)
-    if value.startswith("[") and value.endswith("]"):
-        return split_entries(value[1:-1])
+    if _flow_list(value):
+        return tuple(entry for item in split_entries(value[1:-1]) for entry in _listed(item))
     if value:
-        return split_entries(value)
+        return value_entries(value)
     items = []
     for line in key_lines[1:]:
         stripped = line.strip()
         if stripped.startswith("-"):
-            items.append(_unquote(_strip_comment(stripped[1:]).strip()))
+            items += _listed(_unquote(_strip_comment(stripped[1:]).strip()))
     return tuple(items)
+
+
+def _flow_list(value: str) -> bool:
+    """``[a, b]``: a value whose first bracket closes at its end (``[[a]] and [[b]]`` is none)."""
+    depth = 0
+    for index, char in enumerate(value):
+        depth += (char == "[") - (char == "]")
+        if depth < 1:
+            return index == len(value) - 1 and index > 0
+    return False
+
+
+def value_entries(value: str) -> tuple[str, ...]:
+    """The entries one written value declares: its links and the file names listed beside
+    them (``linked_entries``) when it holds a link, else its comma-separated parts."""
+    return _linked_entries(value) or split_entries(value)
+
+
+def _listed(item: str) -> tuple[str, ...]:
+    """The entries of one list item: its links and the names beside them, or the item itself."""
+    return _linked_entries(item) or (item,)
+
+
+def _linked_entries(value: str) -> tuple[str, ...]:
+    """The wiki and Markdown links ``value`` holds, in order, and the parts of it between
+    commas that are file names (``[[a]], b.md``); the prose around them is not lineage:
+    ``[[a]] adds telemetry, battery, and more`` declares ``[[a]]`` alone.  Nothing for a
+    value that holds no link."""
+    if "[" not in value or _ANY_LINK.search(value) is None:
+        return ()
+    return tuple(
+        entry
+        for part in split_entries(value)
+        for entry in (_ANY_LINK.findall(part) or ((part,) if _FILE_NAME.fullmatch(part) else ()))
+    )
 
 
 def split_entries(value: str) -> tuple[str, ...]:
