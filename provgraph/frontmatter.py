@@ -13,13 +13,15 @@ Pure functions: bytes in, a ``Declaration`` out.  The reader tries, in order:
    description, an unquoted Markdown link), the lines themselves, the way
    agent memory middlewares read frontmatter.
 
-``derived_from`` may also sit under a top-level ``metadata:`` mapping.  What the
-body declares, and how entries resolve to files, is ``declarations``' business.
+``derived_from`` may also sit under a top-level ``metadata:`` mapping; a value that
+holds links declares those links (``value_entries``).  What the body declares, and how
+entries resolve to files, is ``declarations``' business.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -33,7 +35,6 @@ __all__ = [
     "Declaration",
     "frontmatter_incomplete",
     "read_frontmatter",
-    "split_entries",
     "value_entries",
 ]
 
@@ -48,9 +49,9 @@ _ITEM = re.compile(r"( *)- (.*)")
 _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 _WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
 _ANY_LINK = re.compile(r"!?\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\((?:[^()\n]|\([^()\n]*\))*\)")
-"""A wiki link (``[[a]]``, ``![[a|alias]]``) or a Markdown link (``[text](a.md "title")``)."""
-_FILE_NAME = re.compile(r"(?!.*[:;] )\S+(?: \S+){0,2}\.[A-Za-z][A-Za-z0-9]{0,7}")
-"""A name with an extension, in at most three words and no clause (``b.md``, ``my facts.md``)."""
+_FILE_NAME = re.compile(r"\A(?!.*[:;] )\S+(?: \S+){0,2}\.[A-Za-z][A-Za-z0-9]{0,7}\Z")
+"""A wiki or Markdown link (``![[a|alias]]``, ``[t](a.md "title")``); a whole name with an
+extension, in three words at most and no clause (``my facts.md``)."""
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
 _FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
 _NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
@@ -587,13 +588,11 @@ def _entries_from_value(value: object, written: str) -> tuple[str, ...]:
 
 
 def _item_entries(item: object, written: str) -> tuple[str, ...]:
-    """A list item's entries: a string (``_listed``), or an unquoted ``[[name]]`` that YAML
-    read as a list in a list: a wiki link when the declaration holds exactly that text."""
+    """A list item's entries: a string's (``value_entries``), or an unquoted ``[[name]]``
+    that YAML read as a list in a list: a wiki link when the declaration holds that text."""
     if isinstance(item, str):
-        return _listed(item.strip())
-    inner = item
-    if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], list):
-        inner = inner[0]
+        return value_entries(item.strip(), item=True)
+    inner = item[0] if isinstance(item, list) and len(item) == 1 and isinstance(item[0], list) else item
     if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], str):
         link = f"[[{inner[0]}]]"
         if link in written:
@@ -612,50 +611,34 @@ def _entries_from_lines(key_lines: list[str]) -> tuple[str, ...]:
     if _WIKI_ONLY.fullmatch(value):
         return split_entries(value)
     if _flow_list(value):
-        return tuple(entry for item in split_entries(value[1:-1]) for entry in _listed(item))
+        return tuple(entry for item in split_entries(value[1:-1]) for entry in value_entries(item, item=True))
     if value:
         return value_entries(value)
-    items = []
+    items: list[str] = []
     for line in key_lines[1:]:
         stripped = line.strip()
         if stripped.startswith("-"):
-            items += _listed(_unquote(_strip_comment(stripped[1:]).strip()))
+            items += value_entries(_unquote(_strip_comment(stripped[1:]).strip()), item=True)
     return tuple(items)
 
 
 def _flow_list(value: str) -> bool:
     """``[a, b]``: a value whose first bracket closes at its end (``[[a]] and [[b]]`` is none)."""
-    depth = 0
-    for index, char in enumerate(value):
-        depth += (char == "[") - (char == "]")
-        if depth < 1:
-            return index == len(value) - 1 and index > 0
-    return False
+    depths = itertools.accumulate((char == "[") - (char == "]") for char in value)
+    closed = next((index for index, depth in enumerate(depths) if depth < 1), 0)
+    return closed > 0 and closed == len(value) - 1
 
 
-def value_entries(value: str) -> tuple[str, ...]:
-    """The entries one written value declares: its links and the file names listed beside
-    them (``linked_entries``) when it holds a link, else its comma-separated parts."""
-    return _linked_entries(value) or split_entries(value)
-
-
-def _listed(item: str) -> tuple[str, ...]:
-    """The entries of one list item: its links and the names beside them, or the item itself."""
-    return _linked_entries(item) or (item,)
-
-
-def _linked_entries(value: str) -> tuple[str, ...]:
-    """The wiki and Markdown links ``value`` holds, in order, and the parts of it between
-    commas that are file names (``[[a]], b.md``); the prose around them is not lineage:
-    ``[[a]] adds telemetry, battery, and more`` declares ``[[a]]`` alone.  Nothing for a
-    value that holds no link."""
-    if "[" not in value or _ANY_LINK.search(value) is None:
-        return ()
-    return tuple(
-        entry
-        for part in split_entries(value)
-        for entry in (_ANY_LINK.findall(part) or ((part,) if _FILE_NAME.fullmatch(part) else ()))
-    )
+def value_entries(value: str, item: bool = False) -> tuple[str, ...]:
+    """The entries one written value (a scalar, or a list ``item``) declares: the wiki and
+    Markdown links it holds, in order, with the parts between commas that are file names
+    (``[[a]], b.md``), and no word of the prose around them (``[[a]] adds telemetry,
+    battery, and more`` declares ``[[a]]``); without a link, a scalar's comma-separated
+    parts or the item as written."""
+    if "[" in value and _ANY_LINK.search(value) is not None:
+        parts = split_entries(value)
+        return tuple(found for part in parts for found in _ANY_LINK.findall(part) or _FILE_NAME.findall(part))
+    return (value,) if item else split_entries(value)
 
 
 def split_entries(value: str) -> tuple[str, ...]:
