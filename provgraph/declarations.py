@@ -90,14 +90,19 @@ def _without_unfit(declared: Declaration, head: bytes, end: int) -> Declaration:
         return declared  # nearly always: a few cheap tests of each entry
     text = head[:end].decode("utf-8", "replace")
     key = max(text.find("derived_from"), 0)
-    refused = tuple(_bad_entry(_line_at(text, text.find(entry, key), key), entry, why) for entry, why in unfit.items())
+    refused = tuple(_bad_entry(_line_at(text, entry, key), entry, why) for entry, why in unfit.items())
     kept = tuple(entry for entry in declared.entries if entry not in unfit)
     return Declaration(kept, declared.derived_at, declared.problems + refused)
 
 
-def _line_at(text: str, position: int, otherwise: int) -> int:
-    """The line number (from 1) of ``position`` in ``text``, or of ``otherwise`` when it is -1."""
-    return text.count("\n", 0, position if position >= 0 else otherwise) + 1
+def _line_at(text: str, entry: str, key: int) -> int:
+    """The number (from 1) of the line of ``text`` that holds ``entry`` after ``key`` (where
+    ``derived_from`` starts), written as it is or with escapes; else the line of ``key``."""
+    for written in (entry, entry.encode("unicode_escape").decode("ascii")):
+        position = text.find(written, key)
+        if position >= 0:
+            return text.count("\n", 0, position) + 1
+    return text.count("\n", 0, key) + 1
 
 
 def _bad_entry(line: int, entry: str, why: str) -> tuple[ProblemKind, str]:
@@ -105,7 +110,6 @@ def _bad_entry(line: int, entry: str, why: str) -> tuple[ProblemKind, str]:
     return ProblemKind.BAD_ENTRY, f"line {line}: {why}: {shown!r}"
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SENTENCE_END = (".", "!", "?", ":", ";")
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
 
@@ -113,8 +117,9 @@ _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
 def unfit_name(entry: str) -> str | None:
     """Why ``entry`` cannot name a file, or None when it may.
 
-    No name holds a control character, and no file system takes a path part
-    over 255 bytes: for a link, its target is the name.  An entry that is no
+    No name holds a NUL character, and no file system takes a path part over
+    255 bytes: for a link, its target is the name (any other character may be
+    in a POSIX name, a newline or an escape code too).  An entry that is no
     link cannot name a file either when it reads as a sentence: two words or
     more that end with sentence punctuation (``.``, ``!``, ``?``, ``:``, ``;``)
     or hold a clause (``": "``, ``"; "``), or four words or more without a
@@ -126,8 +131,8 @@ def unfit_name(entry: str) -> str | None:
     if len(entry) < 64 and " " not in entry and entry.isprintable():
         return None  # nearly every entry: short, one word, nothing odd in it
     name = _named(entry)
-    if _CONTROL.search(name):
-        return "a control character, which no file name holds"
+    if "\x00" in name:
+        return "a NUL character, which no file name holds"
     if any(len(part.encode()) > 255 for part in name.split("/")):
         return "longer than any file name can be"
     if name is not entry:

@@ -48,10 +48,10 @@ _NESTING = re.compile(r"[\"'\[\]()<>]")
 _ITEM = re.compile(r"( *)- (.*)")
 _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 _WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
-_ANY_LINK = re.compile(r"!?\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\((?:[^()\n]|\([^()\n]*\))*\)")
+_ANY_LINK = re.compile(r"(?:!?\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\((?:[^()\n]|\([^()\n]*\))*\))(?!\.?\w)")
 _FILE_NAME = re.compile(r"\A(?!.*[:;] )\S+(?: \S+){0,2}\.[A-Za-z][A-Za-z0-9]{0,7}\Z")
-"""A wiki or Markdown link (``![[a|alias]]``, ``[t](a.md "title")``); a whole name with an
-extension, in three words at most and no clause (``my facts.md``)."""
+"""A wiki or Markdown link (``![[a|alias]]``, ``[t](a.md "title")``) that ends where a word
+does (``x [y](z).md`` is a name); a name with an extension, in three words at most."""
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
 _FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
 _NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
