@@ -71,8 +71,9 @@ def read_declaration(head: bytes, truncated: bool = False, sources_heading: str 
     if head.startswith(BOM):
         head = head[len(BOM) :]
     declared, body_start = read_frontmatter(head, truncated)
-    if declared.entries:
-        declared = _without_unfit(declared, head, body_start)
+    entries = declared.entries
+    if entries and (max(map(len, entries)) > 63 or " " in (joined := "".join(entries)) or "\x00" in joined):
+        declared = _without_unfit(declared, head, body_start)  # else short names of a word each
     found, refused = _from_body(head, body_start, sources_heading)
     if not found and not refused:
         return declared
@@ -85,13 +86,14 @@ _Refusals = tuple[tuple[ProblemKind, str], ...]
 def _without_unfit(declared: Declaration, head: bytes, end: int) -> Declaration:
     """The frontmatter's declaration without the entries that cannot name a file
     (``unfit_name``), each one a ``bad-entry`` problem naming the line that holds it."""
-    unfit = {entry: why for entry in declared.entries if (why := unfit_name(entry))}
+    entries = declared.entries
+    unfit = {entry: why for entry in entries if (why := unfit_name(entry))}
     if not unfit:
-        return declared  # nearly always: a few cheap tests of each entry
+        return declared
     text = head[:end].decode("utf-8", "replace")
     key = max(text.find("derived_from"), 0)
     refused = tuple(_bad_entry(_line_at(text, entry, key), entry, why) for entry, why in unfit.items())
-    kept = tuple(entry for entry in declared.entries if entry not in unfit)
+    kept = tuple(entry for entry in entries if entry not in unfit)
     return Declaration(kept, declared.derived_at, declared.problems + refused)
 
 
@@ -128,9 +130,9 @@ def unfit_name(entry: str) -> str | None:
     sentence is a slip of prose, where a name that is not there is a missing
     source.
     """
-    if len(entry) < 64 and " " not in entry and entry.isprintable():
-        return None  # nearly every entry: short, one word, nothing odd in it
     name = _named(entry)
+    if len(entry) < 64 and "\x00" not in entry and (" " not in entry or name is not entry):
+        return None  # nearly every entry: a short name of one word, or a short link
     if "\x00" in name:
         return "a NUL character, which no file name holds"
     if any(len(part.encode()) > 255 for part in name.split("/")):
