@@ -8,11 +8,12 @@ regenerates, hides or deletes a memory file.
 
 from __future__ import annotations
 
-from .api import Memory, NotDerived, RootError, find_root
-from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, ProblemKind, Relative, Report, StaleEntry
-from .state import StateError
-
 __version__ = "0.1.0"
+"""Defined before the imports below: the cache is keyed by it (``store.cache``)."""
+
+from .api import Memory, NotDerived, RootError, find_root  # noqa: E402
+from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, ProblemKind, Relative, Report, StaleEntry  # noqa: E402
+from .store.state import StateError  # noqa: E402
 
 __all__ = [
     "Cause",

@@ -1,24 +1,28 @@
 """The Python API: open a memory root, refresh, stamp, explain.
 
-``Memory`` ties the pipeline together: it takes the lock, loads the state,
-scans (or sees that nothing changed and reuses the last result), reconciles
-stamps, propagates, saves.  Every method that reads the clock takes ``now=``.
+``Memory`` ties the pipeline together, under the store's lock, along one path: walk
+and stat; then the last result when nothing changed (``incremental.unchanged``), the
+last result patched after a small change (``incremental.patch``), or a full scan that
+reconciles the stamps, propagates and saves.  A ``Memory`` keeps the cache it last read
+or wrote, so a refresh in a long-lived process reads the cache file again only when it
+changed.  Every method that reads the clock takes ``now=``.
 """
 
 from __future__ import annotations
 
 import os
-from _thread import _local as thread_local  # what threading.local is, without importing threading (~1 ms a run)
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from operator import attrgetter
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
-from . import nochange, queries
+from . import incremental, queries
 from .clock import current, wall_ns
-from .codec import Corrupt, RowsAsSeen
+from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
 from .lineage import children_of, find_cycles, propagate, to_networkx
@@ -30,24 +34,22 @@ from .model import (
     FileLineage,
     FileMeta,
     Problem,
+    ProblemKind,
     Relative,
     Report,
-    SourceState,
+    Snapshot,
     StaleEntry,
     broken_edges,
 )
-from .state import LOCK_NAME, STATE_DIR, State, StateError, StateStore, memory_files, memory_files_read
-from .statefolder import LockBusy
+from .render import safe_name
+from .scan import Rescan, scan
+from .stamps import reconcile_as_table
+from .store.cache import Cache, FileRow, Rows, Watched
+from .store.folder import LockBusy
+from .store.state import LOCK_NAME, STATE_DIR, StateError, StateStore
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pathlib import Path
-    from typing import Any
-
     import networkx as nx
-
-    from . import incremental
-    from .scan import Rescan, Seen
 
 
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
@@ -67,8 +69,6 @@ class RootError(ProvgraphError):
     """The memory root does not exist or is not a folder."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        from pathlib import Path  # only on an error: a refresh that goes well never makes a Path
-
         super().__init__(f"memory root {root} is not a folder")
         self.root = Path(root)
 
@@ -77,8 +77,6 @@ class NotDerived(ProvgraphError):
     """``stamp`` was asked to record a re-derivation of files that declare no sources."""
 
     def __init__(self, paths: tuple[str, ...]) -> None:
-        from .render import safe_name  # the message reaches a terminal: names escaped like every other line
-
         names = ", ".join(map(safe_name, paths))
         super().__init__(f"not a derived file (no derived_from in its frontmatter): {names}")
         self.paths = paths
@@ -125,48 +123,29 @@ class Memory:
         elif not trust_cache:
             files.trusts_stat = False
         self.files = files
-        self._store = StateStore(self._root, state, warn)
+        self._store = StateStore(self._root, state, warn, self._settings)
         self._warn = warn or log_warning
         self._progress = progress
-        self._last = thread_local()
-
-    # The folders as ``Path`` objects, made when asked for: the pipeline works on text, and a
-    # command that only refreshes never imports ``pathlib``.
+        self._known: _Known | None = None
 
     @property
     def root(self) -> Path:
         """The memory folder, absolute, with ``~`` expanded."""
-        from pathlib import Path
-
         return Path(self._root)
 
     @property
     def state_path(self) -> Path:
         """The folder of provgraph's own files: ``ROOT/.provgraph`` or ``state``."""
-        from pathlib import Path
-
         return Path(self._store.state_path)
 
     @property
     def lock_path(self) -> Path:
         """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
-        from pathlib import Path
-
         return Path(self._store.lock_path)
 
     def refresh(self, *, now: datetime | None = None) -> Report:
         """Scan the folder, update the stamps, and report what is stale."""
-        report, conditions = self._transaction(current(now), frozenset())
-        self._last.conditions = conditions if self.files.trusts_stat else None
-        return report
-
-    def _saved_conditions(self) -> nochange.Conditions | None:
-        """What the state saved (or reused) by this thread's last ``refresh`` records for the
-        no-change rule: while those conditions hold, a refresh gives that report again
-        (with its own ``now``).  None when nothing was saved (the lock was held by another
-        process), when a file changed while the scan read it, or when metadata proves
-        nothing (``trust_cache`` False)."""
-        return getattr(self._last, "conditions", None)
+        return self._transaction(current(now), frozenset())
 
     def stamp(self, paths: Iterable[str], *, now: datetime | None = None) -> Report:
         """Record that each derived file in ``paths`` was just re-derived from its sources.
@@ -175,7 +154,7 @@ class Memory:
         when one of them declares no sources.
         """
         wanted = frozenset(paths)
-        return self._transaction(current(now), wanted)[0]
+        return self._transaction(current(now), wanted)
 
     def explain(self, path: str, report: Report) -> Explanation:
         """What ``why`` prints: the file's sources, its causes and what derives from it.
@@ -206,7 +185,7 @@ class Memory:
         """The lineage as a networkx DiGraph (see ``lineage.to_networkx``)."""
         return to_networkx(report.edges, report.stale, report.cycles)
 
-    def _transaction(self, now: datetime, restamp: frozenset[str]) -> tuple[Report, nochange.Conditions | None]:
+    def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:
         """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
@@ -222,59 +201,86 @@ class Memory:
             f"the state in {self._store.state_path} is locked by another provgraph process; this answer is not saved"
         )
         with self._store.unlocked():
-            return self._run(now, restamp, save=False)[0], None
+            return self._run(now, restamp, save=False)
 
-    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> tuple[Report, nochange.Conditions | None]:
-        """Walk, reuse the last result when nothing changed, else scan, reconcile, save."""
+    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
+        """Walk and stat; then the last result when nothing changed, the last result
+        patched after a small change, or a full scan."""
         started_ns = wall_ns()
-        listing, walk_problems = self.files.walk()
-        handed_ns = getattr(self.files, "walked_ns", None)
-        started_ns = started_ns if handed_ns is None else min(started_ns, handed_ns)
-        walk_problems = sorted(set(walk_problems), key=attrgetter("row"))
-        # a walk handed over by the command's quick answer is one it found changed
-        unchanged = None if restamp or handed_ns is not None else self._unchanged(listing, tuple(walk_problems))
-        if unchanged is not None:
-            last, held = unchanged
-            return _with_hints(replace(last, root=self._root, scanned_at=now), listing), held
-        return self._rescan(listing, walk_problems, started_ns, now, restamp, save=save)
+        listing, found = self.files.walk()
+        walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
+        cache = self._store.cache()
+        if cache is not None and not restamp and self.files.trusts_stat:
+            known = self._known_of(cache)
+            if incremental.unchanged(
+                cache,
+                listing,
+                walk_problems,
+                cache.scan_started_ns - RACY_WINDOW_NS,
+                known.newest,
+                lambda: self._store.lock_unchanged(cache.lock),
+                self._look,
+            ):
+                return _with_hints(replace(known.report(self._root), root=self._root, scanned_at=now), listing)
+            if save and walk_problems == cache.walk_problems:
+                patched = self._patched(known, listing, started_ns, now)
+                if patched is not None:
+                    return patched
+        return self._rescan(cache, listing, walk_problems, started_ns, now, restamp, save=save)
+
+    def _known_of(self, cache: Cache) -> _Known:
+        """What this ``Memory`` worked out of ``cache`` before, while the store gives the same one."""
+        known = self._known
+        if known is None or known.cache is not cache:
+            known = self._known = _Known(cache, incremental.newest(cache.memory))
+        return known
+
+    def _patched(self, known: _Known, listing: dict[str, FileMeta], started_ns: int, now: datetime) -> Report | None:
+        """After a small change, the last result patched where the change reaches; None
+        when the change is not one a patch handles: the full scan answers."""
+        cache = known.cache
+        racy_mark = cache.scan_started_ns - RACY_WINDOW_NS
+        changed = incremental.changed_files(cache, listing, racy_mark)
+        if changed is None or cache.refused or not self._store.lock_unchanged(cache.lock):
+            return None
+        changed |= incremental.others_changed(cache, self._look, racy_mark)
+        lock = incremental.LockLines.of(self._store.lock_data(), cache.lock is not None and cache.lock.canonical)
+        if lock is None:
+            return None
+        rows = Rows(cache.rows)
+        rescan = Rescan(self.files, rows, racy_mark, listing, roots=self.roots, sources_heading=self.sources_heading)
+        try:
+            found = incremental.patch(cache, known.index(), lock, rescan, changed, now, self._root)
+        except (TypeError, ValueError, KeyError, IndexError):
+            return None  # a row that does not fit the last result: the full scan answers
+        if found is None:
+            return None
+        saved = self._store.save(None, incremental.patched_cache(cache, found, started_ns, listing), found.lock)
+        self._known = _Known(saved, incremental.newest(listing), found.report)
+        return _with_hints(found.report, listing)
 
     def _rescan(
         self,
+        cache: Cache | None,
         listing: dict[str, FileMeta],
-        walk_problems: list[Problem],
+        walk_problems: tuple[Problem, ...],
         started_ns: int,
         now: datetime,
         restamp: frozenset[str],
         *,
         save: bool,
-    ) -> tuple[Report, nochange.Conditions | None]:
+    ) -> Report:
         """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
-        if save and not restamp and self.files.trusts_stat and self._store.has_cache():
-            patched = self._patched(listing, tuple(walk_problems), started_ns, now)
-            if patched is not None:
-                return patched
-        from .scan import scan  # the no-change path above needs neither
-        from .stamps import reconcile_as_table
-
-        state = self._store.load()
-        racy_from_ns = state.scan_started_ns - RACY_WINDOW_NS
-        seen = state.seen if state.settings == self._settings else _without_declarations(state.seen)
-        remembered = {path: tuple(derivation.stamps) for path, derivation in state.derivations.items()}
-        snapshot = scan(
-            self.files,
-            seen,
-            racy_from_ns,
-            (listing, walk_problems),
-            self._progress,
-            remembered,
-            roots=self.roots,
-            sources_heading=self.sources_heading,
-        )
+        derivations = self._store.stamps()
+        remembered = {path: tuple(derivation.stamps) for path, derivation in derivations.items()}
+        walked = (listing, list(walk_problems))
+        racy_mark = (0 if cache is None else cache.scan_started_ns) - RACY_WINDOW_NS
+        snapshot = self._scan({} if cache is None else Rows(cache.rows), racy_mark, walked, remembered)
         not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
         if not_derived:
             raise NotDerived(not_derived)
-        derivations, edges = reconcile_as_table(state.derivations, snapshot, now.timestamp(), restamp)
-        children = children_of(edges)  # for staleness, the cycle search and the cache: built once
+        derivations, edges = reconcile_as_table(derivations, snapshot, now.timestamp(), restamp)
+        children = children_of(edges)  # for staleness and the cycle search: built once
         report = Report(
             root=self._root,
             scanned_at=now,
@@ -284,192 +290,82 @@ class Memory:
             cycles=find_cycles(edges, children),
             problems=snapshot.problems,
         )
-        seen, refused = dict(snapshot.seen), dict(snapshot.refused)
-        del snapshot  # what only the scan needed (its sources, its declarations) goes before the state is encoded
-        conditions: nochange.Conditions | None = None
         if save:
-            state = State(derivations, seen, started_ns, report, tuple(walk_problems), refused, self._settings)
-            read = memory_files_read(seen)
-            conditions = self._store.save(state, children, read)
-            if read != listing:  # ``conditions.listing`` is the key of the files read
-                conditions = None  # a file changed as it was read: the hints below saw another listing
-        return _with_hints(report, listing), conditions
+            scanned = incremental.scanned_cache(
+                os.fsdecode(self._store.root),
+                self._settings,
+                started_ns,
+                walk_problems,
+                snapshot.seen,
+                snapshot.refused,
+                report,
+            )
+            del snapshot  # what only the scan needed goes before the cache is encoded
+            saved = self._store.save(derivations, scanned)
+            self._known = _Known(saved, incremental.newest(saved.memory), report)
+        return _with_hints(report, listing)
 
-    def _patched(
-        self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...], started_ns: int, now: datetime
-    ) -> tuple[Report, nochange.Conditions] | None:
-        """After a small change, the last result patched where the change reaches
-        (``incremental``): only the files written since are read, only the derived files
-        they touch compared with their stamps.  None when the change is not one it
-        handles (files added or removed, a refused source, ...): the full scan answers."""
-        files = memory_files(listing)  # before the cache is read: the two need not coexist
-        previous = self._store.previous(self._settings, walk_problems)
-        if previous is None:
-            return None
-        try:
-            found = self._patch(previous, listing, files, now)
-        except (Corrupt, TypeError, ValueError, KeyError, IndexError):
-            return None  # a damaged row: the full scan reads the cache again and sets it aside
-        if found is None:
-            return None
-        from .incremental import still_racy
-
-        patch, updates, lock, changed = found
-        state = State({}, {}, started_ns, patch.report, previous.walk_problems, {}, self._settings)
-        canonical = previous.lock.canonical or lock is not None
-        racy = still_racy(changed, listing, started_ns - RACY_WINDOW_NS)
-        record = files[1]._replace(racy=racy)
-        try:
-            conditions = self._store.save_patched(state, previous, updates, lock, listing, record, canonical, patch)
-        except Corrupt:
-            return None  # a damaged index of the cache's batches, met before anything was written
-        return _with_hints(patch.report, listing), conditions
-
-    def _patch(
+    def _scan(
         self,
-        previous: incremental.Previous,
-        listing: dict[str, FileMeta],
-        files: tuple[list[str], incremental.MemoryFiles],
-        now: datetime,
-    ) -> tuple[incremental.Patch, dict[str, Seen | None], bytes | None, set[str]] | None:
-        """The patch, the rows that changed (None: dropped), the lock's next bytes (None:
-        unchanged) and the files read again; ``files`` are the listing's paths sorted and
-        their record (``memory_files``)."""
-        from . import incremental
-        from .scan import Rescan
-
-        racy_from_ns = previous.scan_started_ns - RACY_WINDOW_NS
-        paths, listed = files
-        changed = incremental.changed_files(previous.memory_files, listed, paths, listing, previous.rows)
-        if changed is None:
-            return None
-        others = previous.others
-        changed.update(path for path in others if not _as_row_says(self.files, path, previous.rows[path], racy_from_ns))
-        rows = RowsAsSeen(previous.rows)
-        rescan = Rescan(self.files, rows, racy_from_ns, listing, roots=self.roots, sources_heading=self.sources_heading)
-        declarations = _compared_declarations(previous, rescan, changed)
-        sources = None if declarations is None else _source_states(previous, rescan, declarations, changed)
-        if declarations is None or sources is None:
-            return None
-        contents = _contents(previous, rescan, changed) if any(s.sha256 is None for s in sources.values()) else {}
-        if contents is None:
-            return None
-        problems = [problem for problem in rescan.problems if problem.path in changed]
-        patch = incremental.patch_report(previous, declarations, sources, listing, problems, changed, now, contents)
-        lock = (
-            None if patch is None or not patch.lock_changed else previous.lock.replaced(declarations, patch.derivations)
+        previous: Mapping[str, FileRow],
+        racy_mark: int,
+        walked: tuple[dict[str, FileMeta], list[Problem]],
+        remembered: Mapping[str, tuple[str, ...]],
+    ) -> Snapshot[FileRow]:
+        return scan(
+            self.files,
+            previous,
+            racy_mark,
+            walked,
+            self._progress,
+            remembered,
+            roots=self.roots,
+            sources_heading=self.sources_heading,
         )
-        if patch is None or (patch.lock_changed and lock is None):
-            return None
-        updates: dict[str, Seen | None] = dict(rescan.seen)
-        for path in others:
-            if path not in patch.children or (path in changed and path not in rescan.seen):
-                updates[path] = None  # no longer a source, or gone
-        return patch, updates, lock, changed
 
-    def _unchanged(
-        self, listing: dict[str, FileMeta], walk_problems: tuple[Problem, ...]
-    ) -> tuple[Report, nochange.Conditions] | None:
-        """The last result, with the conditions under which it holds, when no file it
-        depends on can have changed (``nochange.holds``), else None.  A source whose
-        metadata proves nothing (``trusts_stat`` False) is always scanned."""
-        if not self.files.trusts_stat:
-            return None
-        recall = self._store.recall()
-        if recall is None:
-            return None
-        rows = tuple(problem.row for problem in walk_problems)
-        look = nochange.Look(listing, rows, self._settings)
-        if not nochange.holds(recall.conditions, look, self._store.lock_unchanged, _sight_through(self.files)):
-            return None
-        report = recall.report
-        return None if report is None else (report, recall.conditions)
-
-
-def _sight_through(files: FileSource) -> Callable[[str], nochange.Watched | None]:
-    """How a ``FileSource`` sees a watched source (rule 5)."""
-
-    def sight(path: str) -> nochange.Watched | None:
+    def _look(self, path: str) -> Watched | None:
+        """How a source outside the listing looks now (``incremental.Look``)."""
         try:
-            meta = files.stat(path)
+            meta = self.files.stat(path)
         except OutsideRoot:
-            return nochange.Watched(path, nochange.Sight.OUTSIDE_ROOT)
+            return Watched(path, ProblemKind.OUTSIDE_ROOT.value)
         except NotRegular:
-            return nochange.Watched(path, nochange.Sight.NOT_REGULAR)
+            return Watched(path, ProblemKind.BAD_ENTRY.value)
         except OSError:
             return None
-        if meta is None:
-            return nochange.Watched(path, nochange.Sight.MISSING)
-        return nochange.Watched(path, nochange.Sight.FILE, (meta.size, meta.mtime_ns, meta.ctime_ns, meta.inode))
-
-    return sight
+        return Watched(path, "missing") if meta is None else Watched(path, "file", meta)
 
 
-def _compared_declarations(
-    previous: incremental.Previous, rescan: Rescan, changed: set[str]
-) -> dict[str, incremental.Declared] | None:
-    """What each derived file a change reaches declares now: read again when it changed,
-    else as its row holds it.  None when a changed file cannot be read as a full scan would."""
-    from . import incremental
+@dataclass(slots=True, eq=False)
+class _Known:
+    """What a ``Memory`` keeps of the cache it last read or wrote: the newest time of its
+    memory files, and the last result and its index once made."""
 
-    redeclared = {}
-    for path in sorted(changed.intersection(rescan.listing)):
-        declared = rescan.declaration(path, previous.lock.has(path))
-        if declared is None:
-            return None
-        redeclared[path] = declared
-    declaring = [path for path, (sources, _) in redeclared.items() if sources or previous.lock.has(path)]
-    compared = incremental.affected(previous, changed, declaring)
-    return {
-        path: redeclared[path] if path in redeclared else incremental.declared(path, previous.rows[path])
-        for path in compared
-    }
+    cache: Cache
+    newest: int
+    last_report: Report | None = None
+    last_index: incremental.Index | None = None
 
+    def report(self, root: str) -> Report:
+        if self.last_report is None:
+            last = self.cache.last
+            assert last is not None, "the no-change rule holds only with a last result"
+            self.last_report = Report(
+                root=root,
+                scanned_at=datetime.fromtimestamp(0, UTC),
+                file_count=last.file_count,
+                edges=last.edges,
+                stale=propagate(last.edges),
+                cycles=last.cycles,
+                problems=last.problems,
+            )
+        return self.last_report
 
-def _source_states(
-    previous: incremental.Previous,
-    rescan: Rescan,
-    declarations: Mapping[str, incremental.Declared],
-    changed: set[str],
-) -> dict[str, SourceState] | None:
-    """The sources of the compared files: hashed again when they changed or were never
-    hashed, else as their rows hold them.  None when one is missing or refused."""
-    from . import incremental
-
-    states = {}
-    for source in sorted({source for found, _ in declarations.values() for source in found}):
-        state = None if source in changed else incremental.known_source(previous.rows.get(source))
-        state = state or rescan.source(source)
-        if state is None:
-            return None
-        states[source] = state
-    return states
-
-
-def _contents(previous: incremental.Previous, rescan: Rescan, changed: set[str]) -> dict[str, tuple[str, ...]] | None:
-    """Memory files by content hash, as a full scan finds them when a source is missing
-    (``Snapshot.contents``): from the rows, each file hashed once and then kept."""
-    holders: dict[str, list[str]] = {}
-    for path in sorted(rescan.listing):
-        sha = None if path in changed else previous.rows[path][4]
-        if sha is None:
-            state = rescan.source(path)
-            if state is None:
-                return None
-            sha = state.sha256
-        if type(sha) is not str:
-            raise ValueError("a cached hash is not text")
-        holders.setdefault(sha, []).append(path)
-    return {sha: tuple(paths) for sha, paths in holders.items()}
-
-
-def _as_row_says(files: FileSource, path: str, row: list[Any], racy_from_ns: int) -> bool:
-    """Whether a source outside the listing is still the file its row describes (not racy)."""
-    try:
-        meta = files.stat(path)
-    except (OSError, NotRegular, OutsideRoot):
-        return False
-    return meta is not None and list(meta) == row[:4] and meta.mtime_ns < racy_from_ns and meta.ctime_ns < racy_from_ns
+    def index(self) -> incremental.Index:
+        if self.last_index is None:
+            last = self.cache.last
+            self.last_index = incremental.Index.of(() if last is None else last.edges)
+        return self.last_index
 
 
 def _exists(files: FileSource, path: str) -> bool:
@@ -490,11 +386,6 @@ def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted((path for path in known if path != "/"), key=lambda path: (-len(path), path)))
 
 
-def _without_declarations(seen: Mapping[str, Seen]) -> dict[str, Seen]:
-    """The scan cache with every declaration dropped (read with other settings); hashes stay."""
-    return {path: entry._replace(declaration=None) for path, entry in seen.items()}
-
-
 def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     """``report`` with a "did you mean" on each missing source that is probably a typo.
 
@@ -503,8 +394,6 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     missing = [edge.source for edge in broken_edges(report.edges) if edge.status is EdgeStatus.MISSING]
     if not missing:
         return report
-    from .declarations import Lookup, did_you_mean  # only now: the no-change path rarely needs it
-
     lookup = Lookup(listing)
     hints = {source: did_you_mean(source, lookup) for source in missing}
     if not any(hints.values()):
@@ -526,8 +415,6 @@ def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
 def find_root(path: str | os.PathLike[str]) -> Path | None:
     """The nearest folder at or above ``path`` that holds ``provgraph.lock``, ``.provgraph/``
     or ``MEMORY.md`` (a plain clone has the lock and no cache)."""
-    from pathlib import Path  # why, lineage and stamp look for the root; a refresh is given it
-
     current = Path(path).absolute()
     if not current.is_dir():
         current = current.parent

@@ -1,181 +1,403 @@
-"""A refresh after a small change: the last result patched where the change reaches.
+"""When the last result still holds, and how to patch it after a small change.
 
-Pure: the last scan as the cache holds it (its per-file rows left undecoded, its
-edges, cycles and problems), the lock's lines, the listing and what was read again
-in; the next result, the rows to keep and the lock's lines out.  A file whose
-metadata is unchanged (and not racy) is trusted as a full scan trusts it, so only
-the derived files that declare differently now, or whose sources were written,
-are compared with their stamps again; every other edge is the last scan's, and
-the lock keeps every other line byte for byte.
+Whether a derived file is stale depends only on the content of the memory files and of
+the sources they declare, and on the stamps in the lock.  The cache records what the last
+scan saw of each, so a refresh decides with the walk's stat alone:
 
-It handles the common case only: the same memory files as before (none added,
-removed or renamed, so every wiki link resolves as it did), no refused source,
-nothing unreadable.  Anything else returns None, and the full scan answers; so
-does a lock that is not exactly as provgraph writes it.
+**Nothing changed** (``unchanged``) when the walk meets the same problems, every memory
+file listed has exactly the stat its row holds (none added, removed, renamed or written),
+none was written within ``RACY_WINDOW_NS`` of that scan's start (where equal stat proves
+nothing: git's racy-clean rule), the lock is the one the result was computed with, and
+every declared source outside the listing looks as it did.  The last result is then the
+answer a full scan would give.
+
+**A small change** (``Patch``) when the same memory files are listed and nothing refused
+is involved: only the files whose stat moved (or that are racy) are read again, only the
+derived files they reach are compared with their stamps again, every other edge is the
+last result's, and the lock keeps every other line byte for byte.  Anything else returns
+None, and the full scan answers.
+
+Pure: how a file is looked at or read again is passed in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Collection, Mapping, Set
 from datetime import datetime
-from itertools import compress, repeat
-from operator import ge
+from operator import itemgetter
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from .lineage import find_cycles, propagate
-from .lockfile import HEADER, Record, decode_stamps, encode_lock
-from .model import (
-    Edge,
-    EdgeStatus,
-    EdgeTable,
-    FileMeta,
-    KnownEdges,
-    NamedTuple,
-    Problem,
-    Report,
-    Snapshot,
-    SourceState,
-    broken_edges,
-)
+from .lineage import children_of, find_cycles, propagate
+from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges
 from .stamps import Derivation, reconcile
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Protocol
-else:
-    Protocol = object  # a protocol is the type checker's: a run need not import ``typing`` for it
+from .store.cache import Cache, FileRow, Last, Watched, encode_row, memory_of
+from .store.lock import HEADER, Record, decode_stamps, encode_lock
 
 __all__ = [
     "Declared",
+    "Index",
     "LockLines",
-    "MemoryFiles",
     "Patch",
-    "Previous",
-    "affected",
+    "Rereading",
     "changed_files",
-    "patch_report",
+    "newest",
+    "patch",
+    "patched_cache",
+    "scanned_cache",
+    "unchanged",
+    "watched_sources",
 ]
-
-Row = list["Any"]  # "Any" as text: the run imports no ``typing``
-"""A file's row as the cache holds it: size, mtime_ns, ctime_ns, inode, sha256,
-declaration, and the declaration resolved (see ``codec``)."""
 
 Declared = tuple[tuple[str, ...], str | None]
 """What a derived file declares: its resolved sources (empty: it declares none) and ``derived_at``."""
 
+Look = Callable[[str], Watched | None]
+"""How a source outside the listing looks now (None when it cannot be looked at)."""
+
 _HEADER = HEADER.encode()
 
 
-class MemoryFiles(NamedTuple):
-    """The memory files of a scan in path order, as digests that compare as text: of their
-    paths, and of their metadata a part of ``FILES_PER_PART`` files at a time.  The cache
-    keeps those of the last scan, so a refresh finds the parts where some file's metadata
-    moved by comparing a few short strings, and looks at the files of those parts only,
-    against their rows, without a tuple for each of the files that did not move.  A
-    ``NamedTuple``, not a dataclass: ~0.5 ms less to create on every full run."""
-
-    paths: str
-    """The sha256 of the count and the paths, in order (the beginning of ``numbers_bytes``)."""
-    listing_key: str
-    """``nochange.listing_key`` of the same files, from the same bytes."""
-    parts: tuple[str, ...]
-    """The sha256 of each part's metadata, as ``nochange.numbers_bytes`` writes its numbers."""
-    racy: tuple[str, ...] = ()
-    """The files, sorted, whose mtime or ctime is at or after the racy mark of the scan that
-    recorded them (``RACY_WINDOW_NS`` before its start): the next refresh reads them again
-    even with the same metadata.  A file not named here had, with the metadata recorded,
-    times before that mark, so it is racy at no later scan while its metadata stays: the
-    next refresh need not look at every file's times again."""
+def newest(listing: Mapping[str, tuple[int, int, int, int]]) -> int:
+    """The latest mtime or ctime of the files (size, mtime_ns, ctime_ns, inode), in
+    nanoseconds (0 for none): loops that run in C."""
+    return max(map(max, map(_TIMES, listing.values())), default=0)
 
 
-FILES_PER_PART = 64
-"""Files whose metadata one digest of ``MemoryFiles.parts`` covers: a change makes a refresh
-compare the rows of that many files; a large folder records a digest for each part."""
+_TIMES = itemgetter(1, 2)
 
 
-class Batches(Protocol):
-    """A result's edges in the batches the cache writes them in (``codec.EdgeBatches``)."""
-
-    @property
-    def size(self) -> int:
-        """How many edges."""
-
-    @property
-    def derived(self) -> int:
-        """How many files they derive."""
-
-    def columns(self) -> tuple[list[Any], ...]:
-        """Every edge's fields, in ``model.EDGE_COLUMNS`` order (``EdgeTable``'s columns)."""
-
-
-class StoredEdges(Protocol):
-    """The last result's edges as the cache holds them (``codec.StoredEdges``): one file's
-    edges found, parsed, when asked for."""
-
-    def edges_of(self, path: str) -> EdgeTable:
-        """The edges of the derived file ``path`` (none when it declares nothing)."""
-
-    def replaced(self, edges: Mapping[str, Sequence[Edge]]) -> Batches:
-        """The edges with those of each file in ``edges`` replaced by those given."""
+def unchanged(
+    cache: Cache,
+    listing: Mapping[str, FileMeta],
+    walk_problems: tuple[Problem, ...],
+    racy_mark: int,
+    newest_listed: int,
+    lock_unchanged: Callable[[], bool],
+    look: Look,
+) -> bool:
+    """Whether nothing the last result depends on can have changed.  ``racy_mark`` is
+    the cache's scan start less the racy window; ``newest_listed``, ``newest(listing)``.
+    The cheap comparisons come first, the lock and the sources outside the listing last."""
+    if cache.last is None or newest_listed >= racy_mark or walk_problems != cache.walk_problems:
+        return False
+    if listing != cache.memory or not lock_unchanged():
+        return False
+    return all(_as_before(look(before.path), before, racy_mark) for before in cache.watched)
 
 
-class Previous(NamedTuple):
-    """The last scan, as much of it as a patch needs, read without decoding every row.  A
-    ``NamedTuple``, not a dataclass: ~0.7 ms less to create on every full run."""
+def _as_before(now: Watched | None, before: Watched, racy_mark: int) -> bool:
+    return now == before and (now.meta is None or max(now.meta.mtime_ns, now.meta.ctime_ns) < racy_mark)
 
-    root: str
-    rows: Mapping[str, Row]
-    """Each file's row, parsed when asked for (``codec.RowTable``)."""
-    memory_files: MemoryFiles
-    others: tuple[str, ...]
-    """The files the rows hold that are not memory files (sources of another kind)."""
-    edges: StoredEdges
-    """The last result's edges, sorted by derived file then source, in batches parsed when asked for."""
+
+def changed_files(cache: Cache, listing: Mapping[str, FileMeta], racy_mark: int) -> set[str] | None:
+    """The memory files whose stat is not the one their row holds, or that are racy; None
+    when the memory files are not the ones the cache lists (added, removed, renamed)."""
+    memory = cache.memory
+    if listing.keys() != memory.keys():
+        return None
+    moved = {path for path, meta in listing.items() if memory[path] != meta}
+    return moved | {path for path, meta in memory.items() if max(meta[1], meta[2]) >= racy_mark}
+
+
+def watched_sources(
+    sources: Collection[str],
+    listing: Collection[str],
+    refused: Mapping[str, ProblemKind],
+    rows: Mapping[str, FileMeta],
+) -> tuple[Watched, ...]:
+    """What to look at again outside the listing: every declared or refused source that is
+    not a memory file listed, with what it was (``rows`` holds the stat of those that were files)."""
+    watched = []
+    for path in sorted((set(sources) | refused.keys()) - set(listing)):
+        kind, meta = refused.get(path), rows.get(path)
+        if kind is not None:
+            watched.append(Watched(path, kind.value))
+        else:
+            watched.append(Watched(path, "missing") if meta is None else Watched(path, "file", meta))
+    return tuple(watched)
+
+
+def scanned_cache(
+    root: str,
+    settings: str,
+    started_ns: int,
+    walk_problems: tuple[Problem, ...],
+    rows: Mapping[str, FileRow],
+    refused: Mapping[str, ProblemKind],
+    report: Report,
+) -> Cache:
+    """The cache of a full scan that started at ``started_ns`` and learned ``rows``."""
+    encoded = {path: encode_row(row) for path, row in sorted(rows.items())}
+    memory = memory_of(encoded)
+    others = {path: row.meta for path, row in rows.items() if path not in memory}
+    watched = watched_sources({edge.source for edge in report.edges}, memory, refused, others)
+    last = Last(report.file_count, tuple(report.edges), report.cycles, report.problems)
+    return Cache(root, settings, started_ns, walk_problems, None, encoded, dict(refused), watched, last, memory)
+
+
+# -- the patch after a small change -----------------------------------------------------------
+
+
+class Index(NamedTuple):
+    """The last result's edges looked up by file: what a patch asks of them."""
+
+    by_derived: dict[str, tuple[Edge, ...]]
+    children: dict[str, list[str]]
     broken: tuple[Edge, ...]
-    """Those of them that are not clean, in the same order."""
-    children: Mapping[str, list[str]]
-    """Source -> the files derived from it, sorted (``lineage.children_of`` of the edges)."""
-    cycles: tuple[tuple[str, ...], ...]
-    problems: tuple[Problem, ...]
-    walk_problems: tuple[Problem, ...]
-    scan_started_ns: int
-    lock: LockLines
+
+    @classmethod
+    def of(cls, edges: tuple[Edge, ...]) -> Index:
+        by_derived: dict[str, list[Edge]] = {}
+        for edge in edges:
+            by_derived.setdefault(edge.derived, []).append(edge)
+        grouped = {path: tuple(found) for path, found in by_derived.items()}
+        return cls(grouped, children_of(edges), broken_edges(edges))
 
 
-class LockData(Protocol):
-    """The lock's bytes as ``LockLines`` reads them: ``bytes``, or the open file read where
-    it is looked at (``state``), so that a lock of megabytes is not read whole for the few
-    lines a change reaches.  ``find`` and ``rfind`` look for one byte."""
+class Rereading(Protocol):
+    """What a patch needs of ``scan.Rescan``: the changed files read again as a full scan reads them."""
 
-    def __len__(self) -> int: ...
+    @property
+    def listing(self) -> Mapping[str, FileMeta]: ...
 
-    def __getitem__(self, where: slice, /) -> bytes: ...
+    @property
+    def seen(self) -> Mapping[str, FileRow]: ...
 
-    def find(self, byte: bytes, start: int, /) -> int: ...
+    @property
+    def problems(self) -> list[Problem]: ...
 
-    def rfind(self, byte: bytes, start: int, end: int, /) -> int: ...
+    def declaration(self, path: str, remembered: bool) -> Declared | None: ...
 
-    def startswith(self, prefix: bytes, start: int = 0, /) -> bool: ...
+    def source(self, path: str) -> SourceState | None: ...
+
+
+class Patch(NamedTuple):
+    """The next result, the lock's next bytes (None: unchanged), and the rows read again."""
+
+    report: Report
+    lock: bytes | None
+    rows: dict[str, FileRow | None]
+    """The rows to write over the cache's (None: drop the row)."""
+
+
+def patch(
+    cache: Cache,
+    index: Index,
+    lock: LockLines,
+    rescan: Rereading,
+    changed: set[str],
+    now: datetime,
+    root: str,
+) -> Patch | None:
+    """The last result with the ``changed`` files read again (``rescan``), or None when the
+    change is not one a patch handles (the full scan answers then)."""
+    last = cache.last
+    if last is None or cache.refused:
+        return None
+    redeclared = {}
+    for path in sorted(changed.intersection(rescan.listing)):
+        found = rescan.declaration(path, lock.has(path))
+        if found is None:
+            return None
+        redeclared[path] = found
+    declaring = [path for path, (sources, _) in redeclared.items() if sources or lock.has(path)]
+    compared = {
+        path: redeclared[path] if path in redeclared else _declared(path, cache.rows[path])
+        for path in _affected(index, changed, declaring)
+    }
+    sources = _source_states(cache.rows, rescan, compared, changed)
+    if sources is None:
+        return None
+    contents: Mapping[str, tuple[str, ...]] | None = {}
+    if any(state.sha256 is None for state in sources.values()):
+        contents = _contents(cache.rows, rescan, changed)
+    records = lock.derivations(compared)
+    if contents is None or records is None:
+        return None
+    declarations = {path: found for path, (found, _) in compared.items() if found}
+    snapshot: Snapshot[object] = Snapshot(
+        files=tuple(path for path in compared if path in rescan.listing),  # reconcile asks about no other file
+        declarations=declarations,
+        derived_at={path: compared[path][1] for path in declarations},
+        sources=sources,
+        problems=(),
+        seen={},
+        contents=contents,
+    )
+    updated, new_edges = reconcile(records, snapshot, now.timestamp())
+    next_lock = None if updated == records else lock.replaced(compared, updated)
+    if updated != records and next_lock is None:
+        return None
+    old_edges = [edge for path in compared for edge in index.by_derived.get(path, ())]
+    edges = _joined(last.edges, compared, new_edges)
+    cycles = last.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges)
+    problems = [problem for problem in rescan.problems if problem.path in changed]
+    kept = (problem for problem in last.problems if _still_declared(problem, cache.rows, changed))
+    report = Report(
+        root=root,
+        scanned_at=now,
+        file_count=len(rescan.listing),
+        edges=edges,
+        stale=propagate(edges),
+        cycles=cycles,
+        problems=tuple(sorted({*kept, *problems, *cache.walk_problems}, key=_problem_order)),
+    )
+    rows: dict[str, FileRow | None] = dict(rescan.seen)
+    sources_now = {edge.source for edge in edges}
+    for path, row in cache.rows.items():
+        if row[5] is None and (path not in sources_now or (path in changed and path not in rescan.seen)):
+            rows[path] = None  # no longer a source, or gone
+    return Patch(report, next_lock, rows)
+
+
+def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: Mapping[str, FileMeta]) -> Cache:
+    """The cache after ``found``: its rows written over, the last result replaced."""
+    rows = dict(cache.rows)
+    for path, row in found.rows.items():
+        if row is None:
+            rows.pop(path, None)
+        else:
+            rows[path] = encode_row(row)
+    report = found.report
+    others = {path: FileMeta._make(row[:4]) for path, row in rows.items() if row[5] is None}
+    watched = watched_sources({edge.source for edge in report.edges}, listing, {}, others)
+    last = Last(report.file_count, tuple(report.edges), report.cycles, report.problems)
+    return Cache(
+        cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, dict(listing)
+    )
+
+
+def others_changed(cache: Cache, look: Look, racy_mark: int) -> set[str]:
+    """The files the rows hold outside the listing (sources of another kind) that are no
+    longer the file their row describes, or that are racy."""
+    changed = set()
+    for path, row in cache.rows.items():
+        if row[5] is None:
+            now = look(path)
+            if now is None or now.meta is None or list(now.meta) != row[:4] or max(now.meta[1:3]) >= racy_mark:
+                changed.add(path)
+    return changed
+
+
+def _affected(index: Index, changed: Set[str], declaring: Collection[str]) -> set[str]:
+    """The derived files to compare again: those among ``declaring`` (changed files that
+    declare now or held stamps), the changed files that were derived, those derived from
+    a changed file, and those with a missing source (where its content went may be a file
+    that changed)."""
+    found = set(declaring)
+    found.update(path for path in changed if path in index.by_derived)
+    for path in changed:
+        found.update(index.children.get(path, ()))
+    found.update(edge.derived for edge in index.broken if edge.status is EdgeStatus.MISSING)
+    return found
+
+
+def _declared(path: str, row: list[Any]) -> Declared:
+    """What an unchanged file declared at the last scan, from its row."""
+    declaration, rest = row[5], row[6:]
+    if not declaration or not rest:
+        return (), None
+    sources = rest[0][0]
+    derived_at = declaration[1]
+    if not all(type(source) is str for source in sources) or not (derived_at is None or type(derived_at) is str):
+        raise ValueError(f"the cache's row of {path} is not a declaration")
+    return tuple(sources), derived_at
+
+
+def _source_states(
+    rows: Mapping[str, list[Any]], rescan: Rereading, compared: Mapping[str, Declared], changed: Set[str]
+) -> dict[str, SourceState] | None:
+    """The sources of the compared files: hashed again when they changed or were never
+    hashed, else as their rows hold them.  None when one cannot be read or is refused."""
+    states = {}
+    for source in sorted({source for found, _ in compared.values() for source in found}):
+        state = None if source in changed else _known_source(rows.get(source))
+        state = state or rescan.source(source)
+        if state is None:
+            return None
+        states[source] = state
+    return states
+
+
+def _known_source(row: list[Any] | None) -> SourceState | None:
+    """A source's state as its trusted row holds it, or None when it was never hashed."""
+    if row is None or row[4] is None:
+        return None
+    if type(row[4]) is not str or type(row[1]) is not int:
+        raise ValueError("a cached hash is not text")
+    return SourceState(row[4], row[1] / 1e9)
+
+
+def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str]) -> dict[str, tuple[str, ...]] | None:
+    """Memory files by content hash, as a full scan finds them when a source is missing
+    (``Snapshot.contents``): from the rows, each file hashed once and then kept."""
+    holders: dict[str, list[str]] = {}
+    for path in sorted(rescan.listing):
+        sha = None if path in changed else rows[path][4]
+        if sha is None:
+            state = rescan.source(path)
+            if state is None:
+                return None
+            sha = state.sha256
+        if type(sha) is not str:
+            raise ValueError("a cached hash is not text")
+        holders.setdefault(sha, []).append(path)
+    return {sha: tuple(paths) for sha, paths in holders.items()}
+
+
+def _joined(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
+    """The last result's edges with those of the compared files replaced, in the result's
+    order (by derived file, then source)."""
+    kept = [edge for edge in before if edge.derived not in compared]
+    return tuple(sorted([*kept, *new_edges], key=_order))
+
+
+def _still_declared(problem: Problem, rows: Mapping[str, list[Any]], changed: Set[str]) -> bool:
+    """Whether a problem of the last scan is one an unchanged file's row holds (of its
+    declaration, or an entry refused): a full scan finds it again.  The others (a source
+    that could not be read) a full scan reports only if it meets them again."""
+    row = rows.get(problem.path)
+    if row is None or problem.path in changed or not row[5]:
+        return False
+    found = [problem.kind.value, problem.detail]
+    return found in row[5][2] or (len(row) > 6 and found in row[6][1])
+
+
+def _order(edge: Edge) -> tuple[str, str]:
+    return edge.derived, edge.source
+
+
+def _problem_order(problem: Problem) -> tuple[str, str, str]:
+    return problem.row
+
+
+def _pairs(edges: Collection[Edge]) -> set[tuple[str, str]]:
+    return {(edge.source, edge.derived) for edge in edges}
+
+
+# -- the lock's lines ------------------------------------------------------------------------
 
 
 class LockLines:
     """The lock's lines as provgraph writes them (header, then one sorted line per edge),
-    kept as the bytes read (or the open file, read where it is looked at): a derived
-    file's lines are found by the beginning they share (a binary search over the bytes),
-    decoded only for the files a change reaches, and the others are written back as they
-    were."""
+    kept as the bytes read: a derived file's lines are found by the beginning they share
+    (a binary search), decoded only for the files a change reaches, and the others are
+    written back as they were."""
 
-    def __init__(self, data: LockData, canonical: bool) -> None:
+    def __init__(self, data: bytes, canonical: bool) -> None:
         self.data = data
         self.canonical = canonical
         """Whether the lines are known to be exactly what ``encode_lock`` makes of their
         stamps; else they are checked before any line is replaced."""
 
     @classmethod
-    def of(cls, data: LockData, canonical: bool) -> LockLines | None:
+    def of(cls, data: bytes | None, canonical: bool) -> LockLines | None:
         """None when ``data`` is not one header then whole lines."""
-        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and data[len(data) - 1 :] != b"\n"):
+        if data is None:
+            return cls(_HEADER, True)
+        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and not data.endswith(b"\n")):
             return None
         return cls(data, canonical)
 
@@ -219,8 +441,7 @@ class LockLines:
     def replaced(self, paths: Collection[str], updated: Mapping[str, Derivation]) -> bytes | None:
         """The lock with the lines of every file in ``paths`` replaced by its stamps in
         ``updated`` (none when it is not there); None when the lines are not exactly
-        what ``encode_lock`` writes, which a full scan then rewrites.  A file's new lines
-        go where its old ones were, or would be: they share its beginning."""
+        what ``encode_lock`` writes, which a full scan then rewrites."""
         if not (self.canonical or self._is_canonical()):
             return None
         chunks: list[bytes] = []
@@ -253,227 +474,3 @@ class LockLines:
 
 def _records(derived: str, derivation: Derivation) -> list[Record]:
     return [Record(derived, source, stamp, derivation.derived_at) for source, stamp in derivation.stamps.items()]
-
-
-def changed_files(
-    before: MemoryFiles,
-    now: MemoryFiles,
-    paths: Sequence[str],
-    listing: Mapping[str, FileMeta],
-    rows: Mapping[str, Row],
-) -> set[str] | None:
-    """The memory files (``paths``, those of ``now``, with their metadata in ``listing``)
-    whose metadata moved since ``before`` (the record of the scan that wrote ``rows``), or
-    that are racy (written too close to that scan for their metadata to vouch for them:
-    ``before.racy``); None when the memory files are not the ones of ``before``."""
-    if before.paths != now.paths or len(before.parts) != len(now.parts):
-        return None
-    changed = set(before.racy)
-    for index, (old, new) in enumerate(zip(before.parts, now.parts, strict=True)):
-        if old != new:
-            part = paths[index * FILES_PER_PART : (index + 1) * FILES_PER_PART]
-            changed.update(path for path in part if _moved(rows.get(path), listing[path]))
-    return changed
-
-
-def _moved(row: Row | None, meta: FileMeta) -> bool:
-    """Whether a file's metadata is not the one its row holds (no row: it moved)."""
-    return row is None or row[:4] != list(meta)
-
-
-def racy_files(paths: Sequence[str], numbers: Sequence[int], racy_from_ns: int) -> tuple[str, ...]:
-    """Those of ``paths`` whose mtime or ctime (``numbers``, four a file as ``MemoryFiles``
-    packs them) is at or after ``racy_from_ns``, in order: loops in C, and only when one is."""
-    mtimes, ctimes = numbers[1::4], numbers[2::4]
-    if not mtimes or max(max(mtimes), max(ctimes)) < racy_from_ns:
-        return ()
-    return tuple(compress(paths, map(ge, map(max, mtimes, ctimes), repeat(racy_from_ns))))
-
-
-def still_racy(read: Collection[str], listing: Mapping[str, FileMeta], racy_from_ns: int) -> tuple[str, ...]:
-    """``racy_files`` of a listing whose files a patch ``read`` again where ``changed_files``
-    said so (every file whose metadata moved, every racy one): any other file has the
-    metadata of the last record, whose times were before the last racy mark, and the marks
-    only move on."""
-    candidates = listing.keys() & read
-    return tuple(sorted(path for path in candidates if max(listing[path][1:3]) >= racy_from_ns))
-
-
-def affected(previous: Previous, changed: Set[str], declaring: Collection[str]) -> set[str]:
-    """The derived files to compare again: those among ``declaring`` (changed files that
-    declare now or held stamps), the changed files that were derived, those derived from
-    a changed file, and those with a missing source (where its content went may be a file
-    that changed).  Looked up in the last result's index (``Previous.children``, its broken
-    edges): a large folder has a hundred thousand edges, of which a change reaches a handful."""
-    found = set(declaring)
-    found.update(path for path in changed if previous.edges.edges_of(path))
-    for path in changed:
-        found.update(previous.children.get(path, ()))
-    found.update(edge.derived for edge in previous.broken if edge.status is EdgeStatus.MISSING)
-    return found
-
-
-def declared(path: str, row: Row) -> Declared:
-    """What an unchanged file declared at the last scan, from its row."""
-    declaration, rest = row[5], row[6:]
-    if not declaration or not rest:
-        return (), None
-    sources = rest[0][0]
-    derived_at = declaration[1]
-    if not all(type(source) is str for source in sources) or not (derived_at is None or type(derived_at) is str):
-        raise ValueError(f"the cache's row of {path} is not a declaration")
-    return tuple(sources), derived_at
-
-
-def known_source(row: Row | None) -> SourceState | None:
-    """A source's state as its trusted row holds it, or None when it was never hashed."""
-    if row is None or row[4] is None:
-        return None
-    if type(row[4]) is not str or type(row[1]) is not int:
-        raise ValueError("a cached hash is not text")
-    return SourceState(row[4], row[1] / 1e9)
-
-
-class Patch(NamedTuple):
-    """The next result and what changed in the stamps.  A ``NamedTuple``, not a
-    dataclass: ~0.5 ms less to create on every full run."""
-
-    report: Report
-    derivations: dict[str, Derivation]
-    """The stamps of every compared file now (one left out declares nothing any more)."""
-    lock_changed: bool
-    batches: Batches
-    """``report.edges`` in batches: the last result's, those the change reached replaced."""
-    children: Children
-    """What derives from each file now: the last result's, with the changes."""
-
-
-def patch_report(
-    previous: Previous,
-    compared: Mapping[str, Declared],
-    sources: Mapping[str, SourceState],
-    listing: Mapping[str, FileMeta],
-    problems: Collection[Problem],
-    changed: Set[str],
-    now: datetime,
-    contents: Mapping[str, tuple[str, ...]],
-) -> Patch | None:
-    """Compare the files in ``compared`` with their stamps again (``stamps.reconcile``),
-    keep every other edge, and propagate.  ``problems`` are those found reading the
-    ``changed`` files again; theirs from the last scan are dropped.  ``contents`` tells
-    where a missing source's stamped content is now (see ``Snapshot.contents``).  None
-    when the lock cannot be read."""
-    records = previous.lock.derivations(compared)
-    if records is None:
-        return None
-    declarations = {path: sources for path, (sources, _) in compared.items() if sources}
-    snapshot: Snapshot[object] = Snapshot(
-        files=tuple(path for path in compared if path in listing),  # reconcile asks about no other file
-        declarations=declarations,
-        derived_at={path: compared[path][1] for path in declarations},
-        sources=sources,
-        problems=(),
-        seen={},
-        contents=contents,
-    )
-    updated, new_edges = reconcile(records, snapshot, now.timestamp())
-    old_edges = [edge for path in sorted(compared) for edge in previous.edges.edges_of(path)]
-    batches = previous.edges.replaced(_by_derived(new_edges, compared))
-    children = Children(previous.children, _children_changed(previous.children, compared, old_edges, new_edges))
-    broken = _broken(previous.broken, compared, new_edges)
-    known = KnownEdges(batches.size, batches.derived, broken, children, batches.columns)
-    edges = EdgeTable.deferred(known)
-    cycles = previous.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges)
-    kept = (problem for problem in previous.problems if _still_declared(problem, previous.rows, changed))
-    report = Report(
-        root=previous.root,
-        scanned_at=now,
-        file_count=len(listing),
-        edges=edges,
-        stale=propagate(edges),
-        cycles=cycles,
-        problems=tuple(sorted({*kept, *problems, *previous.walk_problems}, key=_problem_order)),
-    )
-    return Patch(report, updated, updated != records, batches, children)
-
-
-def _still_declared(problem: Problem, rows: Mapping[str, Row], changed: Set[str]) -> bool:
-    """Whether a problem of the last scan is one an unchanged file's row holds (of its
-    declaration, or an entry refused): a full scan finds it again.  The others (a source
-    that could not be read) a full scan reports only if it meets them again."""
-    row = rows.get(problem.path)
-    if row is None or problem.path in changed or not row[5]:
-        return False
-    found = [problem.kind.value, problem.detail]
-    return found in row[5][2] or (len(row) > 6 and found in row[6][1])
-
-
-def _by_derived(edges: tuple[Edge, ...], compared: Collection[str]) -> dict[str, tuple[Edge, ...]]:
-    """Each compared file's edges, in order (none for one that declares nothing now):
-    grouped in one pass, since a change that touched many files compares them all."""
-    grouped: dict[str, list[Edge]] = {path: [] for path in compared}
-    for edge in edges:
-        if edge.derived in grouped:
-            grouped[edge.derived].append(edge)
-    return {path: tuple(found) for path, found in grouped.items()}
-
-
-def _broken(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
-    """The edges that are not clean once the compared files' edges are ``new_edges``, in the
-    result's order (by derived file, then source)."""
-    kept = [edge for edge in before if edge.derived not in compared]
-    kept += broken_edges(new_edges)
-    return tuple(sorted(kept, key=_order))
-
-
-def _order(edge: Edge) -> tuple[str, str]:
-    return edge.derived, edge.source
-
-
-def _children_changed(
-    children: Mapping[str, list[str]], compared: Collection[str], old_edges: list[Edge], new_edges: tuple[Edge, ...]
-) -> dict[str, list[str] | None]:
-    """What derives from each source of the compared files' old or new edges, where that
-    changed (None: nothing any more)."""
-    added: dict[str, set[str]] = {}
-    for edge in new_edges:
-        added.setdefault(edge.source, set()).add(edge.derived)
-    changed: dict[str, list[str] | None] = {}
-    for source in sorted({edge.source for edge in old_edges} | added.keys()):
-        before = list(children.get(source, ()))
-        now = sorted({path for path in before if path not in compared} | added.get(source, set()))
-        if now != before:
-            changed[source] = now or None
-    return changed
-
-
-class Children(Mapping[str, list[str]]):
-    """What derives from each file: the last result's table with the changes of a patch
-    (None: a file nothing derives from any more), each looked up when asked for."""
-
-    def __init__(self, before: Mapping[str, list[str]], changed: dict[str, list[str] | None]) -> None:
-        self.before = before
-        self.changed = changed
-
-    def __getitem__(self, source: str) -> list[str]:
-        if source in self.changed:
-            now = self.changed[source]
-            if now is None:
-                raise KeyError(source)
-            return now
-        return self.before[source]
-
-    def __iter__(self) -> Iterator[str]:
-        now = {path for path, kids in self.changed.items() if kids is not None}
-        return iter(sorted(now | (self.before.keys() - self.changed.keys())))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-def _problem_order(problem: Problem) -> tuple[str, str, str]:
-    return problem.row
-
-
-def _pairs(edges: Collection[Edge]) -> set[tuple[str, str]]:
-    return {(edge.source, edge.derived) for edge in edges}

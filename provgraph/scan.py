@@ -1,7 +1,7 @@
 """Scan a memory folder: list the files, read declarations, hash the sources.
 
 The result, a ``Snapshot``, is everything the pure stages need.  What the
-previous scan learned (``Seen``) is reused for every file whose metadata is
+previous scan learned (``FileRow``) is reused for every file whose metadata is
 unchanged, so an unchanged folder costs one stat per file and no reads.
 
 Memory files are read only as far as their frontmatter (the first 64 KiB); one
@@ -27,36 +27,18 @@ from .declarations import (
     resolve_entries,
 )
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
-from .model import FileMeta, NamedTuple, Problem, ProblemKind, Snapshot, SourceState
+from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
+from .store.cache import FileRow, Resolution
 
-__all__ = ["RACY_WINDOW_NS", "Rescan", "Seen", "Snapshot", "SourceState", "scan"]
+__all__ = ["RACY_WINDOW_NS", "FileRow", "Rescan", "Snapshot", "SourceState", "scan"]
 
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
 
-Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
-"""What ``resolve_entries`` made of a declaration: its sources, and the refused entries."""
-
-
-class Seen(NamedTuple):
-    """What a scan learned about one file, valid while its metadata is unchanged.
-
-    A tuple, like ``FileMeta``: the state holds one per file and every scan
-    after a change decodes them all."""
-
-    meta: FileMeta
-    sha256: str | None = None
-    """Only computed for files that are a source of something."""
-    declaration: Declaration | None = None
-    """Only for memory (``*.md``) files."""
-    resolved: Resolution | None = None
-    """The declaration's entries resolved (sources, refusals), kept with the declaration:
-    reused while it holds, unless it names a wiki link (see ``follows_listing``)."""
-
 
 def scan(
     files: FileSource,
-    previous: Mapping[str, Seen],
+    previous: Mapping[str, FileRow],
     racy_from_ns: int,
     walked: tuple[dict[str, FileMeta], list[Problem]] | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -64,7 +46,7 @@ def scan(
     *,
     roots: tuple[str, ...] = (),
     sources_heading: str | None = None,
-) -> Snapshot[Seen]:
+) -> Snapshot[FileRow]:
     """Scan ``files``, trusting ``previous`` for files unchanged before ``racy_from_ns``.
 
     ``walked`` is the result of ``files.walk()`` when the caller already has it;
@@ -133,7 +115,7 @@ class Rescan:
     def __init__(
         self,
         files: FileSource,
-        previous: Mapping[str, Seen],
+        previous: Mapping[str, FileRow],
         racy_from_ns: int,
         listing: Mapping[str, FileMeta],
         *,
@@ -146,7 +128,7 @@ class Rescan:
         self._reader = _Reader(files, previous, racy_from_ns, self.problems, sources_heading)
 
     @property
-    def seen(self) -> Mapping[str, Seen]:
+    def seen(self) -> Mapping[str, FileRow]:
         """The rows of the files looked at, for the next cache."""
         return self._reader.seen
 
@@ -255,7 +237,7 @@ class _Reader:
     def __init__(
         self,
         files: FileSource,
-        previous: Mapping[str, Seen],
+        previous: Mapping[str, FileRow],
         racy_from_ns: int,
         problems: list[Problem],
         sources_heading: str | None = None,
@@ -265,7 +247,7 @@ class _Reader:
         self.previous = previous
         self.racy_from_ns = racy_from_ns
         self.problems = problems
-        self.seen: dict[str, Seen] = {}
+        self.seen: dict[str, FileRow] = {}
         self.refused: dict[str, tuple[ProblemKind, str]] = {}
         self._unreadable: set[str] = set()
         self.unsettled: set[str] = set()
@@ -281,7 +263,7 @@ class _Reader:
         very string, not as a copy per declaration naming it (a large folder's sources are
         named tens of thousands of times, and every edge, stamp and row holds its name)."""
 
-    def _trusted(self, seen: Seen | None, meta: FileMeta) -> bool:
+    def _trusted(self, seen: FileRow | None, meta: FileMeta) -> bool:
         return (
             seen is not None
             and self.files.trusts_stat
@@ -313,7 +295,7 @@ class _Reader:
             if not declaration.problems:
                 self.problems.append(Problem(path, ProblemKind.UNREADABLE, _INCOMPLETE))
             return declaration
-        self.seen[path] = _new_row(Seen, (meta, None, declaration, None))
+        self.seen[path] = _new_row(FileRow, (meta, None, declaration, None))
         return declaration
 
     def resolution(self, path: str, declaration: Declaration, lookup: Lookup) -> Resolution:
@@ -326,7 +308,7 @@ class _Reader:
         sources, refused = resolve_entries(path, declaration.entries, lookup)
         resolved = tuple([self.names.get(source, source) for source in sources]), refused
         if seen is not None:
-            self.seen[path] = _new_row(Seen, (seen.meta, seen.sha256, seen.declaration, resolved))
+            self.seen[path] = _new_row(FileRow, (seen.meta, seen.sha256, seen.declaration, resolved))
         return resolved
 
     def source(self, path: str, meta: FileMeta | None) -> SourceState:
@@ -380,12 +362,12 @@ class _Reader:
             hasher = getattr(self.files, "sha256", None)
             sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()
         declaration, resolved = (None, None) if current is None else (current.declaration, current.resolved)
-        self.seen[path] = _new_row(Seen, (meta, sha, declaration, resolved))
+        self.seen[path] = _new_row(FileRow, (meta, sha, declaration, resolved))
         return sha
 
 
 _new_row = tuple.__new__
-"""How the reader makes a ``Seen``: with every field given, ``Seen(...)`` would run a Python
+"""How the reader makes a ``FileRow``: with every field given, ``FileRow(...)`` would run a Python
 ``__new__`` per call, and a first scan makes one per file, and another per source (as
 ``files`` makes a ``FileMeta``, and ``namedtuple``'s own ``_make`` builds them)."""
 

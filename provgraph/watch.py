@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .clock import current
 from .errors import log_warning
-from .model import Report, column
-from .state import LOCK_NAME, STATE_DIR
+from .model import Report
+from .store.state import LOCK_NAME, STATE_DIR
 
 if TYPE_CHECKING:
     from .api import Memory
@@ -507,7 +507,7 @@ def _link_stays(path: str, root: str) -> bool:
 def _source_doubt(report: Report) -> Doubt | None:
     """A declared source in a hidden folder is outside the watches (provgraph's own
     files, never a source, answer the same whatever happens to them)."""
-    for source in set(column(report.edges, "source")):  # no edge object made per edge
+    for source in {edge.source for edge in report.edges}:
         parts = source.split("/")
         if parts[0] in (STATE_DIR, LOCK_NAME):
             continue

@@ -33,7 +33,7 @@ def agentscope_loaded() -> None:
 
 
 HEADING = "Memory lineage after this write (provgraph):"
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+PAGE = (Path(__file__).resolve().parent.parent / "docs" / "agentscope.md").read_text(encoding="utf-8")
 SUMMARY = "---\nname: Summary\ntype: user\n---\nA tea drinker in Lyon.\n"
 
 
@@ -78,7 +78,7 @@ def test_editing_a_source_ends_its_result_with_what_rests_on_the_old_content(
     model = asyncio.run(reply([provenance], edited(folder, "user-facts.md", "Lyon", "Oslo")))
     [_, result, notes] = results(model)
     assert result.startswith("Successfully replaced 1 occurrence")
-    shown = re.search(r"\*\*what the edit left behind\*\*.*?```\n(.*?)```", README, re.S)
+    shown = re.search(r"\*\*what the edit left behind\*\*.*?```\n(.*?)```", PAGE, re.S)
     assert shown is not None and [line.strip() for line in shown.group(1).splitlines() if line.strip()] == [
         line.strip() for line in notes.splitlines()
     ]

@@ -17,7 +17,7 @@ from extras import needs
 from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, snapshot, write
 
 import provgraph.api
-import provgraph.nochange
+import provgraph.store.state
 
 pytestmark = needs("agentscope")
 
@@ -66,7 +66,7 @@ YEAR_NS = 365 * 24 * 3600 * 10**9
 def a_year_later(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files written by a test are younger than the racy window, so every check would
     read them again; a negative window is what a check a year later sees."""
-    for module in (provgraph.api, provgraph.nochange, provgraph.integrations.agentscope_backend):
+    for module in (provgraph.api, provgraph.store.state, provgraph.integrations.agentscope_backend):
         monkeypatch.setattr(module, "RACY_WINDOW_NS", -YEAR_NS)
 
 

@@ -1,4 +1,4 @@
-"""The README's wiring for AgentScope's agent service, run as written.
+"""The documented wiring for AgentScope's agent service (docs/agentscope.md), run as written.
 
 The service calls the factory once per chat turn with the session's
 workspace, appends what it returns to its own middlewares, and collects
@@ -36,16 +36,16 @@ def agentscope_loaded() -> None:
     from provgraph.integrations.agentscope import LINEAGE_TOOL, LIST_TOOL, RECORD_TOOL, ProvenanceMiddleware
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "agentscope.md"
 
 
 def service_snippet() -> dict:
-    """The Python block of the README's "In AgentScope's agent service" section, executed."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("#### In AgentScope's agent service") :]
+    """The Python block of the "In AgentScope's agent service" section, executed."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text[text.index("## In AgentScope's agent service") :]
     [code] = re.findall(r"```python\n(.*?)```", section, re.S)[:1]
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/agentscope.md", "exec"), namespace)
     return namespace
 
 

@@ -19,7 +19,7 @@ import pytest
 from extras import needs
 from test_agentscope import ADOPTED, CHECKED, EDITED, FILES, MARKER, MOVED, OLD, write
 
-from provgraph.lockfile import LOCK_NAME, decode_lock
+from provgraph.store.lock import LOCK_NAME, decode_lock
 
 pytestmark = needs("agentscope")
 

@@ -25,7 +25,7 @@ from conftest import PROVGRAPH, launch
 from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads, installed_program, stamp_command
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "claude-code.md"
 
 
 def at(days: float) -> str:
@@ -250,7 +250,7 @@ def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
     assert settings["hooks"]["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
     command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
     assert command == f"{shlex.quote(str(PROVGRAPH))} hook claude-code {root}"
-    shown = re.search(r"<!-- claude-code-settings -->\n```json\n(.*?)```", README.read_text(), re.S)
+    shown = re.search(r"<!-- claude-code-settings -->\n```json\n(.*?)```", PAGE.read_text(), re.S)
     assert shown is not None
     assert json.loads(shown.group(1).replace("/home/me/.venv/bin/provgraph", str(PROVGRAPH))) == settings
 
@@ -354,7 +354,7 @@ def test_the_settings_carry_the_sources_heading_and_the_state(tmp_path) -> None:
     assert (tmp_path / "state" / "provgraph.lock").is_file() and not (root / ".provgraph").exists()
     default = json.loads(hook(root, None, "--settings")[1])
     assert "--sources-heading" not in json.dumps(default) and "--state" not in json.dumps(default)
-    shown = re.search(r"installs\nhooks that run `(provgraph hook claude-code ROOT [^`]*)`", README.read_text())
+    shown = re.search(r"installs\nhooks that run `(provgraph hook claude-code ROOT [^`]*)`", PAGE.read_text())
     capped = json.loads(hook(root, None, "--settings", "--max-lines", "5")[1])
     assert capped["hooks"]["SessionStart"][0]["hooks"][0]["command"].endswith(" --max-lines 5")
     heading_only = json.loads(hook(root, None, "--settings", "--sources-heading")[1])
@@ -435,7 +435,6 @@ def test_a_memory_folder_that_does_not_exist_yet_gets_no_output_and_is_not_creat
     assert not (tmp_path / "projects").exists()
 
 
-def test_the_readmes_example_command_is_what_the_hook_prints() -> None:
-    section = README.read_text().split("### Claude Code\n", 1)[1].split("\n### ", 1)[0]
-    [example] = re.findall(r"`(provgraph stamp --root '/home/me/my memory'[^`]*)`", section)
+def test_the_documented_example_command_is_what_the_hook_prints() -> None:
+    [example] = re.findall(r"`(provgraph stamp --root '/home/me/my memory'[^`]*)`", PAGE.read_text())
     assert example == stamp_command("/home/me/my memory", "profile.md")

@@ -1,4 +1,4 @@
-"""The README's code map names the modules as they are."""
+"""CONTRIBUTING.md's code map names the modules as they are: every module of the package, and no other."""
 
 from __future__ import annotations
 
@@ -6,16 +6,20 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "provgraph"
+
+
+def _code_map() -> str:
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    start = text.index("\n## The code map\n")
+    return text[start : text.index("\n## ", start + 1)]
 
 
 def test_the_code_map_names_every_module_and_only_modules_that_exist() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    code_map = readme[readme.index("The code reads in the order the data flows") :]
-    named = {name.removeprefix("integrations/") for name in re.findall(r"`((?:integrations/)?\w+\.py)`", code_map)}
-    package = ROOT / "provgraph"
-    core = {path.name for path in package.glob("*.py")}
-    integrations = {path.name for path in package.glob("integrations/*.py")}
+    named = {name for name in re.findall(r"`((?:\w+/)?\w+\.py)`", _code_map()) if not name.startswith("tests/")}
+    modules = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")}
+    dunder = {module for module in modules | named if module.rsplit("/", 1)[-1] in {"__init__.py", "__main__.py"}}
 
-    assert named <= core | integrations
-    assert core - {"__init__.py", "__main__.py"} <= named, "a module the code map does not place"
-    assert integrations - {"__init__.py"} <= named
+    absent, unplaced = sorted(named - dunder - modules), sorted(modules - dunder - named)
+    assert not absent, f"the code map names modules that do not exist: {absent}"
+    assert not unplaced, f"modules the code map does not place: {unplaced}"

@@ -1,16 +1,19 @@
-"""The README and the pages in ``docs/`` stay linked and honest: every link lands, every test they cite exists."""
+"""The README, CONTRIBUTING.md and the pages in ``docs/`` stay linked and honest: every link lands, every test
+they cite exists, and the performance table is the same wherever it is shown."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
+DOCS = {"agentscope.md", "claude-code.md", "command-line.md", "declaring.md", "guarantees.md", "performance.md"}
 FENCE = re.compile(r"^ *(```|~~~)")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CITED_TEST = re.compile(r"`(?:(?:tests/)?(?:stress/)?\w+\.py::)?(test_\w+)`")
@@ -68,25 +71,39 @@ def test_every_relative_link_in_the_readme_and_the_docs_leads_to_a_file_and_head
     assert broken == []
 
 
-def test_the_readme_links_each_page_in_docs_and_each_page_links_back() -> None:
+def test_the_readme_links_each_page_in_docs_and_contributing_and_each_page_links_back() -> None:
     readme = {(ROOT / target.partition("#")[0]).resolve() for target in relative_links(ROOT / "README.md")}
-    docs = [page for page in PAGES if page.parent.name == "docs"]
-    assert {page.name for page in docs} >= {"guarantees.md", "internals.md", "performance.md"}
-    for page in docs:
+    docs = [page for page in PAGES if page.parent == ROOT / "docs"]
+    assert {page.name for page in docs} == DOCS
+    for page in [*docs, ROOT / "CONTRIBUTING.md"]:
         assert page in readme, page.name
         back = {(page.parent / target.partition("#")[0]).resolve() for target in relative_links(page)}
         assert ROOT / "README.md" in back, page.name
 
 
-def test_the_table_of_contents_links_every_section_of_the_readme() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    sections = [line[3:] for line in prose(text, code=True) if line.startswith("## ")]
-    contents = text[text.index("\n## Contents\n") : text.index(f"\n## {sections[1]}\n")]
-    linked = {target[1:] for target in LINK.findall(contents) if target.startswith("#")}
-    wanted = {slug(section) for section in sections[1:]}
-    assert sections[0] == "Contents"
-    assert wanted - linked == set()
-    assert linked <= anchors(text)
+PERFORMANCE_HEADER = "| figure | floor | goal | measured |"
+
+
+def _performance_table(page: Path) -> list[str]:
+    """The rows of the table of figures on ``page``, its header first."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    start = lines.index(PERFORMANCE_HEADER)
+    return list(itertools.takewhile(lambda line: line.startswith("|"), lines[start:]))
+
+
+def test_the_readme_shows_the_one_performance_table_of_the_performance_page() -> None:
+    """One table, in the shape of the goals (figure, floor, goal, measured), the same in both places."""
+    readme, page = ROOT / "README.md", ROOT / "docs" / "performance.md"
+    for shown in (readme, page):
+        text = shown.read_text(encoding="utf-8")
+        assert text.count(PERFORMANCE_HEADER) == 1, shown.name
+    assert len(re.findall(r"^\| --- \|", page.read_text(encoding="utf-8"), re.M)) == 1, "one table on the page"
+    table = _performance_table(page)
+    assert len(table) >= 10
+    assert _performance_table(readme) == table
+    for row in table[2:]:
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        assert len(cells) == 4 and cells[2].startswith("≤") and cells[3], row
 
 
 @functools.cache

@@ -14,8 +14,8 @@ from provgraph.clock import BadClock
 from provgraph.errors import PathRefused, ProvgraphError
 from provgraph.files import NotRegular, OutsideRoot, ProvgraphOwn
 from provgraph.integrations.claude_code import BadEvent
-from provgraph.state import StateError
-from provgraph.statefolder import LockBusy
+from provgraph.store.folder import LockBusy
+from provgraph.store.state import StateError
 
 
 def test_every_user_error_is_a_provgraph_error():

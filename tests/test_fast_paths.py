@@ -32,8 +32,8 @@ import provgraph.cli
 import provgraph.declarations
 import provgraph.files
 import provgraph.frontmatter
-import provgraph.nochange
 import provgraph.scan
+import provgraph.store.state
 from provgraph import Memory
 from provgraph.cli import Progress, cli
 from provgraph.declarations import read_declaration
@@ -46,7 +46,7 @@ YEAR_NS = 365 * 24 * 3600 * 10**9
 def trusting(monkeypatch: pytest.MonkeyPatch) -> None:
     """Files written by a test are younger than the racy window, so every refresh would
     read them again; a negative window is what a refresh a year later sees."""
-    for module in (provgraph.files, provgraph.scan, provgraph.api, provgraph.nochange):
+    for module in (provgraph.files, provgraph.scan, provgraph.api, provgraph.store.state):
         monkeypatch.setattr(module, "RACY_WINDOW_NS", -YEAR_NS)
 
 
@@ -182,8 +182,8 @@ def test_damaged_tables_are_set_aside_at_the_next_full_scan(memory, clock, trust
     api.refresh(now=clock.now)
     state = api.state_path / "cache.json"
     data = state.read_bytes()
-    start = data.index(b'"seen":')
-    state.write_bytes(data[:start] + b'"seen":[1,2],' + data[data.index(b'"refused":') :])
+    start = data.index(b'"rows":')
+    state.write_bytes(data[:start] + b'"rows":[1,2]}')
     memory.write("note.md", "a new file: the next refresh scans")
     report = memory.open().refresh(now=clock.advance(days=1))
     assert any("could not be read" in warning for warning in logged.take())

@@ -31,7 +31,7 @@ from scratch import scratch_folder
 import provgraph.api
 import provgraph.files
 import provgraph.scan
-import provgraph.state
+import provgraph.store.state
 from provgraph import Memory, NotDerived, Report
 from provgraph.declarations import Lookup, follows_listing, resolve_entries
 
@@ -127,7 +127,7 @@ def trusted_cache() -> Iterator[None]:
     """Let the stat cache trust every file whose metadata is unchanged (a test folder is
     always younger than the racy window), so that the warm path is the one that runs."""
     with pytest.MonkeyPatch.context() as patch:
-        for module in (provgraph.files, provgraph.scan, provgraph.api, provgraph.state):
+        for module in (provgraph.files, provgraph.scan, provgraph.api, provgraph.store.state):
             if hasattr(module, "RACY_WINDOW_NS"):
                 patch.setattr(module, "RACY_WINDOW_NS", -YEAR_NS)
         yield

@@ -169,9 +169,9 @@ def test_the_clock_reads_an_offset_and_takes_a_bare_time_as_local(monkeypatch: p
     assert raised.value.value == "soon"
 
 
-def test_the_readme_lineage_example_is_what_the_command_prints(tmp_path, run) -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    example = re.search(r"```text\n\$ provgraph lineage user-facts.md\n(.*?)```", readme, re.S)
+def test_the_documented_lineage_example_is_what_the_command_prints(tmp_path, run) -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "command-line.md").read_text(encoding="utf-8")
+    example = re.search(r"```text\n\$ provgraph lineage user-facts.md\n(.*?)```", page, re.S)
     root = tmp_path / "Memory"
     root.mkdir()
     build_demo_memory(root)

@@ -306,18 +306,17 @@ def test_a_missing_source_that_is_probably_a_typo_gets_a_hint(missing: str, hint
     assert did_you_mean(missing, HINTS) == hint
 
 
-# -- the README's examples -------------------------------------------------------------------------
+# -- the documented examples (docs/declaring.md) --------------------------------------------------
 
 
-def _readme_declaration_examples() -> list[tuple[str, str]]:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    start = readme.index("\n## Declaring a derivation\n")
-    section = readme[start : readme.index("\n## ", start + 1)]
+def _documented_declaration_examples() -> list[tuple[str, str]]:
+    page = (Path(__file__).parent.parent / "docs" / "declaring.md").read_text(encoding="utf-8")
+    section = page[: page.index("\n## Semantics in short\n")]
     return re.findall(r"^ *```(yaml|markdown)\n(.*?)^ *```", section, re.S | re.M)
 
 
-def test_every_declaration_example_in_the_readme_declares_the_same_two_sources() -> None:
-    examples = _readme_declaration_examples()
+def test_every_documented_declaration_example_declares_the_same_two_sources() -> None:
+    examples = _documented_declaration_examples()
     assert len(examples) >= 7
     lookup = Lookup(frozenset({"user-facts.md", "preferences.md"}))
     for language, example in examples:
@@ -349,7 +348,7 @@ def test_a_bare_wiki_name_follows_the_rules_whatever_files_exist(
     files = frozenset(f"{folder}{stem}.md" for folder, stem in present)
     sources, problems = resolve_entries(declaring, (f"[[{name}]]",), Lookup(files))
     wanted = f"{name}.md"
-    tiers = [  # the first tier that holds a file decides, as the README says
+    tiers = [  # the first tier that holds a file decides, as docs/declaring.md says
         [wanted] if wanted in files else [],
         sorted(path for path in files if path.rsplit("/", 1)[-1] == wanted),
         sorted(path for path in files if path.casefold() == wanted.casefold()),

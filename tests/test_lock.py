@@ -16,9 +16,10 @@ from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provgraph import Memory, lockfile
-from provgraph.lockfile import Record, _decode_lines, decode_lock, decode_stamps, encode_lock
+from provgraph import Memory
 from provgraph.model import Stamp
+from provgraph.store import lock as lockfile
+from provgraph.store.lock import Record, _decode_lines, decode_lock, decode_stamps, encode_lock
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from provgraph.lockfile import decode_lock
+from provgraph.store.lock import decode_lock
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 START = datetime(2026, 11, 10, 9, 0, tzinfo=UTC)

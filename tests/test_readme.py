@@ -1,4 +1,4 @@
-"""The README's promises about itself: its Quick start shape, its example output, its code."""
+"""The README's promises about itself: short, its Quick start shape, its sections, its example output, its code."""
 
 from __future__ import annotations
 
@@ -20,9 +20,40 @@ def _section(heading: str) -> str:
     return README[start : end if end >= 0 else None]
 
 
+SECTIONS = [
+    "Quick start",
+    "On your own folder",
+    "Commands",
+    "AgentScope",
+    "Claude Code",
+    "Python API",
+    "Guarantees",
+    "Performance",
+    "Development",
+]
+
+
+def test_the_readme_is_read_in_ten_minutes() -> None:
+    """At most 25 KB, in the sections a newcomer looks for, and no test names in its prose."""
+    assert len(README.encode("utf-8")) <= 25_000
+    outside_code = re.sub(r"^```.*?^```", "", README, flags=re.S | re.M)
+    assert re.findall(r"^## (.*)$", outside_code, re.M) == SECTIONS
+    assert re.findall(r"\btest_\w+", README) == []
+
+
 def test_quick_start_has_exactly_two_sh_blocks() -> None:
-    blocks = re.findall(r"```(\w*)\n.*?```", _section("Quick start"), re.S)
-    assert blocks == ["sh", "sh"]
+    """The first installs and runs the demo; the second installs what the tests need and runs them."""
+    blocks = re.findall(r"```(\w*)\n(.*?)```", _section("Quick start"), re.S)
+    assert [language for language, _ in blocks] == ["sh", "sh"]
+    assert blocks[0][1].strip() == "pip install . && provgraph demo"
+    assert blocks[1][1].startswith("pip install '.[dev") and "python -m pytest" in blocks[1][1]
+
+
+def test_on_your_own_folder_names_the_option_a_reme_folder_needs_and_the_wiki_links() -> None:
+    steps = _section("On your own folder")
+    assert "provgraph status" in steps and "derived_from:" in steps
+    assert "--sources-heading" in steps and "ReMe" in steps
+    assert "[[user-facts]]" in steps and "Obsidian" in steps
 
 
 def test_the_example_output_is_what_the_demo_prints() -> None:

@@ -19,8 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from provgraph import Memory, StateError
-from provgraph.lockfile import decode_lock
-from provgraph.state import State, StateStore
+from provgraph.stamps import Derivation
+from provgraph.store.cache import Cache
+from provgraph.store.lock import decode_lock
+from provgraph.store.state import StateStore
 
 
 @pytest.fixture
@@ -39,10 +41,25 @@ def lived(memory, clock) -> Memory:
     return api
 
 
-def loaded(api: Memory) -> State:
-    store = StateStore(api.root, None if api.state_path == api.root / ".provgraph" else api.state_path)
+def store_of(api: Memory) -> StateStore:
+    return StateStore(
+        api.root, None if api.state_path == api.root / ".provgraph" else api.state_path, None, api._settings
+    )
+
+
+def loaded(api: Memory) -> dict[str, Derivation]:
+    """The stamps in the lock."""
+    store = store_of(api)
     with store.locked():
-        return store.load()
+        return store.stamps()
+
+
+def cached(api: Memory) -> Cache:
+    store = store_of(api)
+    with store.locked():
+        cache = store.cache()
+    assert cache is not None
+    return cache
 
 
 def saved_bytes(api: Memory) -> tuple[bytes, bytes]:
@@ -59,25 +76,31 @@ def aside_files(api: Memory) -> list[Path]:
 
 
 def test_state_round_trips_losslessly(lived) -> None:
-    store = StateStore(lived.root)
+    store = store_of(lived)
     with store.locked():
-        state = store.load()
-        report = store.last_report()
-        assert state.derivations and state.seen and report is not None and report.stale
+        stamps, cache = store.stamps(), store.cache()
+        assert stamps and cache is not None and cache.rows and cache.last is not None and cache.last.edges
         original = saved_bytes(lived)
-        store.save(state)
+        store.save(stamps, cache)
         assert saved_bytes(lived)[0] == original[0]
-        assert store.load() == state
-        assert store.last_report() == report
+        assert store.stamps() == stamps
+        again = StateStore(lived.root, None, None, lived._settings)
+    with again.locked():
+        read = again.cache()
+    assert read is not None and read.lock is not None
+    assert dataclasses.replace(read, lock=None) == dataclasses.replace(cache, lock=None)
 
 
 def test_the_saved_report_is_the_one_returned(lived, clock) -> None:
     report = lived.refresh(now=clock.advance(days=1))
-    store = StateStore(lived.root)
-    with store.locked():
-        saved = store.last_report()
-    assert saved is not None
-    assert dataclasses.replace(saved, scanned_at=report.scanned_at) == report
+    last = cached(lived).last
+    assert last is not None and report.stale
+    assert (last.file_count, last.edges, last.cycles, last.problems) == (
+        report.file_count,
+        tuple(report.edges),
+        report.cycles,
+        report.problems,
+    )
 
 
 def test_the_lock_is_sorted_text_one_edge_per_line_with_nothing_of_this_machine(lived) -> None:
@@ -102,20 +125,13 @@ def test_the_lock_is_rewritten_only_when_a_stamp_or_a_date_changes(lived, memory
     assert os.stat(lived.lock_path).st_ino != before.st_ino
 
 
-def test_a_rebuilt_state_object_saves_the_same_bytes(lived) -> None:
-    store = StateStore(lived.root)
+def test_equal_stamps_save_the_same_lock_bytes(lived) -> None:
+    store = store_of(lived)
     with store.locked():
-        state = store.load()
-        rebuilt = State(
-            derivations=dict(state.derivations),
-            seen=dict(state.seen),
-            scan_started_ns=state.scan_started_ns,
-            report=store.last_report(),
-            walk_problems=state.walk_problems,
-            settings=state.settings,
-        )
+        stamps, cache = store.stamps(), store.cache()
+        assert cache is not None
         original = lived.lock_path.read_bytes()
-        store.save(rebuilt)
+        store.save(dict(stamps), cache)
     assert lived.lock_path.read_bytes() == original
 
 
@@ -130,9 +146,8 @@ def test_writes_leave_no_temporary_files(lived, clock) -> None:
 
 
 def test_a_reader_always_sees_a_whole_file(lived) -> None:
-    store = StateStore(lived.root)
-    big = loaded(lived)
-    small = State()
+    store = store_of(lived)
+    big, cache = loaded(lived), cached(lived)
     stop = threading.Event()
     failures: list[BaseException] = []
 
@@ -140,8 +155,8 @@ def test_a_reader_always_sees_a_whole_file(lived) -> None:
         try:
             for round_ in range(150):
                 with store.locked():
-                    store.load()
-                    store.save(big if round_ % 2 else small)
+                    store.stamps()
+                    store.save(big if round_ % 2 else {}, cache)
         except BaseException as error:  # noqa: BLE001 - reported by the main thread
             failures.append(error)
         finally:
@@ -250,8 +265,8 @@ def test_an_unreadable_lock_is_kept_aside_and_rebuilt(lived, memory, clock, logg
     first_use = memory.open(state=tmp_path / "fresh").refresh(now=clock.now)
     assert "profile.md" in {entry.path for entry in first_use.stale}  # missing.md never existed
     assert report.stale == first_use.stale
-    assert {path: d.stamps for path, d in loaded(lived).derivations.items()} == {
-        path: d.stamps for path, d in loaded(memory.open(state=tmp_path / "fresh")).derivations.items()
+    assert {path: d.stamps for path, d in loaded(lived).items()} == {
+        path: d.stamps for path, d in loaded(memory.open(state=tmp_path / "fresh")).items()
     }
 
 
@@ -285,17 +300,16 @@ def test_a_lock_with_damaged_lines_is_kept_aside_and_its_valid_lines_load(lived,
     [
         pytest.param(lambda data: b"{not json at all", id="corrupt"),
         pytest.param(lambda data: data[: len(data) // 2], id="truncated"),
-        pytest.param(lambda data: orjson.dumps({**orjson.loads(data), "version": 99}), id="unknown-version"),
         pytest.param(lambda data: b"[1, 2, 3]", id="json-list"),
-        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2],'), id="wrong-shape"),
-        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":["1",2,3,4,null,[]],'), id="text-size"),
-        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,true,null,[]],'), id="bool-inode"),
-        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,null],'), id="row-short"),
+        pytest.param(lambda data: data.replace(b'"rows":{', b'"rows":{"x.md":[1,2],'), id="wrong-shape"),
+        pytest.param(lambda data: data.replace(b'"rows":{', b'"rows":{"x.md":["1",2,3,4,null,[]],'), id="text-size"),
+        pytest.param(lambda data: data.replace(b'"rows":{', b'"rows":{"x.md":[1,2,3,true,null,[]],'), id="bool-inode"),
+        pytest.param(lambda data: data.replace(b'"rows":{', b'"rows":{"x.md":[1,2,3,4,null],'), id="row-short"),
         pytest.param(
-            lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,null,[],[[],[]],0],'), id="row-long"
+            lambda data: data.replace(b'"rows":{', b'"rows":{"x.md":[1,2,3,4,null,[],[[],[]],0],'), id="row-long"
         ),
-        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,null,[1]],'), id="declaration"),
-        pytest.param(lambda data: data.replace(b'"seen":{', b'"seen":{"x.md":[1,2,3,4,7,[]],'), id="hash"),
+        pytest.param(lambda data: data.replace(b'"rows":{', b'"rows":{"x.md":[1,2,3,4,null,[1]],'), id="declaration"),
+        pytest.param(lambda data: data.replace(b'"rows":{', b'"rows":{"x.md":[1,2,3,4,7,[]],'), id="hash"),
     ],
 )
 def test_an_unreadable_cache_is_kept_aside_and_the_answer_is_the_same(lived, memory, clock, logged, damage) -> None:
@@ -343,7 +357,7 @@ def _schema_1(derivations) -> dict:
 
 def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(lived, memory, clock, logged):
     expected = lived.refresh(now=clock.advance(days=1))
-    derivations = loaded(lived).derivations
+    derivations = loaded(lived)
     legacy = _schema_1(derivations)
     lived.lock_path.unlink()
     shutil.rmtree(lived.state_path)
@@ -355,7 +369,7 @@ def test_a_schema_1_state_file_is_converted_without_losing_a_stamp_or_a_date(liv
     report = memory.open().refresh(now=clock.now)
 
     assert report.stale == expected.stale and report.edges == expected.edges
-    assert loaded(lived).derivations == derivations
+    assert loaded(lived) == derivations
     (aside,) = aside_files(lived)
     assert aside.name.startswith("state.json.migrated-") and aside.read_bytes() == data
     assert any("converted" in warning for warning in logged.take())
@@ -487,13 +501,13 @@ def test_a_state_json_given_with_state_points_to_its_folder_and_is_converted(liv
     is converted on first use."""
     legacy = tmp_path / "kept" / "state.json"
     legacy.parent.mkdir()
-    derivations = loaded(lived).derivations
+    derivations = loaded(lived)
     legacy.write_bytes(orjson.dumps(_schema_1(derivations)))
     with pytest.raises(StateError, match="the folder that holds it"):
         memory.open(state=legacy).refresh(now=clock.now)
     converted = memory.open(state=legacy.parent)
     converted.refresh(now=clock.now)
-    assert loaded(converted).derivations == derivations
+    assert loaded(converted) == derivations
 
 
 WRITTEN_BY_0_1 = (
@@ -505,7 +519,7 @@ WRITTEN_BY_0_1 = (
     b'"derived_at":null,"stamps":{"profile.md":["987d4ffed1003613551e5ff756a2cccd129eb869ba79222ab7ef246ca'
     b'ab0ebcb",1794301200.0,null]}},"profile.md":{"derived_at":"2026-11-10","stamps":{"facts.md":["2d27fbd'
     b'f4e8ca207afbfa388ca9172fbcc6c70e534af2476b3b704f87debadcf",1794301200.0,1794470400.0],"gone.md":[nul'
-    b'l,1794301200.0,1794301200.0]}}},"seen":{"digest.md":[33,1796120492001518952,1796120492001518952,2179'
+    b'l,1794301200.0,1794301200.0]}}},"rows":{"digest.md":[33,1796120492001518952,1796120492001518952,2179'
     b'004,"a41b29862bc519c1742fc7ec2aca70d0aa7ac3430c6bcdd5de9c9712e64f487b",[["profile.md"],null,[]]],"fa'
     b'cts.md":[3,1794470400000000000,1796120492135429553,2179000,"81db67b6a5702b9b68f0016f061c409bf3fb16d0'
     b'62fc854d1b424bb4e9c28c56",[]],"profile.md":[63,1796120492001518952,1796120492001518952,2179002,"987d'
@@ -544,7 +558,7 @@ def test_a_state_file_is_read_whole_however_short_its_reads_and_however_it_grows
     """One read of the size the open file has gives a state file whole, nearly always; after a
     read that gives less (a network file system, a signal) the file is read on to its end,
     with what was added to it meanwhile."""
-    from provgraph import statefolder
+    from provgraph.store import folder as statefolder
 
     read, calls = os.read, []
 

@@ -50,8 +50,8 @@ from typing import TypeVar
 import orjson
 
 from ..clock import wall_ns
-from ..lockfile import LOCK_NAME, LockError, decode_lock, encode_lock, merge_reads
-from ..statefolder import Folders, hold, open_folder, read_file, write_file
+from ..store.folder import Folders, hold, open_folder, read_file, write_file
+from ..store.lock import LOCK_NAME, LockError, decode_lock, encode_lock, merge_reads
 from . import agentscope_backend as backend_files
 from .agentscope_backend import BackendError, BackendFiles
 

@@ -41,8 +41,7 @@ from ..model import Report
 from ..paths import hook_command, parts_under, shell_advice, stamp_command, status_command
 from ..queries import EditContext, edit_notes
 from ..render import prompt_block
-from ..state import STATE_DIR
-from ..statefolder import (
+from ..store.folder import (
     Folders,
     LockBusy,
     hold,
@@ -52,6 +51,7 @@ from ..statefolder import (
     remove_temporaries,
     write_file,
 )
+from ..store.state import STATE_DIR
 
 __all__ = [
     "CONTEXT_LIMIT",

@@ -7,25 +7,17 @@ summaries of summaries form; the graph is acyclic because a file only names
 files written before it.  Declarations use every form the contract accepts
 (comma list, inline list, block list, Markdown links, root-relative entries),
 and some descriptions hold an unquoted colon, as real memory files do.
-
-The same lineage can be written as a Makefile and as a dvc.yaml pipeline, so
-that other tools can be timed on the same graph.
-
-``python -m tests.bench.generate ROOT --files N [--seed S]`` writes a folder.
 """
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import os
 import posixpath
 import random
-from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Workload", "generate", "generate_chain", "write_dvc_yaml", "write_makefile"]
+__all__ = ["Workload", "generate"]
 
 DERIVED_SHARE = 0.30
 BODY_BYTES = 2000
@@ -53,6 +45,8 @@ class Workload:
     leaf: str
     """A file derived from nothing that some chain of derived files is built from:
     the file the benchmark edits."""
+    derived: str
+    """A derived file: the one the benchmark rewrites as an agent would."""
 
     @property
     def depth(self) -> int:
@@ -61,34 +55,6 @@ class Workload:
         for path in self.files:  # written in order: sources come first
             depth[path] = 1 + max((depth.get(s, 0) for s in self.sources.get(path, ())), default=-1)
         return max(depth.values(), default=0)
-
-    def descendants(self, path: str) -> set[str]:
-        """Every file derived, at any depth, from ``path``."""
-        children: dict[str, list[str]] = {}
-        for derived, sources in self.sources.items():
-            for source in sources:
-                children.setdefault(source, []).append(derived)
-        found: set[str] = set()
-        queue = deque([path])
-        while queue:
-            for child in children.get(queue.popleft(), ()):
-                if child not in found:
-                    found.add(child)
-                    queue.append(child)
-        return found
-
-    def sources_reaching(self, share: float) -> list[str]:
-        """Plain files, earliest first, until the files derived from them make up ``share``
-        of the derived files: the files to edit for a folder where most derived files are stale."""
-        wanted, reached, chosen = share * len(self.sources), set(), []
-        used = {source for sources in self.sources.values() for source in sources}
-        for path in self.files:
-            if len(reached) >= wanted:
-                break
-            if path in used and path not in self.sources:
-                chosen.append(path)
-                reached |= self.descendants(path)
-        return chosen
 
 
 def generate(root: str | os.PathLike[str], files: int, seed: int = 1) -> Workload:
@@ -110,22 +76,9 @@ def generate(root: str | os.PathLike[str], files: int, seed: int = 1) -> Workloa
     if files >= 1:
         _write(root / "MEMORY.md", _index(paths[:50]))
         paths.append("MEMORY.md")
-    workload = Workload(root, tuple(paths), sources, "")
-    return Workload(root, workload.files, sources, _pick_leaf(rng, workload))
-
-
-def generate_chain(root: str | os.PathLike[str], depth: int) -> Workload:
-    """A line of ``depth`` derived files below one plain file, each derived from the one
-    before it: the worst case for walking chains.  The plain file is the ``leaf``."""
-    root = Path(root)
-    paths = [f"chain/link-{index:05d}.md" for index in range(depth + 1)]
-    sources = {path: (source,) for source, path in itertools.pairwise(paths)}
-    rng = random.Random(depth)
-    for index, path in enumerate(paths):
-        chosen = list(sources.get(path, ()))
-        _write(root / path, _content(rng, path, chosen, index))
-    _write(root / "MEMORY.md", _index(paths[:50]))
-    return Workload(root, (*paths, "MEMORY.md"), sources, paths[0])
+    workload = Workload(root, tuple(paths), sources, "", "")
+    derived_file = rng.choice(derived) if derived else ""
+    return Workload(root, workload.files, sources, _pick_leaf(rng, workload), derived_file)
 
 
 def _folders(rng: random.Random, count: int) -> list[str]:
@@ -220,48 +173,3 @@ def _write(path: Path, text: str) -> None:
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-
-
-def write_makefile(workload: Workload) -> Path:
-    """The lineage as make rules: each derived file is a target of its sources."""
-    derived = sorted(workload.sources)
-    lines = [".PHONY: all", "all: " + " ".join(derived), ""]
-    for path in derived:
-        lines += [f"{path}: " + " ".join(workload.sources[path]), "\t@touch $@", ""]
-    target = workload.root / "Makefile"
-    target.write_text("\n".join(lines), encoding="utf-8")
-    return target
-
-
-def write_dvc_yaml(workload: Workload) -> Path:
-    """The lineage as a DVC pipeline: one stage per derived file, its sources as deps.
-
-    Written as JSON, which is valid YAML and needs no YAML library here.
-    """
-    import json
-
-    stages = {
-        f"d{index:06d}": {
-            "cmd": "true",
-            "deps": list(workload.sources[path]),
-            "outs": [{path: {"cache": False}}],
-        }
-        for index, path in enumerate(sorted(workload.sources))
-    }
-    target = workload.root / "dvc.yaml"
-    target.write_text(json.dumps({"stages": stages}, indent=1), encoding="utf-8")
-    return target
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("root", type=Path)
-    parser.add_argument("--files", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=1)
-    options = parser.parse_args()
-    workload = generate(options.root, options.files, options.seed)
-    print(f"{len(workload.files)} files, {len(workload.sources)} derived, longest chain {workload.depth}")
-
-
-if __name__ == "__main__":
-    main()

@@ -18,7 +18,6 @@ import hashlib
 import importlib.util
 import os
 import site
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -43,10 +42,10 @@ class Interpreter:
 
 
 def in_place() -> Interpreter:
-    """The current interpreter's install: the console script beside it, else ``python -m provgraph``."""
-    script = Path(sys.executable).with_name(PACKAGE)
-    command = (str(script),) if script.exists() else (sys.executable, "-m", PACKAGE)
-    return Interpreter(sys.executable, command, dict(os.environ), f"in place ({_origin(sys.executable, {})})")
+    """The checkout's code in place, run by the current interpreter (``python -m provgraph``)."""
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    command = (sys.executable, "-m", PACKAGE)
+    return Interpreter(sys.executable, command, env, f"the checkout in place ({_origin(sys.executable, env)})")
 
 
 def installed(base: Path) -> Interpreter:
@@ -72,12 +71,8 @@ def installed(base: Path) -> Interpreter:
 
 
 def build_wheel(source: Path, folder: Path) -> Path:
-    """A pure-Python wheel of the package in ``source``: its files, metadata and scripts.
-
-    The ``provgraph`` command is a script of its own (``script-files`` in pyproject.toml),
-    not an entry point, so it goes where a wheel's scripts go,
-    ``provgraph-<version>.data/scripts/``, executable, and pip rewrites its ``#!python``
-    line to the environment's interpreter, as it does for the wheel setuptools builds."""
+    """A pure-Python wheel of the package in ``source``: its files, metadata and entry points,
+    from which pip writes the ``provgraph`` command, as for the wheel setuptools builds."""
     configuration = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))
     project = configuration["project"]
     name, version = project["name"], project["version"]
@@ -91,24 +86,15 @@ def build_wheel(source: Path, folder: Path) -> Path:
     metadata += [f"Requires-Dist: {requirement}\n" for requirement in project.get("dependencies", ())]
     members[f"{info}/METADATA"] = "".join(metadata).encode()
     members[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: tests.bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    for script in configuration.get("tool", {}).get("setuptools", {}).get("script-files", ()):
-        members[f"{name}-{version}.data/scripts/{Path(script).name}"] = (source / script).read_bytes()
+    scripts = [f"{script} = {target}\n" for script, target in project.get("scripts", {}).items()]
+    members[f"{info}/entry_points.txt"] = "".join(["[console_scripts]\n", *scripts]).encode()
     members[f"{info}/RECORD"] = _record(members, f"{info}/RECORD")
     folder.mkdir(parents=True, exist_ok=True)
     wheel = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
         for member, data in members.items():
-            archive.writestr(_entry(member), data)
+            archive.writestr(member, data)
     return wheel
-
-
-def _entry(member: str) -> zipfile.ZipInfo:
-    """A member of the wheel, a script executable: pip installs a file with the mode the
-    archive gives it."""
-    entry = zipfile.ZipInfo(member)
-    entry.compress_type = zipfile.ZIP_DEFLATED
-    entry.external_attr = (stat.S_IFREG | (0o755 if ".data/scripts/" in member else 0o644)) << 16
-    return entry
 
 
 def _record(members: dict[str, bytes], record: str) -> bytes:

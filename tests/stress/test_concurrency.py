@@ -15,8 +15,9 @@ from pathlib import Path
 import orjson
 
 from provgraph import Memory
-from provgraph.lockfile import decode_lock
-from provgraph.state import FORMAT, StateStore
+from provgraph.store.cache import FORMAT
+from provgraph.store.lock import decode_lock
+from provgraph.store.state import StateStore
 
 from .helpers import NOW, TIMEOUT, assert_clean, derived, environment, provgraph, write
 
@@ -28,7 +29,7 @@ ROUNDS = 3
 
 READER = """
 import os, sys, orjson
-from provgraph.lockfile import decode_lock
+from provgraph.store.lock import decode_lock
 path, lock, stop = sys.argv[1], sys.argv[2], sys.argv[3]
 reads, stopping = 0, False
 while not stopping:
@@ -140,10 +141,10 @@ def test_concurrent_stamps_and_refreshes_lose_nothing_and_readers_see_whole_file
         warnings: list[str] = []
         store = StateStore(root, warn=warnings.append)
         with store.locked():
-            saved = store.load()
+            saved = store.stamps()
         assert warnings == []
         for index in range(PAIRS):
-            (stamp,) = saved.derivations[f"d{index}.md"].stamps.values()
+            (stamp,) = saved[f"d{index}.md"].stamps.values()
             assert stamp.stamped_at == _moment(round_, index).timestamp(), (round_, index)
             assert stamp.sha256 == hashlib.sha256(f"v{round_}\n".encode()).hexdigest()
         assert Memory(root).refresh(now=NOW + timedelta(days=10)).stale == ()

@@ -24,8 +24,10 @@ from hypothesis import strategies as st
 
 from provgraph import Memory
 from provgraph.cli import cli
-from provgraph.lockfile import decode_lock
-from provgraph.state import FORMAT, State, StateStore
+from provgraph.stamps import Derivation
+from provgraph.store.cache import Cache
+from provgraph.store.lock import decode_lock
+from provgraph.store.state import StateStore
 
 from .helpers import (
     IS_ROOT,
@@ -55,14 +57,15 @@ def _folder(root: Path, files: int) -> None:
     write(root, "MEMORY.md", "- [d](d.md)\n")
 
 
-def _load(root: Path) -> State:
-    """The lock and the cache on disk, which must be whole: loading them warns about nothing."""
+def _load(root: Path) -> dict[str, Derivation]:
+    """The stamps in the lock, and the cache on disk, which must be whole: loading them warns about nothing."""
     warnings: list[str] = []
-    store = StateStore(root, warn=warnings.append)
+    store = StateStore(root, warn=warnings.append, settings=Memory(root)._settings)
     with store.locked():
-        state = store.load()
+        stamps = store.stamps()
+        assert store.cache() is not None
     assert warnings == []
-    return state
+    return stamps
 
 
 def _stamped_at(lock: Path) -> float | None:
@@ -346,7 +349,7 @@ def test_a_damaged_lock_is_kept_aside_and_rebuilt_with_one_warning(damage: str, 
         "cycles": 0,
         "problems": 0,
     }
-    assert _load(root).derivations.keys() == {"d.md"}
+    assert _load(root).keys() == {"d.md"}
 
 
 _JSON = st.recursive(
@@ -411,11 +414,11 @@ def test_any_damage_to_a_cache_document_loads_or_is_set_aside(
     path.write_bytes(orjson.dumps(damaged))
     warnings: list[str] = []
 
-    store = StateStore(root, folder, warn=warnings.append)
+    store = StateStore(root, folder, warn=warnings.append, settings=Memory(root, state=folder)._settings)
     with store.locked():
-        loaded = store.load()
+        loaded = store.cache()
 
-    assert isinstance(loaded, State)
+    assert loaded is None or isinstance(loaded, Cache)
     assert path.exists() != bool(warnings)  # set aside exactly when it could not be read
     report = Memory(root, state=folder, warn=warnings.append).refresh(now=NOW + timedelta(days=2))
     assert report.file_count == 4
@@ -424,7 +427,7 @@ def test_any_damage_to_a_cache_document_loads_or_is_set_aside(
 def test_a_state_of_another_format_is_never_overwritten_in_place(root: Path) -> None:
     """A file that is not provgraph's at the state path is moved aside before anything is written."""
     state = root / ".provgraph" / "state.json"
-    write(root, ".provgraph/state.json", json.dumps({"format": FORMAT + "-other", "data": [1, 2, 3]}))
+    write(root, ".provgraph/state.json", json.dumps({"format": "provgraph-state-other", "data": [1, 2, 3]}))
     original = state.read_bytes()
     write(root, "a.md", "a\n")
     done = provgraph("status", root)

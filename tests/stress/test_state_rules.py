@@ -195,13 +195,13 @@ class WhileHeld:
 
 SUSPENDED = (
     "import os, signal, sys\n"
-    "from provgraph import state\n"
-    "real = state.StateStore.load\n"
-    "def load(self):\n"
+    "from provgraph.store import state\n"
+    "real = state.StateStore.cache\n"
+    "def cache(self):\n"
     "    print('holding', flush=True)\n"
     "    os.kill(os.getpid(), signal.SIGSTOP)\n"
     "    return real(self)\n"
-    "state.StateStore.load = load\n"
+    "state.StateStore.cache = cache\n"
     "from provgraph.cli import cli\n"
     "sys.exit(cli(*sys.argv[1:]))\n"
 )
@@ -347,7 +347,7 @@ def test_a_cache_with_a_valid_but_out_of_range_date_is_replaced_not_a_crash(root
     assert_clean(provgraph("status", root), 0)
     cache = root / ".provgraph" / "cache.json"
     document = orjson.loads(cache.read_bytes())
-    document["report"]["edges"][0][4] = 10.0**15
+    document["last"]["edges"][0][4] = 10.0**15
     cache.write_bytes(orjson.dumps(document))
     if changed:
         write(root, "b.md", "a new file: the next run scans\n")
@@ -356,7 +356,7 @@ def test_a_cache_with_a_valid_but_out_of_range_date_is_replaced_not_a_crash(root
 
     assert_clean(done, 0)
     assert orjson.loads(done.stdout)["stale"][0]["path"] == "d.md"
-    assert all(edge[4] is None or edge[4] < 10.0**15 for edge in orjson.loads(cache.read_bytes())["report"]["edges"])
+    assert all(edge[4] is None or edge[4] < 10.0**15 for edge in orjson.loads(cache.read_bytes())["last"]["edges"])
 
 
 # -- a state folder belongs to one root ---------------------------------------------------------

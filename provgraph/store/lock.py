@@ -19,16 +19,12 @@ import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
+from typing import Any, NamedTuple
 
 import orjson
 
-from .errors import ProvgraphError
-from .lockname import LOCK_NAME, is_sync_copy
-from .model import NamedTuple, Stamp
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from ..errors import ProvgraphError
+from ..model import Stamp
 
 __all__ = [
     "HEADER",
@@ -56,6 +52,17 @@ _LATEST = 253402300799.0
 """The last second of year 9999: a later (or negative) date cannot be shown, so it is damage."""
 
 
+LOCK_NAME = "provgraph.lock"
+"""The portable lock's file name."""
+
+
+def is_sync_copy(name: str) -> bool:
+    """A copy of the lock that a sync tool made when two machines changed it at once:
+    ``provgraph.sync-conflict-<when>-<device>.lock`` (Syncthing), ``provgraph (conflicted
+    copy ...).lock`` (Dropbox) and the like."""
+    return name != LOCK_NAME and name.startswith("provgraph") and name.endswith(".lock") and "conflict" in name
+
+
 class LockError(ProvgraphError):
     """The bytes are not a provgraph lock at all (another program's file, another version)."""
 
@@ -72,8 +79,7 @@ class Record(NamedTuple):
 
 
 class LockRead(NamedTuple):
-    """What a lock holds, and how much of it had to be reconciled or skipped.  A
-    ``NamedTuple``, not a dataclass: ~0.5 ms less to create on every full run."""
+    """What a lock holds, and how much of it had to be reconciled or skipped."""
 
     records: Mapping[tuple[str, str], Record]
     merged: int = 0

@@ -1,0 +1,376 @@
+"""The cache: what a refresh of an unchanged or slightly changed folder reads instead of the files.
+
+One JSON document, ``.provgraph/cache.json``, written whole with orjson and replaced
+atomically.  It is disposable: it means something to this provgraph only, on this
+machine, for this folder read with these settings, and it is keyed by all four (the
+package's version, ``SCHEMA``, the root, the reading settings).  A cache with another
+key is never read, only rebuilt; one that does not decode into valid values raises
+``Damaged`` and is never trusted either.  A full scan always gives the same answer.
+
+It holds, per file, a row (``FileRow``: the stat the file was read with, its sha256, its
+declaration), what the lock was when the cache was written (``LockRecord``), the sources
+outside the listing as they were seen (``Watched``), the walk's problems, and the last
+result without its stale entries (they follow from the edges).
+"""
+
+from __future__ import annotations
+
+import math
+from binascii import crc32
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+import orjson
+
+from ..declarations import NOTHING, Declaration
+from ..model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind
+
+__all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
+__all__ += ["decode", "encode", "encode_row", "memory_of"]
+
+CACHE_NAME = "cache.json"
+FORMAT = "provgraph-cache"
+SCHEMA = 1
+"""The layout of the document; with the package's version, part of the cache's key."""
+
+Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
+"""What ``resolve_entries`` made of a declaration: its sources, and the refused entries."""
+
+
+class Damaged(Exception):
+    """The cache's bytes are not what this provgraph writes; the message says why."""
+
+
+class FileRow(NamedTuple):
+    """What a scan learned about one file, valid while its metadata is unchanged."""
+
+    meta: FileMeta
+    sha256: str | None = None
+    """Only computed for files that are a source of something."""
+    declaration: Declaration | None = None
+    """Only for memory (``*.md``) files."""
+    resolved: Resolution | None = None
+    """The declaration's entries resolved (sources, refusals), kept with the declaration:
+    reused while it holds, unless it names a wiki link (``declarations.follows_listing``)."""
+
+
+class LockRecord(NamedTuple):
+    """The lock as the cache was written with it: its stat, its sha256, when that was
+    recorded, and whether its bytes are exactly what ``encode_lock`` writes."""
+
+    meta: FileMeta
+    sha256: str
+    recorded_ns: int
+    canonical: bool
+
+
+class Watched(NamedTuple):
+    """A declared source outside the listing as the last scan saw it: ``kind`` is
+    ``"file"`` (with its stat), ``"missing"``, or the kind of problem it was refused as."""
+
+    path: str
+    kind: str
+    meta: FileMeta | None = None
+
+
+class Last(NamedTuple):
+    """The last result as the cache keeps it: its stale entries follow from its edges."""
+
+    file_count: int
+    edges: tuple[Edge, ...]
+    cycles: tuple[tuple[str, ...], ...]
+    problems: tuple[Problem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Cache:
+    """The cache of one root, decoded but for its rows (``Rows`` decodes one when asked)."""
+
+    root: str
+    settings: str
+    scan_started_ns: int
+    """The real clock at the start of the scan that wrote it: the racy mark is before it."""
+    walk_problems: tuple[Problem, ...]
+    lock: LockRecord | None
+    rows: dict[str, list[Any]]
+    """Path -> ``[size, mtime_ns, ctime_ns, inode, sha256, declaration(, resolved)]``."""
+    refused: dict[str, ProblemKind]
+    watched: tuple[Watched, ...]
+    last: Last | None
+    memory: dict[str, tuple[int, int, int, int]]
+    """The stat of every memory file the rows hold (those with a declaration, even an
+    empty one), equal to the listing a walk gives while none moved (``memory_of``)."""
+
+
+def memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
+    """The stat (size, mtime_ns, ctime_ns, inode) of the memory files among ``rows``."""
+    return {path: _STAT(row) for path, row in rows.items() if row[5] is not None}
+
+
+class Rows(Mapping[str, FileRow]):
+    """The cache's rows (checked when the cache was read), each decoded when a scan asks for it."""
+
+    def __init__(self, rows: Mapping[str, list[Any]]) -> None:
+        self._rows = rows
+
+    def __getitem__(self, path: str) -> FileRow:
+        return _decode_row(path, self._rows[path])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def encode(cache: Cache, version: str) -> list[bytes | memoryview]:
+    """The document written by provgraph ``version``: the key first, the rows, then the
+    checksum of everything before it (``_CHECK``)."""
+    lock = cache.lock
+    last = cache.last
+    body = orjson.dumps(
+        {
+            "format": FORMAT,
+            "provgraph": version,
+            "schema": SCHEMA,
+            "root": cache.root,
+            "settings": cache.settings,
+            "scan_started_ns": cache.scan_started_ns,
+            "walk_problems": [list(problem.row) for problem in cache.walk_problems],
+            "lock": None if lock is None else [*lock.meta, lock.sha256, lock.recorded_ns, lock.canonical],
+            "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
+            "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
+            "last": None if last is None else _encode_last(last),
+            "rows": cache.rows,
+        }
+    )
+    head = memoryview(body)[:-1]  # a large folder's document is not copied to add its checksum
+    return [head, _CHECK + str(crc32(head)).encode() + b"}"]
+
+
+_CHECK = b',"check":'
+"""The last entry: the CRC-32 of the bytes before it.  A value damaged into another valid
+one (a row that declares nothing, a stat of another file) is caught by it, as much as a
+cache torn by a crash of the machine."""
+
+
+def _encode_last(last: Last) -> dict[str, object]:
+    return {
+        "files": last.file_count,
+        "edges": [
+            [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to]
+            for edge in last.edges
+        ],
+        "cycles": [list(cycle) for cycle in last.cycles],
+        "problems": [list(problem.row) for problem in last.problems],
+    }
+
+
+def encode_row(row: FileRow) -> list[Any]:
+    """One file's row: its stat, hash and declaration, and the declaration resolved
+    when it declares something."""
+    meta, sha256, declaration, resolved = row
+    encoded = _encode_declaration(declaration)
+    if resolved is None or declaration is None or not encoded:
+        return [*meta, sha256, encoded]
+    sources, refused = resolved
+    return [*meta, sha256, encoded, [list(sources), [[problem.kind.value, problem.detail] for problem in refused]]]
+
+
+def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
+    if declaration is None:
+        return None
+    entries, derived_at, problems = declaration.entries, declaration.derived_at, declaration.problems
+    if not entries and derived_at is None and not problems:
+        return []
+    return [list(entries), derived_at, [[kind.value, detail] for kind, detail in problems]]
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def decode(data: bytes, version: str, root: str, settings: str) -> Cache | None:
+    """The cache in ``data``; None when it is keyed for another provgraph ``version``,
+    schema, root or settings (rebuilt, never read); ``Damaged`` when it is not a valid
+    cache at all."""
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        raise Damaged("it is not JSON") from error
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise Damaged("it is not a provgraph cache")
+    if _legacy(document):
+        return None
+    key = (document.get("provgraph"), document.get("schema"), document.get("root"), document.get("settings"))
+    if key != (version, SCHEMA, root, settings):
+        return None
+    end = data.rfind(_CHECK)
+    if end < 0 or str(crc32(memoryview(data)[:end])).encode() != data[end + len(_CHECK) : -1]:
+        raise Damaged("its checksum does not match its bytes")
+    try:
+        return _decode(document)
+    except Damaged:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+        raise Damaged("its values are not what provgraph writes") from error
+
+
+def _legacy(document: dict[str, Any]) -> bool:
+    """The layout of provgraph's first releases (a ``version`` of 1 to 3, no ``schema``):
+    rebuilt like any cache of another version, never set aside as damaged, since the
+    package wrote it.  This exception can go once no such cache is in use (the lock,
+    never this file, holds what must survive)."""
+    return "schema" not in document and document.get("version") in (1, 2, 3)
+
+
+def _decode(document: dict[str, Any]) -> Cache:
+    rows = document["rows"]
+    if not isinstance(rows, dict) or not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
+        raise Damaged("a file's row must be a list of six or seven values")
+    _check_rows(rows)
+    return Cache(
+        root=_text(document["root"]),
+        settings=_text(document["settings"]),
+        scan_started_ns=_whole(document["scan_started_ns"]),
+        walk_problems=tuple(map(_problem, document["walk_problems"])),
+        lock=_lock(document["lock"]),
+        rows=rows,
+        refused={_text(path): ProblemKind(kind) for path, kind in document["refused"].items()},
+        watched=tuple(map(_watched, document["watched"])),
+        last=None if document["last"] is None else _last(document["last"]),
+        memory=memory_of(rows),
+    )
+
+
+def _check_rows(rows: dict[str, list[Any]]) -> None:
+    """Every row's values of the types provgraph writes, each column checked in one pass
+    (loops that run in C), and every declaration decoded once."""
+    if not set(map(type, chain.from_iterable(map(_STAT, rows.values())))) <= {int}:
+        raise Damaged("a file's stat must be four whole numbers")
+    if not set(map(type, map(_HASH, rows.values()))) <= {str, type(None)}:
+        raise Damaged("a file's sha256 must be text")
+    if not set(map(type, map(_DECLARATION, rows.values()))) <= {list, type(None)}:
+        raise Damaged("a file's declaration must be a list")
+    for row in rows.values():
+        if row[5] or len(row) == 7:
+            _check_declared(row)
+
+
+def _check_declared(row: list[Any]) -> None:
+    """A row's declaration and its resolution of the shapes ``encode_row`` writes."""
+    entries, derived_at, problems = row[5]
+    if not (set(map(type, entries)) <= {str} and (derived_at is None or type(derived_at) is str)):
+        raise Damaged("a declaration's entries and derived_at must be text")
+    if len(row) == 7:
+        sources, refused = row[6]
+        if not set(map(type, sources)) <= {str}:
+            raise Damaged("a declaration's sources must be text")
+        problems = [*problems, *refused]
+    for kind, detail in problems:
+        if kind not in _KINDS or type(detail) is not str:
+            raise Damaged("a declaration's problem must be a kind and text")
+
+
+_KINDS = frozenset(kind.value for kind in ProblemKind)
+
+_STAT = itemgetter(0, 1, 2, 3)
+_HASH = itemgetter(4)
+_DECLARATION = itemgetter(5)
+
+
+def _decode_row(path: str, row: list[Any]) -> FileRow:
+    declaration = row[5]
+    if declaration == []:
+        declaration = NOTHING
+    elif declaration is not None:
+        entries, derived_at, problems = declaration
+        declaration = Declaration(
+            tuple(map(_text, entries)),
+            _optional_text(derived_at),
+            tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
+        )
+    resolved = None
+    if len(row) == 7:
+        sources, refused = row[6]
+        resolved = (
+            tuple(map(_text, sources)),
+            tuple(Problem(path, ProblemKind(kind), _text(detail)) for kind, detail in refused),
+        )
+    return FileRow(FileMeta._make(row[:4]), _optional_text(row[4]), declaration, resolved)
+
+
+def _lock(data: object) -> LockRecord | None:
+    if data is None:
+        return None
+    if not isinstance(data, list) or len(data) != 7 or type(data[6]) is not bool:
+        raise Damaged("the lock's record must hold its stat, its sha256, a time and a flag")
+    size, mtime_ns, ctime_ns, inode, sha256, recorded_ns, canonical = data
+    meta = FileMeta(_whole(size), _whole(mtime_ns), _whole(ctime_ns), _whole(inode))
+    return LockRecord(meta, _text(sha256), _whole(recorded_ns), canonical)
+
+
+def _watched(data: list[Any]) -> Watched:
+    path, kind, meta = data
+    if kind not in _WATCHED_KINDS:
+        raise Damaged(f"unknown kind of watched source {kind!r}")
+    if (kind == "file") != (meta is not None):
+        raise Damaged("a watched file must hold its stat, and only a file")
+    return Watched(_text(path), kind, None if meta is None else FileMeta(*map(_whole, meta)))
+
+
+_WATCHED_KINDS = frozenset({"file", "missing", *(kind.value for kind in ProblemKind)})
+
+
+def _last(data: dict[str, Any]) -> Last:
+    status_of = {status.value: status for status in EdgeStatus}
+    edges = []
+    for source, derived, status, at, since, moved_to in data["edges"]:
+        at = None if at is None else _date(at)
+        since = None if since is None else _date(since)
+        edges.append(Edge(_text(source), _text(derived), status_of[status], at, since, _optional_text(moved_to)))
+    return Last(
+        file_count=_whole(data["files"]),
+        edges=tuple(edges),
+        cycles=tuple(tuple(map(_text, cycle)) for cycle in data["cycles"]),
+        problems=tuple(map(_problem, data["problems"])),
+    )
+
+
+def _problem(row: list[Any]) -> Problem:
+    path, kind, detail = row
+    return Problem(_text(path), ProblemKind(kind), _text(detail))
+
+
+_LATEST = 253402300799.0
+"""The last second of year 9999: a later (or negative) date cannot be shown."""
+
+
+def _date(value: object) -> float:
+    if type(value) not in (int, float):
+        raise Damaged(f"a date must be a number, not {value!r}")
+    number = float(value)  # type: ignore[arg-type]
+    if not (math.isfinite(number) and 0 <= number <= _LATEST):
+        raise Damaged(f"a date out of range: {value!r}")
+    return number
+
+
+def _whole(value: object) -> int:
+    if type(value) is not int:
+        raise Damaged(f"expected a whole number, found {type(value).__name__}")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise Damaged(f"expected text, found {type(value).__name__}")
+    return value
+
+
+def _optional_text(value: object) -> str | None:
+    return None if value is None else _text(value)

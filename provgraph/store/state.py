@@ -1,0 +1,482 @@
+"""The lock and the cache of one memory root, read and written under one exclusive lock.
+
+The **lock** (``provgraph.lock``, see ``store.lock``) holds the stamps: portable facts,
+committed and synced with the memory.  The **cache** (``.provgraph/cache.json``, see
+``store.cache``) holds what makes a refresh cheap; it may be deleted at any time.
+
+Writes are atomic (see ``store.folder``), and every read-modify-write of a root happens
+under an exclusive ``flock``, so concurrent processes never lose each other's stamps.  A
+lock or a cache that cannot be read back is moved aside, never deleted, with one warning,
+and provgraph starts afresh; a cache of another provgraph or another folder is rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .. import __version__
+from ..clock import wall_ns
+from ..errors import ProvgraphError, log_warning
+from ..files import RACY_WINDOW_NS
+from ..model import FileMeta, Stamp
+from ..paths import normalized
+from ..stamps import Derivation
+from .cache import CACHE_NAME, Cache, Damaged, LockRecord, decode, encode
+from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
+from .lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, encode_rows, is_sync_copy, merge_reads
+
+__all__ = ["LOCK_NAME", "STATE_DIR", "StateError", "StateStore", "lock_bytes"]
+
+STATE_DIR = ".provgraph"
+FLOCK_NAME = "flock"
+"""The file whose ``flock`` is the root's exclusive lock (it holds no data)."""
+ROOT_NAME = "root"
+"""In a ``--state`` folder: the memory root it belongs to."""
+
+
+class StateError(ProvgraphError):
+    """The state cannot be read or written (permissions, full disk, ...).
+
+    ``path`` is the file or folder concerned; the message is one sentence
+    that names it and says what to do.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], message: str) -> None:
+        super().__init__(message)
+        self.path = Path(path)
+
+
+class _Transaction(threading.local):
+    """What this thread's transaction opened and read: a ``Memory`` may be used from several threads."""
+
+    folders: Folders | None = None
+    exclusive = False
+    lock_bytes: bytes | None = None
+    """The lock as this transaction read it: it is rewritten only when it changes."""
+    as_locked: dict[str, Derivation] | None = None
+    """The stamps as loaded, when the lock holds exactly their encoding."""
+    migrating = False
+    """A ``state.json`` of the first releases was read: set it aside once the lock is written."""
+
+
+class StateStore:
+    """The lock and the cache of one root, with the exclusive lock that guards them.
+
+    By default the lock is ``ROOT/provgraph.lock`` and the cache folder ``ROOT/.provgraph/``;
+    with ``folder`` (``--state``) both live in that folder, which then records the root it
+    belongs to.  ``settings`` are the reading settings, part of the cache's key.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        folder: str | os.PathLike[str] | None = None,
+        warn: Callable[[str], None] | None = None,
+        settings: str = "",
+    ) -> None:
+        self.root = normalized(root)
+        self.folder = normalized(folder) if folder is not None else None
+        self.state_path = self.folder if self.folder is not None else os.path.join(self.root, STATE_DIR)
+        self.lock_path = os.path.join(self.folder if self.folder is not None else self.root, LOCK_NAME)
+        self.settings = settings
+        self._warn = warn or log_warning
+        self._tx = _Transaction()
+        self._kept: tuple[tuple[int, ...], Cache] | None = None
+        """The cache last read or written, with the stat of its file: read again only when that changed."""
+        self._proven: tuple[FileMeta, str] | None = None
+        """A lock's stat and the sha256 its bytes were found to have once its times were
+        older than the racy window: while its stat is the same, so are its bytes."""
+
+    # -- the folders and the exclusive lock --
+
+    @contextlib.contextmanager
+    def locked(self, wait: float = 3600.0) -> Iterator[None]:
+        """Hold the root's exclusive lock for one read-modify-write, waiting at most
+        ``wait`` seconds (``LockBusy`` then)."""
+        folders = self._open(create=True)
+        assert folders is not None
+        try:
+            try:
+                descriptor = hold(folders.state, FLOCK_NAME, wait)
+            except OSError as error:
+                path = os.path.join(self.state_path, FLOCK_NAME)
+                raise StateError(self.state_path, _cannot("lock", path, error)) from error
+            try:
+                self._check_root(folders, write=True)
+                remove_temporaries(folders)
+                self._begin(folders, exclusive=True)
+                yield
+            finally:
+                self._begin(None, exclusive=False)
+                os.close(descriptor)
+        finally:
+            folders.close()
+
+    @contextlib.contextmanager
+    def unlocked(self) -> Iterator[None]:
+        """Read what is there without the lock (another process holds it): files are
+        replaced whole, so what is read is whole; nothing is written or set aside."""
+        folders = self._open(create=False)
+        try:
+            if folders is not None:
+                self._check_root(folders, write=False)
+            self._begin(folders, exclusive=False)
+            yield
+        finally:
+            self._begin(None, exclusive=False)
+            if folders is not None:
+                folders.close()
+
+    def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
+        tx = self._tx
+        tx.folders, tx.exclusive, tx.lock_bytes, tx.as_locked, tx.migrating = folders, exclusive, None, None, False
+
+    def _open(self, *, create: bool) -> Folders | None:
+        """The state folder and the lock's folder, each checked to be a real folder."""
+        try:
+            if self.folder is None:
+                lock = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    state = open_folder(self.root, STATE_DIR, create=create)
+                except BaseException:
+                    os.close(lock)
+                    raise
+                return Folders(-1 if state is None else state, lock, self.state_path, self.root)
+            self._refuse_memory_tree()
+            parent, name = os.path.dirname(self.folder) or os.curdir, os.path.basename(self.folder)
+            if create:
+                os.makedirs(parent, exist_ok=True)
+            elif not os.path.isdir(parent):
+                return None
+            state = open_folder(parent, name, create=create)
+            return None if state is None else Folders(state, state, self.folder, self.folder)
+        except NotADirectoryError as error:
+            raise StateError(
+                self.state_path,
+                f"{error.filename or self.state_path} is not a real folder (a symlink or a file): provgraph keeps "
+                "its state only in a folder of its own (--state names that folder; for a state.json of an earlier "
+                "version, the folder that holds it)",
+            ) from error
+        except OSError as error:
+            raise StateError(self.state_path, _cannot("use the state folder", self.state_path, error)) from error
+
+    def _refuse_memory_tree(self) -> None:
+        """A ``--state`` folder inside the memory folder must be ``.provgraph`` or below it:
+        anywhere else provgraph could overwrite a memory file."""
+        assert self.folder is not None
+        if in_memory_tree(self.folder, self.root, STATE_DIR):
+            raise StateError(
+                self.folder,
+                f"--state {self.folder} lies in the memory folder {self.root}: provgraph keeps its files there "
+                f"only in {STATE_DIR}/",
+            )
+
+    def _check_root(self, folders: Folders, *, write: bool) -> None:
+        """A ``--state`` folder belongs to one memory root: it records it, and refuses another."""
+        if self.folder is None:
+            return
+        recorded = self._read(folders.state, ROOT_NAME, self.state_path)
+        if recorded is None:
+            if write:
+                self._write(folders, folders.state, ROOT_NAME, os.fsencode(self.root), "record the root in")
+            return
+        other = os.fsdecode(recorded)
+        if os.path.realpath(other) != os.path.realpath(self.root):
+            raise StateError(
+                self.state_path,
+                f"state folder {self.state_path} belongs to the memory folder {other}, not {self.root}: "
+                "pass another --state folder",
+            )
+
+    # -- the cache --
+
+    def cache(self) -> Cache | None:
+        """The cache for this root and these settings, or None: there is none, it is
+        another provgraph's or another folder's, or it is damaged (then set aside, with
+        one warning).  Read again only when its file changed since it was last read."""
+        folders = self._tx.folders
+        if folders is None or folders.state < 0:
+            return None
+        try:
+            info = os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
+        except OSError:
+            return None
+        identity = _identity(info)
+        kept = self._kept
+        if kept is not None and kept[0] == identity:
+            return kept[1]
+        data = self._read(folders.state, CACHE_NAME, self.state_path)
+        if data is None:
+            return None
+        try:
+            cache = decode(data, __version__, os.fsdecode(self.root), self.settings)
+        except Damaged as error:
+            self._set_aside(folders, folders.state, CACHE_NAME, str(error))
+            return None
+        self._kept = None if cache is None else (identity, cache)
+        return cache
+
+    def lock_unchanged(self, record: LockRecord | None) -> bool:
+        """Whether the lock on disk is the one ``record`` records: the same stat, old enough
+        that equal stat proves equal bytes, or else the same sha256; and no sync tool's
+        conflict copy beside it (merging one changes the stamps)."""
+        folders = self._tx.folders
+        if folders is None or any(map(is_sync_copy, _names(folders.lock))):
+            return False
+        meta = _lock_meta(folders)
+        if meta is None or record is None:
+            return meta is None and record is None
+        if meta == record.meta and max(meta.mtime_ns, meta.ctime_ns) < record.recorded_ns - RACY_WINDOW_NS:
+            return True
+        if self._proven == (meta, record.sha256):
+            return True
+        looked_ns = wall_ns()
+        self._tx.lock_bytes = data = self._lock_bytes_or_none(folders)
+        if data is None or hashlib.sha256(data).hexdigest() != record.sha256:
+            return False
+        if max(meta.mtime_ns, meta.ctime_ns) < looked_ns - RACY_WINDOW_NS:
+            self._proven = (meta, record.sha256)  # hashed once it was old enough: its stat proves it from now on
+        return True
+
+    # -- the lock --
+
+    def stamps(self) -> dict[str, Derivation]:
+        """The stamps in the lock (or in a ``state.json`` of the first releases, converted
+        once), merged with any conflict copy a sync tool left; damage is set aside."""
+        folders = self._tx.folders
+        if folders is None:
+            return {}
+        tx = self._tx
+        tx.as_locked = None
+        tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        if data is None:
+            return self._load_legacy(folders)
+        clean = None if any(map(is_sync_copy, _names(folders.lock))) else decode_stamps(data)
+        if clean is not None:
+            tx.as_locked = _derivations(clean)
+            return tx.as_locked
+        try:
+            read = decode_lock(data)
+        except LockError as error:
+            self._set_aside(folders, folders.lock, LOCK_NAME, str(error))
+            return {}
+        if read.damaged:
+            self._set_aside(folders, folders.lock, LOCK_NAME, f"{read.damaged} line(s) are not valid stamps", kept=True)
+        elif read.merged and tx.exclusive:
+            self._warn(
+                f"{self.lock_path} holds merged lines ({read.merged} repeated edges or conflict markers); "
+                "took the newest stamp of each edge"
+            )
+        copies = self._sync_copies(folders)
+        return _derivations(merge_reads(read, copies).derivations())
+
+    def lock_data(self) -> bytes | None:
+        """The lock's bytes as ``stamps`` or ``lock_unchanged`` last read them, else read now."""
+        folders = self._tx.folders
+        if self._tx.lock_bytes is None and folders is not None:
+            self._tx.lock_bytes = self._lock_bytes_or_none(folders)
+        return self._tx.lock_bytes
+
+    def _sync_copies(self, folders: Folders) -> list[LockRead]:
+        """The conflict copies a sync tool left beside the lock, read like the lock and
+        merged into it; each is then moved into the state folder, kept."""
+        copies = []
+        for name in sorted(filter(is_sync_copy, _names(folders.lock))):
+            data = self._read(folders.lock, name, folders.lock_path)
+            try:
+                copies.append(decode_lock(data or b""))
+            except LockError as error:
+                self._set_aside(folders, folders.lock, name, str(error))
+                continue
+            if self._tx.exclusive:
+                aside = self._move_aside(folders, folders.lock, name, "merged")
+                self._warn(
+                    f"merged {os.path.join(folders.lock_path, name)} into {self.lock_path}; the copy is kept as {aside}"
+                )
+        return copies
+
+    # -- the layout of the first releases: one ``state.json`` held the stamps, before the lock.
+    # Read once and converted into the lock; this can go once no such folder is in use.
+
+    def _load_legacy(self, folders: Folders) -> dict[str, Derivation]:
+        if folders.state < 0:
+            return {}
+        data = self._read(folders.state, LEGACY_NAME, self.state_path)
+        if data is None:
+            return {}
+        try:
+            derivations = _decode_legacy(orjson.loads(data))
+        except (orjson.JSONDecodeError, Damaged, KeyError, TypeError, ValueError, AttributeError) as error:
+            reason = str(error) if isinstance(error, Damaged) else "it is not valid provgraph state"
+            self._set_aside(folders, folders.state, LEGACY_NAME, reason)
+            return {}
+        self._tx.migrating = self._tx.exclusive
+        return derivations
+
+    def _migrated(self, folders: Folders) -> None:
+        self._tx.migrating = False
+        aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
+        self._warn(
+            f"converted {os.path.join(self.state_path, LEGACY_NAME)} into {self.lock_path}; "
+            f"the old file is {os.path.basename(aside)}"
+        )
+
+    # -- writing --
+
+    def save(self, derivations: Mapping[str, Derivation] | None, cache: Cache, lock: bytes | None = None) -> Cache:
+        """Write the lock when its stamps changed (``derivations``, the stamps now, or
+        ``lock``, the new bytes of a patch; both None: unchanged), then ``cache``, with
+        the lock it was written with; the cache as written."""
+        folders, tx = self._tx.folders, self._tx
+        if folders is None or not tx.exclusive:
+            raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
+        canonical = cache.lock is not None and cache.lock.canonical
+        if derivations is not None:
+            canonical = tx.as_locked is None or derivations != tx.as_locked
+            lock = lock_bytes(derivations, tx.lock_bytes is not None) if canonical else None
+        if lock is not None:
+            if lock != tx.lock_bytes:
+                self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
+                tx.lock_bytes = lock
+            canonical = True
+        cache = replace(cache, lock=self._lock_record(folders, canonical))
+        self._write(folders, folders.state, CACHE_NAME, encode(cache, __version__), "write")
+        with contextlib.suppress(OSError):
+            info = os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
+            self._kept = (_identity(info), cache)
+        if tx.migrating:
+            self._migrated(folders)
+        return cache
+
+    def _lock_record(self, folders: Folders, canonical: bool) -> LockRecord | None:
+        """The lock as written or read now; known to be as ``encode_lock`` writes it when it
+        was written so, or when it holds the very bytes the last cache knew to be."""
+        meta = _lock_meta(folders)
+        data = self._tx.lock_bytes
+        if meta is None or data is None or meta.size != len(data):
+            return None
+        sha256 = hashlib.sha256(data).hexdigest()
+        before = None if self._kept is None else self._kept[1].lock
+        canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
+        return LockRecord(meta, sha256, wall_ns(), canonical)
+
+    def _lock_bytes_or_none(self, folders: Folders) -> bytes | None:
+        try:
+            return self._read(folders.lock, LOCK_NAME, folders.lock_path)
+        except StateError:
+            return None
+
+    def _read(self, folder: int, name: str, where: str | os.PathLike[str]) -> bytes | None:
+        try:
+            return read_file(folder, name, where)
+        except OSError as error:
+            path = os.path.join(where, name)
+            raise StateError(path, _cannot("read", path, error)) from error
+
+    def _set_aside(self, folders: Folders, source: int, name: str, reason: str, *, kept: bool = False) -> None:
+        """Move a damaged file into the state folder, unchanged, and say so in one line."""
+        if not self._tx.exclusive:
+            return
+        where = folders.path_of(source, name)
+        aside = self._move_aside(folders, source, name, "corrupt")
+        rest = "the valid lines were loaded" if kept else "starting afresh"
+        self._warn(f"{where} could not be read ({reason}); kept as {aside}, {rest}")
+
+    def _move_aside(self, folders: Folders, source: int, name: str, why: str) -> str:
+        where = folders.path_of(source, name)
+        try:
+            return os.path.join(self.state_path, set_aside(folders, source, name, why))
+        except OSError as error:
+            raise StateError(where, _cannot("move aside", where, error)) from error
+
+    def _write(
+        self, folders: Folders, target: int, name: str, data: bytes | list[bytes | memoryview], what: str
+    ) -> None:
+        """Every file is replaced atomically; only the cache is not synced to the disk: it is
+        derived again from the memory files and the lock, and a torn one (after a crash of
+        the machine) fails to parse and gives the full scan."""
+        where = folders.path_of(target, name)
+        try:
+            write_file(folders, target, name, data if isinstance(data, list) else [data], durable=name != CACHE_NAME)
+        except OSError as error:
+            raise StateError(where, _cannot(what, where, error)) from error
+
+
+LEGACY_NAME = "state.json"
+LEGACY_FORMAT = "provgraph-state"
+
+
+def _decode_legacy(data: Any) -> dict[str, Derivation]:
+    """The stamps of a ``state.json`` of the first releases (schema 1)."""
+    if not isinstance(data, dict) or data.get("format") != LEGACY_FORMAT or data.get("version") != 1:
+        raise Damaged(f"it is not a {LEGACY_FORMAT} file of version 1")
+    derivations = {}
+    for path, record in data["derivations"].items():
+        derived_at = record["derived_at"]
+        if not isinstance(path, str) or not (derived_at is None or isinstance(derived_at, str)):
+            raise Damaged("a derived file and its derived_at must be text")
+        stamps = {}
+        for source, (sha, at, since) in record["stamps"].items():
+            if not isinstance(source, str) or not (sha is None or isinstance(sha, str)):
+                raise Damaged("a source and its sha256 must be text")
+            stamps[source] = Stamp(sha, _date(at), None if since is None else _date(since))
+        derivations[path] = Derivation(derived_at, stamps)
+    return derivations
+
+
+def _date(value: object) -> float:
+    number = float(value)  # type: ignore[arg-type]
+    if not 0 <= number <= 253402300799.0:
+        raise Damaged(f"a date out of range: {value!r}")
+    return number
+
+
+def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
+    """The lock for these stamps; None when there is none and nothing to put in it (a
+    folder without derived files gets no lock)."""
+    if not exists and not any(derivation.stamps for derivation in derivations.values()):
+        return None
+    return encode_rows(
+        (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
+        for derived, derivation in derivations.items()
+        for source, stamp in derivation.stamps.items()
+    )
+
+
+def _derivations(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:
+    return {derived: Derivation(at, stamps) for derived, (at, stamps) in table.items()}
+
+
+def _identity(info: os.stat_result) -> tuple[int, ...]:
+    """What tells one cache file from another: any write replaces it (a new inode)."""
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_mode)
+
+
+def _lock_meta(folders: Folders) -> FileMeta | None:
+    try:
+        info = os.stat(LOCK_NAME, dir_fd=folders.lock, follow_symlinks=False)
+    except OSError:
+        return None
+    return FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+def _names(folder: int) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _cannot(what: str, path: str, error: OSError) -> str:
+    reason = error.strerror or type(error).__name__
+    hint = " (use --state DIR to keep provgraph's state elsewhere)" if error.errno in (1, 13, 30) else ""
+    return f"cannot {what} {path}: {reason}{hint}"
