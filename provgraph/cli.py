@@ -30,7 +30,7 @@ from .integrations import claude_code
 from .model import Problem, ProblemKind, Report
 from .paths import command_options, parts_under, shell_advice, status_command
 from .queries import EditContext, explain, missing_sources, refusal_text
-from .render import lineage_document, lineage_text
+from .render import lineage_document, lineage_text, safe_name
 
 __all__ = ["cli", "main"]
 
@@ -176,7 +176,7 @@ def _stamp(options: Options) -> int:
     """Exit 2 when a file names a source that does not exist (nothing recorded for it), 1 when one stays stale."""
     root, paths = _locate(options, options.files)
     memory = _open(options, root)
-    report = _open(options, root, lambda message: None).refresh(now=pinned_now())  # the stamp warns, and fails
+    report = _open(options, root, lambda message: None).refresh(now=pinned_now())  # quiet: the stamp says it
     refused = {path: missing for path in sorted(set(paths)) if (missing := missing_sources(report, path))}
     for path, missing in refused.items():
         print(f"provgraph: error: {refusal_text(path, missing, 'run this command again')}", file=sys.stderr)
@@ -184,11 +184,11 @@ def _stamp(options: Options) -> int:
     report = memory.stamp(stamped, now=pinned_now()) if stamped else report
     for path in stamped:
         count = sum(1 for edge in report.edges if edge.derived == path)
-        print(f"stamped {render.safe_name(path)}: re-derived from {count} source{'s' * (count != 1)} as they are now")
-    behind = {p: ", ".join(map(render.safe_name, explain(report, p).stale_sources)) for p in stamped if report.entry(p)}
+        print(f"stamped {safe_name(path)}: re-derived from {count} source{'s' * (count != 1)} as they are now")
+    behind = {p: ", ".join(map(safe_name, explain(report, p).stale_sources)) for p in stamped if report.entry(p)}
     for path, names in behind.items():
         print(
-            f"{render.safe_name(path)} stays stale: it is derived from {names}, stale itself; re-derive, stamp it first"
+            f"{safe_name(path)} stays stale: it is derived from {names}, stale itself: re-derive and stamp that first"
         )
     print(render.summary_line(report))
     return EXIT_ERROR if refused else EXIT_STALE if behind else EXIT_OK

@@ -261,7 +261,7 @@ def test_stamp_exits_1_naming_the_stale_file_a_stamped_file_still_rests_on(simpl
     assert (code, err) == (1, "")
     assert out.splitlines()[:2] == [
         "stamped digest.md: re-derived from 1 source as they are now",
-        "digest.md stays stale: it is derived from profile.md, stale itself; re-derive, stamp it first",
+        "digest.md stays stale: it is derived from profile.md, stale itself: re-derive and stamp that first",
     ]
     assert run("stamp", "profile.md", "digest.md", cwd=simple.root, now=at(3))[0] == 0
     assert stale_paths(run, simple.root, at(4)) == []
