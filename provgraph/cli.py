@@ -31,6 +31,7 @@ from .integrations import claude_code
 from .model import Problem, ProblemKind, Report
 from .paths import command_options, parts_under, status_command
 from .render import lineage_document, lineage_text
+from .store.lock import NewerLock
 
 __all__ = ["cli", "main"]
 
@@ -214,12 +215,15 @@ def _hook(options: Options) -> int:
         return EXIT_OK  # a hook must not break the session it serves
     if not Path(options.root).exists():
         return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
-    if event is None or event.name == "SessionStart":
-        report = _open(options).refresh(now=_now())
-        printed = _printed_options(options)
-        sys.stdout.write(claude_code.session_start_output(report, max_lines=options.max_lines, options=printed))
-    elif event.name == "PostToolUse":
-        _hook_tool_use(options, event)
+    try:
+        if event is None or event.name == "SessionStart":
+            report = _open(options).refresh(now=_now())
+            printed = _printed_options(options)
+            sys.stdout.write(claude_code.session_start_output(report, max_lines=options.max_lines, options=printed))
+        elif event.name == "PostToolUse":
+            _hook_tool_use(options, event)
+    except NewerLock as error:
+        _say("hook", str(error))  # the session goes on; the commands say the same, with exit 2
     return EXIT_OK
 
 
