@@ -60,10 +60,6 @@ null) is written with, or the ``.md`` that none ends with.  A line break is not 
 YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
 
 
-_CONFLICT_MARKER = re.compile(rb"^(<{7}|\|{7}|={7}|>{7})([ \t]|\r?$)", re.M)
-"""A line git writes around the two sides of a conflict."""
-
-
 class Declaration(NamedTuple):
     """What one file's frontmatter says about its derivation, before resolution.
 
@@ -100,8 +96,6 @@ def read_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
     block, body_start = found
     if b"derived_" not in block:
         return NOTHING, body_start
-    if _CONFLICT_MARKER.search(block):  # two sides of a merge: neither is the whole declaration
-        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, "unresolved merge conflict"),)), body_start
     try:
         text = block.decode("utf-8")
     except UnicodeDecodeError as error:
