@@ -55,6 +55,9 @@ _BRACKETED = re.compile(r"[\[(]derived_from::")
 _BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
 _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
+_CONFLICT_MARKER = re.compile(rb"^(<{7}|\|{7}|={7}|>{7})([ \t]|\r?$)", re.M)
+"""A line git writes around the two sides of a conflict."""
+_CONFLICTED = Declaration(problems=((ProblemKind.BAD_FRONTMATTER, "unresolved merge conflict"),))
 
 
 def read_declaration(head: bytes, truncated: bool = False, sources_heading: str | None = None) -> Declaration:
@@ -71,6 +74,8 @@ def read_declaration(head: bytes, truncated: bool = False, sources_heading: str 
     if head.startswith(BOM):
         head = head[len(BOM) :]
     declared, body_start = read_frontmatter(head, truncated)
+    if _CONFLICT_MARKER.search(head, 0, body_start) and b"derived_" in head[:body_start]:
+        return _CONFLICTED  # two sides of a merge: neither is the whole declaration, so none is read
     entries = declared.entries
     if entries and (max(map(len, entries)) > 63 or " " in (joined := "".join(entries)) or "\x00" in joined):
         declared = _without_unfit(declared, head, body_start)  # else short names of a word each
