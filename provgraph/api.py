@@ -25,9 +25,8 @@ from .clock import current, wall_ns
 from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
-from .lineage import children_of, find_cycles, propagate, to_networkx
+from .lineage import children_of, find_cycles, hinted, propagate, to_networkx
 from .model import (
-    Cause,
     Edge,
     EdgeStatus,
     Explanation,
@@ -399,14 +398,11 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     if not any(hints.values()):
         return report
     edges = tuple(replace(edge, did_you_mean=_new_hint(hints, edge)) for edge in report.edges)
-    stale = tuple(
-        replace(entry, causes=tuple(replace(cause, did_you_mean=_new_hint(hints, cause)) for cause in entry.causes))
-        for entry in report.stale
-    )
+    stale = tuple(replace(entry, causes=hinted(entry.causes, hints)) for entry in report.stale)
     return replace(report, edges=edges, stale=stale)
 
 
-def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
+def _new_hint(hints: dict[str, str | None], found: Edge) -> str | None:
     """The typo hint of a missing source, unless the rename hint already names that file."""
     hint = hints.get(found.source)
     return None if hint == found.moved_to else hint

@@ -322,7 +322,8 @@ class StaleEntry:
     path: str
     since: float
     direct: bool
-    causes: tuple[Cause, ...]
+    causes: Sequence[Cause]
+    """In order of source and kind; ``propagate`` makes each when asked for (``lineage.Causes``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from .lineage import node_statuses, to_networkx
+from .lineage import nearest, node_statuses, to_networkx
 from .model import (
     Cause,
     Edge,
@@ -241,7 +241,7 @@ def repair_order(stale: tuple[StaleEntry, ...]) -> tuple[StaleEntry, ...]:
 
 
 def _repair_key(entry: StaleEntry) -> tuple[int, float, str]:
-    distance = 1 if entry.direct else min((cause.depth for cause in entry.causes), default=1)
+    distance = 1 if entry.direct else nearest(entry.causes)
     return distance, entry.since, entry.path
 
 
