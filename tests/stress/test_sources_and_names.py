@@ -1,0 +1,69 @@
+"""Every declared source is opened like a memory file, and every name the system gives works.
+
+A source that is not a memory file is opened through the descriptors of its folders, none
+followed if it is a symlink; a memory folder whose path is not UTF-8, and a file whose name
+starts with a dash, work like any other.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from provgraph import Memory
+from provgraph.model import EdgeStatus
+
+from .helpers import NOW
+
+
+def _derived(*sources: str) -> str:
+    return "---\nderived_from: [" + ", ".join(sources) + "]\n---\nderived\n"
+
+
+def test_a_declared_source_is_opened_through_its_folders_never_a_folder_swapped_for_a_link(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sub/data.txt`` is resolved inside the root, then ``sub`` becomes a link to a folder
+    outside as the open begins: the file outside is never opened.  A symlinked file inside the
+    root is still read through its target."""
+    (root / "sub").mkdir()
+    (root / "sub" / "data.txt").write_text("stamped\n")
+    (root / "sub" / "alias.txt").symlink_to("data.txt")
+    (root / "d.md").write_text(_derived("sub/data.txt"))
+    (root / "e.md").write_text(_derived("sub/alias.txt"))
+    Memory(root).refresh(now=NOW)
+    outside = tmp_path / "outside"
+    (outside / "data.txt").write_text("secret\n")
+    secret = (outside / "data.txt").stat()
+    open_ = os.open
+    swapped: list[object] = []
+    opened_secret: list[object] = []
+
+    def swapping_open(path: str | os.PathLike[str], *args: object, **options: object) -> int:
+        """Swaps ``sub`` when the first open on the way to the file begins: of the file by
+        its resolved path, or of its folder by name."""
+        if (os.fspath(path) == "sub" or os.fspath(path).endswith("/sub/data.txt")) and not swapped:
+            swapped.append(path)
+            (root / "sub").rename(tmp_path / "moved")
+            (root / "sub").symlink_to(outside, target_is_directory=True)
+        descriptor = open_(path, *args, **options)  # type: ignore[arg-type]
+        found = os.fstat(descriptor)
+        if (found.st_ino, found.st_dev) == (secret.st_ino, secret.st_dev):
+            opened_secret.append(path)
+        return descriptor
+
+    monkeypatch.setattr(os, "open", swapping_open)
+    report = Memory(root).refresh(now=NOW)
+    monkeypatch.undo()
+    assert swapped and opened_secret == []
+    statuses = {edge.derived: edge.status for edge in report.edges}
+    assert statuses["d.md"] is not EdgeStatus.CHANGED  # the content outside was never compared
+
+    (root / "sub").unlink()
+    (tmp_path / "moved").rename(root / "sub")
+    assert {edge.derived: edge.status for edge in Memory(root).refresh(now=NOW).edges}["e.md"] is EdgeStatus.CLEAN
+    (root / "sub" / "data.txt").write_text("edited\n")
+    edges = Memory(root).refresh(now=NOW).edges
+    assert {edge.derived: edge.status for edge in edges} == {"d.md": EdgeStatus.CHANGED, "e.md": EdgeStatus.CHANGED}
