@@ -38,6 +38,7 @@ from .model import (
     Report,
     Snapshot,
     StaleEntry,
+    as_text,
     broken_edges,
 )
 from .render import safe_name
@@ -114,7 +115,7 @@ class Memory:
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
         self.sources_heading = sources_heading
-        self._settings = orjson.dumps([sources_heading, self.roots]).decode()
+        self._settings = orjson.dumps([sources_heading, [as_text(path) for path in self.roots]]).decode()
         if files is None:
             if not os.path.isdir(self._root):
                 raise RootError(self._root)

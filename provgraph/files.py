@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .errors import PathRefused
-from .model import FileMeta, Problem, ProblemKind
+from .model import FileMeta, Problem, ProblemKind, as_text
 from .paths import normalized
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn", "walk_folder"]
@@ -296,9 +296,7 @@ class _Walker:
         try:
             if not (name.isascii() or _is_utf8(name)):
                 if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
-                    self.problems.append(
-                        Problem(_printable(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8")
-                    )
+                    self.problems.append(Problem(as_text(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
             elif entry.is_symlink():
                 self.visit_link(entry, path, full_path)
             elif entry.is_dir(follow_symlinks=False):
@@ -458,8 +456,3 @@ def _is_utf8(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _printable(path: str) -> str:
-    """``path`` with each byte that is not UTF-8 shown as ``\\xNN``."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")

@@ -5,6 +5,7 @@ slotted dataclass, a row the stages pass each other a ``NamedTuple``, a kind a `
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -12,6 +13,16 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not
 from typing import Any, Generic, TypeVar, overload
 from typing import NamedTuple as NamedTuple  # re-exported: some stages still import it from here
+
+
+def as_text(path: str) -> str:
+    """``path`` as JSON can hold it: itself, or, when the system gave bytes that are not
+    UTF-8 (held as lone surrogates), with each such byte written ``\\xNN``."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
 
 
 class ProblemKind(enum.StrEnum):

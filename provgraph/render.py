@@ -28,6 +28,7 @@ from .model import (
     Relative,
     Report,
     StaleEntry,
+    as_text,
     derived_count,
 )
 
@@ -267,7 +268,7 @@ def status_document(report: Report) -> dict[str, Any]:
     """The ``status --json`` object (schema version ``STATUS_SCHEMA``)."""
     return {
         "version": STATUS_SCHEMA,
-        "root": report.root,
+        "root": as_text(report.root),
         "scanned_at": report.scanned_at.isoformat(timespec="seconds"),
         "counts": _counts(report),
         "stale": [
@@ -598,7 +599,7 @@ def graph_json(report: Report) -> str:
     for _, attributes in graph.nodes(data=True):
         if attributes["since"] is not None:
             attributes["since_day"] = day(attributes["since"])
-    graph.graph.update(root=report.root, scanned_at=report.scanned_at.isoformat(timespec="seconds"))
+    graph.graph.update(root=as_text(report.root), scanned_at=report.scanned_at.isoformat(timespec="seconds"))
     data = nx.node_link_data(graph, edges="edges")
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
 

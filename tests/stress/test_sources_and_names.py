@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import orjson
 import pytest
+from conftest import launch
 
 from provgraph import Memory
 from provgraph.model import EdgeStatus
 
-from .helpers import NOW
+from .helpers import NOW, assert_clean, environment, provgraph
 
 
 def _derived(*sources: str) -> str:
@@ -67,3 +69,41 @@ def test_a_declared_source_is_opened_through_its_folders_never_a_folder_swapped_
     (root / "sub" / "data.txt").write_text("edited\n")
     edges = Memory(root).refresh(now=NOW).edges
     assert {edge.derived: edge.status for edge in edges} == {"d.md": EdgeStatus.CHANGED, "e.md": EdgeStatus.CHANGED}
+
+
+def _stale_folder(root: Path) -> None:
+    root.mkdir()
+    (root / "a.md").write_text("a\n")
+    (root / "d.md").write_text(_derived("a.md"))
+    Memory(root).refresh(now=NOW)
+    (root / "a.md").write_text("a, edited\n")
+
+
+def test_a_memory_folder_whose_path_is_not_utf8_works_in_every_command_the_hook_and_the_api(tmp_path: Path) -> None:
+    root = tmp_path / os.fsdecode(b"m\xe9moire")
+    _stale_folder(root)
+    for memory in (Memory(root), Memory(root)):  # from scratch, then from the cache
+        assert [entry.path for entry in memory.refresh(now=NOW).stale] == ["d.md"]
+
+    for args, code in [
+        (("status", root), 0),
+        (("check", root), 1),
+        (("prompt", root), 0),
+        (("graph", root), 0),
+        (("why", "--root", root, "d.md"), 0),
+        (("lineage", "--root", root, "d.md"), 0),
+    ]:
+        done = provgraph(*args)
+        assert_clean(done, code)
+        assert "d.md" in done.stdout, args
+    for _ in range(2):  # a state folder records the folder it belongs to, then knows it again
+        done = provgraph("status", "--state", tmp_path / "state", root)
+        assert_clean(done, 0)
+        assert "1 derived" in done.stdout
+    document = orjson.loads(provgraph("status", "--json", root).stdout)
+    assert document["root"].endswith("/m\\xe9moire") and [entry["path"] for entry in document["stale"]] == ["d.md"]
+    event = b'{"hook_event_name": "SessionStart", "session_id": "s"}'
+    hook = launch(("hook", "claude-code", root), env=environment(), input=event)
+    assert hook.code == 0 and "d.md: source(s) changed" in hook.stdout.decode(), hook.stderr
+    assert_clean(provgraph("stamp", "--root", root, "d.md"), 0)
+    assert_clean(provgraph("check", root), 0)
