@@ -107,3 +107,24 @@ def test_a_memory_folder_whose_path_is_not_utf8_works_in_every_command_the_hook_
     assert hook.code == 0 and "d.md: source(s) changed" in hook.stdout.decode(), hook.stderr
     assert_clean(provgraph("stamp", "--root", root, "d.md"), 0)
     assert_clean(provgraph("check", root), 0)
+
+
+def test_a_file_named_with_a_leading_dash_is_taken_after_a_double_dash_by_why_lineage_and_stamp(root: Path) -> None:
+    (root / "a.md").write_text("a\n")
+    (root / "-draft.md").write_text(_derived("a.md"))
+    Memory(root).refresh(now=NOW)
+    (root / "a.md").write_text("a, edited\n")
+
+    for args in (
+        ("why", "--", "-draft.md"),
+        ("lineage", "--", "-draft.md"),
+        ("why", "--root", root, "--", "-draft.md"),
+    ):
+        done = provgraph(*args, cwd=root)
+        assert_clean(done, 0)
+        assert done.stdout.startswith("-draft.md: stale: source(s) changed since derived"), args
+    assert orjson.loads(provgraph("lineage", "--json", "--", "-draft.md", cwd=root).stdout)["path"] == "-draft.md"
+    done = provgraph("stamp", "--root", root, "--", "-draft.md")
+    assert_clean(done, 0)
+    assert done.stdout.startswith("stamped -draft.md: re-derived from 1 source")
+    assert_clean(provgraph("check", root), 0)
