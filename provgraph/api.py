@@ -25,9 +25,8 @@ from .clock import current, wall_ns
 from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
-from .lineage import children_of, find_cycles, hinted, propagate, to_networkx
+from .lineage import children_of, find_cycles, hinted, propagate, to_networkx, typo_hint
 from .model import (
-    Edge,
     EdgeStatus,
     Explanation,
     FileLineage,
@@ -398,15 +397,9 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     hints = {source: did_you_mean(source, lookup) for source in missing}
     if not any(hints.values()):
         return report
-    edges = tuple(replace(edge, did_you_mean=_new_hint(hints, edge)) for edge in report.edges)
+    edges = tuple(replace(edge, did_you_mean=typo_hint(hints, edge.source, edge.moved_to)) for edge in report.edges)
     stale = tuple(replace(entry, causes=hinted(entry.causes, hints)) for entry in report.stale)
     return replace(report, edges=edges, stale=stale)
-
-
-def _new_hint(hints: dict[str, str | None], found: Edge) -> str | None:
-    """The typo hint of a missing source, unless the rename hint already names that file."""
-    hint = hints.get(found.source)
-    return None if hint == found.moved_to else hint
 
 
 def find_root(path: str | os.PathLike[str]) -> Path | None:

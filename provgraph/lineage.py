@@ -34,6 +34,7 @@ __all__ = [
     "node_statuses",
     "propagate",
     "to_networkx",
+    "typo_hint",
 ]
 
 
@@ -148,7 +149,7 @@ class Causes(Sequence[Cause]):
             origin.source if parent is None else parent,
             tree.depths[self.path],
             origin.moved_to,
-            _hint(self._hints, origin.source, origin.moved_to),
+            typo_hint(self._hints, origin.source, origin.moved_to),
             path=self.path,
             links=tree.links,
         )
@@ -190,10 +191,11 @@ def hinted(causes: Sequence[Cause], hints: Mapping[str, str | None]) -> Sequence
     """``causes``, a missing origin with the typo hint of ``hints`` unless its rename hint names that file."""
     if isinstance(causes, Causes):
         return causes.hinted(hints)
-    return tuple(replace(cause, did_you_mean=_hint(hints, cause.source, cause.moved_to)) for cause in causes)
+    return tuple(replace(cause, did_you_mean=typo_hint(hints, cause.source, cause.moved_to)) for cause in causes)
 
 
-def _hint(hints: Mapping[str, str | None], source: str, moved_to: str | None) -> str | None:
+def typo_hint(hints: Mapping[str, str | None], source: str, moved_to: str | None) -> str | None:
+    """The typo hint of a missing source, unless its rename hint already names that file."""
     hint = hints.get(source)
     return None if hint == moved_to else hint
 

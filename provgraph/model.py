@@ -5,7 +5,6 @@ slotted dataclass, a row the stages pass each other a ``NamedTuple``, a kind a `
 from __future__ import annotations
 
 import enum
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,7 +20,7 @@ def as_text(path: str) -> str:
     try:
         path.encode()
     except UnicodeEncodeError:
-        return os.fsencode(path).decode("utf-8", "backslashreplace")
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     return path
 
 
