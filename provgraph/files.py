@@ -183,9 +183,9 @@ class LocalFiles:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """While in it, a file of the last walk is opened by its name in its folder, through
-        a descriptor of the folder kept from one file to the next (``_Folders``): what a
-        scan that reads every file in order does.  Outside it, nothing is kept."""
+        """While in it, a file is opened by its name in its folder, through a descriptor of
+        the folder kept from one file to the next (``_Folders``): what a scan that reads
+        every file in order does.  Outside it, each open opens its folders afresh."""
         if getattr(self._reading, "folders", None) is not None or os.open not in os.supports_dir_fd:
             yield
             return
