@@ -25,10 +25,8 @@ from .clock import current, wall_ns
 from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
-from .lineage import children_of, find_cycles, propagate, to_networkx
+from .lineage import children_of, find_cycles, hinted, propagate, to_networkx, typo_hint
 from .model import (
-    Cause,
-    Edge,
     EdgeStatus,
     Explanation,
     FileLineage,
@@ -39,6 +37,7 @@ from .model import (
     Report,
     Snapshot,
     StaleEntry,
+    as_text,
     broken_edges,
 )
 from .render import safe_name
@@ -115,7 +114,7 @@ class Memory:
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
         self.sources_heading = sources_heading
-        self._settings = orjson.dumps([sources_heading, self.roots]).decode()
+        self._settings = orjson.dumps([sources_heading, [as_text(path) for path in self.roots]]).decode()
         if files is None:
             if not os.path.isdir(self._root):
                 raise RootError(self._root)
@@ -398,18 +397,9 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     hints = {source: did_you_mean(source, lookup) for source in missing}
     if not any(hints.values()):
         return report
-    edges = tuple(replace(edge, did_you_mean=_new_hint(hints, edge)) for edge in report.edges)
-    stale = tuple(
-        replace(entry, causes=tuple(replace(cause, did_you_mean=_new_hint(hints, cause)) for cause in entry.causes))
-        for entry in report.stale
-    )
+    edges = tuple(replace(edge, did_you_mean=typo_hint(hints, edge.source, edge.moved_to)) for edge in report.edges)
+    stale = tuple(replace(entry, causes=hinted(entry.causes, hints)) for entry in report.stale)
     return replace(report, edges=edges, stale=stale)
-
-
-def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
-    """The typo hint of a missing source, unless the rename hint already names that file."""
-    hint = hints.get(found.source)
-    return None if hint == found.moved_to else hint
 
 
 def find_root(path: str | os.PathLike[str]) -> Path | None:

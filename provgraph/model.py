@@ -13,6 +13,16 @@ from operator import attrgetter, is_not
 from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 
+def as_text(path: str) -> str:
+    """``path`` as JSON can hold it: itself, or, when the system gave bytes that are not
+    UTF-8 (held as lone surrogates), with each such byte written ``\\xNN``."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
+
+
 class ProblemKind(enum.StrEnum):
     """Why a declaration or a file could not be honoured.  Never fatal."""
 
@@ -264,7 +274,8 @@ class StaleEntry:
     path: str
     since: float
     direct: bool
-    causes: tuple[Cause, ...]
+    causes: Sequence[Cause]
+    """In order of source and kind; ``propagate`` makes each when asked for (``lineage.Causes``)."""
 
 
 @dataclass(frozen=True, slots=True)

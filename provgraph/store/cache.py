@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..declarations import NOTHING, Declaration
-from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind
+from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind, as_text
 
 __all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
 __all__ += ["checked_date", "decode", "encode", "encode_row", "memory_of"]
@@ -123,7 +123,7 @@ def encode(cache: Cache, version: str) -> list[bytes | memoryview]:
             "format": FORMAT,
             "provgraph": version,
             "schema": SCHEMA,
-            "root": cache.root,
+            "root": as_text(cache.root),
             "settings": cache.settings,
             "scan_started_ns": cache.scan_started_ns,
             "walk_problems": [list(problem.row) for problem in cache.walk_problems],

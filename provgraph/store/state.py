@@ -21,7 +21,7 @@ from .. import __version__
 from ..clock import wall_ns
 from ..errors import ProvgraphError, log_warning
 from ..files import RACY_WINDOW_NS
-from ..model import FileMeta, Stamp
+from ..model import FileMeta, Stamp, as_text
 from ..paths import normalized
 from ..stamps import Derivation
 from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
@@ -187,7 +187,7 @@ class StateStore:
         if data is None:
             return None
         try:
-            cache = decode(data, __version__, os.fsdecode(self.root), self.settings)
+            cache = decode(data, __version__, as_text(os.fsdecode(self.root)), self.settings)
         except Damaged as error:
             self._set_aside(folders, folders.state, CACHE_NAME, str(error))
             return None
