@@ -19,6 +19,7 @@ from provgraph import Memory, lineage
 from provgraph.integrations import claude_code
 from provgraph.lineage import propagate
 from provgraph.model import Cause, Edge, EdgeStatus, Report
+from provgraph.queries import EditContext
 from provgraph.render import json_chain, prompt_block, status_document, status_json, status_text
 
 NOW = datetime(2026, 11, 20, tzinfo=UTC)
@@ -113,7 +114,7 @@ def test_the_prompt_and_status_text_cost_what_they_show_not_sources_times_descen
     block = prompt_block(report)
     text = status_text(report)
     hook = claude_code.session_start_output(report)
-    notes = claude_code.post_tool_use_output(report, "gone0000.md", frozenset())
+    notes = claude_code.post_tool_use_output(report, EditContext("gone0000.md", frozenset()))
     assert len(built) <= 4 * 301 + 200, len(built)  # three causes a line, one a note; 90,300 when made all
     assert len(report.stale) == 301 and all(len(entry.causes) == 300 for entry in report.stale)
     hub = "hub.md: source(s) changed since derived (2026-11-20): gone0000.md missing; gone0001.md missing; "
