@@ -1,9 +1,8 @@
 """The ``provgraph`` command line: a thin shell over ``provgraph.Memory``.
 
-``cli(*args)`` returns the exit code, so tests call it directly; ``main()`` is the
-console script.  Results go to stdout, errors and warnings to stderr, one line
-each: a user never sees a traceback for a bad argument, a missing folder or a
-state file that cannot be written.  Exit codes mean one thing each: 0 fresh,
+``cli(*args)`` returns the exit code; ``main()`` is the console script.  Results go to
+stdout, errors and warnings to stderr, one line each: a user never sees a traceback for a
+bad argument, a missing folder or a state file that cannot be written.  Exit codes: 0 fresh,
 1 stale or broken (``check``), 2 could not run, 130 interrupted.
 """
 
@@ -27,7 +26,7 @@ from .clock import pinned_now  # PROVGRAPH_NOW when set, else None: the real clo
 from .demo import run_demo
 from .errors import ProvgraphError, listening
 from .integrations import claude_code
-from .model import Problem, ProblemKind, Report
+from .model import ProblemKind
 from .paths import command_options, parts_under, shell_advice, status_command
 from .queries import EditContext, explain, missing_sources, refusal_text
 from .render import lineage_document, lineage_text, safe_name
@@ -35,11 +34,9 @@ from .render import lineage_document, lineage_text, safe_name
 __all__ = ["cli", "main"]
 
 EXIT_OK, EXIT_STALE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
-DEFAULT_MAX_LINES = 20
-"""Stale files the printed block lists at most."""
+DEFAULT_MAX_LINES = 20  # stale files the printed block lists at most
 
 Options = argparse.Namespace
-_Commands = Any  # what add_subparsers returns: its class is private to argparse
 
 
 class UsageError(ProvgraphError):
@@ -71,9 +68,8 @@ def cli(*args: str) -> int:
 
 
 def main() -> NoReturn:
-    """The console script (``provgraph``, ``python -m provgraph``): the library's logged
-    warnings become ``provgraph: warning:`` lines while it runs.  A terminal whose encoding
-    cannot show a file's name gets it escaped rather than a traceback."""
+    """The console script: the library's logged warnings become ``provgraph: warning:`` lines,
+    and a name the terminal's encoding cannot show is escaped rather than a traceback."""
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
@@ -101,8 +97,7 @@ def _warn(message: str) -> None:
 
 
 def _say_error(error: Exception) -> None:
-    """``NotDerived`` escaped its names already (its message is read outside the command
-    line too): escaping it again would double every backslash."""
+    """``NotDerived`` escaped its names already: escaping again would double every backslash."""
     if isinstance(error, NotDerived):
         print(f"provgraph: error: {error}", file=sys.stderr)
     else:
@@ -112,9 +107,6 @@ def _say_error(error: Exception) -> None:
 def _os_message(error: OSError) -> str:
     where = f"{os.fsdecode(error.filename)} " if error.filename else ""
     return f"{where}{error.strerror or error}"
-
-
-# -- commands ----------------------------------------------------------------
 
 
 def _status(options: Options) -> int:
@@ -127,17 +119,11 @@ def _check(options: Options) -> int:
     """Exit 1 on a stale file, a cycle, or (unless ``--allow-broken``) a declaration that
     could not be read: a typo in ``derived_from`` must not pass CI quietly."""
     report = _open(options).refresh(now=pinned_now())
-    if report.ok and (options.allow_broken or not broken_declarations(report)):
+    broken = {ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY}
+    if report.ok and (options.allow_broken or all(problem.kind not in broken for problem in report.problems)):
         return EXIT_OK
     sys.stdout.write(render.status_text(report))
     return EXIT_STALE
-
-
-def broken_declarations(report: Report) -> tuple[Problem, ...]:
-    """The problems that make ``check`` fail unless ``--allow-broken`` is given: those that
-    mean a declaration says something provgraph cannot follow."""
-    broken = {ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY}
-    return tuple(problem for problem in report.problems if problem.kind in broken)
 
 
 def _why(options: Options) -> int:
@@ -154,13 +140,11 @@ def _why(options: Options) -> int:
 
 
 def _print_json(document: dict[str, Any]) -> None:
-    """One indented JSON document on stdout (``why --json``, ``lineage --json``)."""
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def _lineage(options: Options) -> int:
-    """What an agent's ``memory_lineage`` tool answers for the same file (or as data), with
-    commands to run where the tool names the agent's tools."""
+    """What an agent's ``memory_lineage`` tool answers, with commands where it names tools."""
     root, (path,) = _locate(options, [options.file])
     memory = _open(options, root)
     found = memory.lineage(path, memory.refresh(now=pinned_now()))
@@ -270,13 +254,6 @@ def _stdin_event() -> bytes:
         return b""
 
 
-def _demo(options: Options) -> int:
-    return run_demo(sys.stdout)
-
-
-# -- helpers -----------------------------------------------------------------
-
-
 def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
     return command_options(options.state, _sources_heading(options))
@@ -287,18 +264,11 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
     if not os.path.isdir(folder):
         raise UsageError(f"memory root {Path(folder)} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
-    return Memory(
-        folder,
-        state=options.state,
-        warn=warn,
-        progress=progress,
-        sources_heading=_sources_heading(options),
-        trust_cache=not options.no_cache,
-    )
+    heading, trust = _sources_heading(options), not options.no_cache
+    return Memory(folder, state=options.state, warn=warn, progress=progress, sources_heading=heading, trust_cache=trust)
 
 
 def _sources_heading(options: Options) -> str | None:
-    """``--sources-heading``: None when not given; a Markdown heading otherwise."""
     heading = getattr(options, "sources_heading", None)
     if heading is not None and not heading.lstrip().startswith("#"):
         raise UsageError(
@@ -313,12 +283,8 @@ PROGRESS_AFTER = 1.0
 
 
 class Progress:
-    """How far a long scan has got, on one terminal line rewritten in place.
-
-    Nothing is shown for a scan that ends within ``after`` seconds of the
-    command's start (most do), and the line is erased when the scan is done,
-    before any result is printed.
-    """
+    """How far a long scan has got, on one terminal line rewritten in place: shown only
+    after ``after`` seconds, erased when the scan is done, before any result is printed."""
 
     def __init__(self, stream: TextIO, after: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self._stream = stream
@@ -370,17 +336,6 @@ def _relative(root: Path, file: str) -> str:
     return "/".join(parts)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="provgraph", description="Tell which memory files were derived from files that changed afterwards."
-    )
-    parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
-    commands = parser.add_subparsers(metavar="COMMAND", required=True)
-    for add in _COMMAND_PARSERS:
-        add(commands)
-    return parser
-
-
 class _Parser(argparse.ArgumentParser):
     """Reports a bad argument in one line (no usage dump), like every other error."""
 
@@ -388,133 +343,117 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {render.safe_name(message)} (see '{self.prog} --help')\n")
 
 
-def _add_common(sub: argparse.ArgumentParser) -> None:
-    """The options every command takes, right after ``-h``."""
-    sub.add_argument(
+_Argument = tuple[str, dict[str, Any]]
+
+
+def _flag(name: str, help: str) -> _Argument:
+    return name, {"action": "store_true", "help": help}
+
+
+def _max_lines(listed: str) -> _Argument:
+    return "--max-lines", {"type": int, "default": DEFAULT_MAX_LINES, "metavar": "N", "help": f"{listed} (default 20)"}
+
+
+def _root_above(relative: str = "") -> _Argument:
+    return "--root", {
+        "help": f"memory root{relative} (default: nearest folder above FILE with .provgraph/ or MEMORY.md)"
+    }
+
+
+_ROOT: _Argument = ("root", {"nargs": "?", "default": ".", "metavar": "ROOT", "help": "memory folder (default: .)"})
+_FILE: _Argument = ("file", {"metavar": "FILE"})
+_MAX_STALE = _max_lines("stale files listed at most")
+_STATE = "folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, the cache in "
+_HEADING = f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')"
+_COMMON: tuple[_Argument, ...] = (
+    (
         "--state",
-        type=os.path.expanduser,  # `--state=~/x` is not expanded by the shell: the same folder either way
-        metavar="DIR",
-        help="folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, "
-        "the cache in ROOT/.provgraph/)",
-    )
-    sub.add_argument(
-        "--sources-heading",
-        nargs="?",
-        const=DEFAULT_SOURCES_HEADING,
-        metavar="HEADING",
-        help=f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')",
-    )
-    sub.add_argument(
-        "--no-cache", action="store_true", help="read and hash every file, trusting no recorded size and times"
-    )
+        {"type": os.path.expanduser, "metavar": "DIR", "help": _STATE + "ROOT/.provgraph/)"},
+    ),  # expands `--state=~/x`
+    ("--sources-heading", {"nargs": "?", "const": DEFAULT_SOURCES_HEADING, "metavar": "HEADING", "help": _HEADING}),
+    _flag("--no-cache", "read and hash every file, trusting no recorded size and times"),
+)
+"""The options every command takes, right after ``-h``."""
 
-
-def _command(commands: _Commands, name: str, run: Callable[[Options], int], help: str) -> argparse.ArgumentParser:
-    sub: argparse.ArgumentParser = commands.add_parser(name, help=help, description=help)
-    _add_common(sub)
-    sub.set_defaults(run=run, command=name)
-    return sub
-
-
-def _rooted(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("root", nargs="?", default=".", metavar="ROOT", help="memory folder (default: .)")
-
-
-def _status_parser(commands: _Commands) -> None:
-    status = _command(commands, "status", _status, "scan, update state, report stale files, cycles and problems")
-    _rooted(status)
-    status.add_argument("--json", action="store_true", help="one JSON object (schema version 2)")
-
-
-def _check_parser(commands: _Commands) -> None:
-    check = _command(
-        commands,
+_BROKEN = "do not fail on bad-frontmatter or bad-entry problems (stale files and cycles still fail)"
+_COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]], ...] = (
+    (
+        "status",
+        _status,
+        "scan, update state, report stale files, cycles and problems",
+        (_ROOT, _flag("--json", "one JSON object (schema version 2)")),
+    ),
+    (
         "check",
         _check,
         "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)",
-    )
-    _rooted(check)
-    check.add_argument(
-        "--allow-broken",
-        action="store_true",
-        help="do not fail on bad-frontmatter or bad-entry problems (stale files and cycles still fail)",
-    )
-
-
-def _why_parser(commands: _Commands) -> None:
-    why = _command(commands, "why", _why, "explain one file: its sources, each cause and its chain")
-    why.add_argument("file", metavar="FILE")
-    why.add_argument("--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)")
-    why.add_argument("--json", action="store_true", help="one JSON object")
-
-
-def _lineage_parser(commands: _Commands) -> None:
-    lineage = _command(commands, "lineage", _lineage, "one file's status and sources, and every file derived from it")
-    lineage.add_argument("file", metavar="FILE")
-    lineage.add_argument(
-        "--root", help="memory root (default: nearest folder above FILE with .provgraph/ or MEMORY.md)"
-    )
-    lineage.add_argument("--json", action="store_true", help="one JSON object, every derived file listed")
-    lineage.add_argument(
-        "--max-lines", type=int, default=20, metavar="N", help="derived files listed at most (default 20)"
-    )
-
-
-def _stamp_parser(commands: _Commands) -> None:
-    stamp = _command(commands, "stamp", _stamp, "record that derived files were just re-derived from their sources")
-    stamp.add_argument("files", nargs="+", metavar="FILE")
-    stamp.add_argument(
-        "--root",
-        help="memory root, to which FILEs are then relative (default: nearest folder above FILE with .provgraph/ "
-        "or MEMORY.md)",
-    )
-
-
-def _graph_parser(commands: _Commands) -> None:
-    graph = _command(commands, "graph", _graph, "export the lineage graph with each node's status")
-    _rooted(graph)
-    graph.add_argument("--format", choices=("json", "dot", "mermaid"), default="json")
-
-
-def _prompt_parser(commands: _Commands) -> None:
-    prompt = _command(
-        commands, "prompt", _prompt, "print the block an agent gets in its system prompt (empty when nothing is stale)"
-    )
-    _rooted(prompt)
-    prompt.add_argument(
-        "--max-lines", type=int, default=20, metavar="N", help="stale files listed at most (default 20)"
-    )
-
-
-def _hook_parser(commands: _Commands) -> None:
-    hook = commands.add_parser("hook", help="print hook output for an agent framework")
-    frameworks = hook.add_subparsers(metavar="FRAMEWORK", required=True)
-    claude = frameworks.add_parser(
+        (_ROOT, _flag("--allow-broken", _BROKEN)),
+    ),
+    (
+        "why",
+        _why,
+        "explain one file: its sources, each cause and its chain",
+        (_FILE, _root_above(), _flag("--json", "one JSON object")),
+    ),
+    (
+        "lineage",
+        _lineage,
+        "one file's status and sources, and every file derived from it",
+        (
+            _FILE,
+            _root_above(),
+            _flag("--json", "one JSON object, every derived file listed"),
+            _max_lines("derived files listed at most"),
+        ),
+    ),
+    (
+        "stamp",
+        _stamp,
+        "record that derived files were just re-derived from their sources",
+        (("files", {"nargs": "+", "metavar": "FILE"}), _root_above(", to which FILEs are then relative")),
+    ),
+    (
+        "graph",
+        _graph,
+        "export the lineage graph with each node's status",
+        (_ROOT, ("--format", {"choices": ("json", "dot", "mermaid"), "default": "json"})),
+    ),
+    (
+        "prompt",
+        _prompt,
+        "print the block an agent gets in its system prompt (empty when nothing is stale)",
+        (_ROOT, _MAX_STALE),
+    ),
+    (
         "claude-code",
-        help="Claude Code hook: answers the event on stdin (SessionStart, PostToolUse), or prints nothing",
-    )
-    _add_common(claude)
-    claude.set_defaults(run=_hook)
-    _rooted(claude)
-    claude.add_argument("--settings", action="store_true", help="print the settings JSON that installs the hooks")
-    claude.add_argument(
-        "--max-lines", type=int, default=DEFAULT_MAX_LINES, metavar="N", help="stale files listed at most (default 20)"
-    )
-
-
-def _demo_parser(commands: _Commands) -> None:
-    _command(commands, "demo", _demo, "show provgraph at work on a small memory folder in a temporary directory")
-
-
-_COMMAND_PARSERS: tuple[Callable[[_Commands], None], ...] = (
-    _status_parser,
-    _check_parser,
-    _why_parser,
-    _lineage_parser,
-    _stamp_parser,
-    _graph_parser,
-    _prompt_parser,
-    _hook_parser,
-    _demo_parser,
+        _hook,
+        "Claude Code hook: answers the event on stdin (SessionStart, PostToolUse), or prints nothing",
+        (_ROOT, _flag("--settings", "print the settings JSON that installs the hooks"), _MAX_STALE),
+    ),
+    (
+        "demo",
+        lambda options: run_demo(sys.stdout),
+        "show provgraph at work on a small memory folder in a temporary directory",
+        (),
+    ),
 )
-"""Each command's parser, in the order ``provgraph --help`` lists them."""
+"""Each command, its help and its arguments, in the order ``provgraph --help`` lists them.
+``claude-code`` is the one framework under ``provgraph hook``."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="provgraph", description="Tell which memory files were derived from files that changed afterwards."
+    )
+    parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
+    commands = parser.add_subparsers(metavar="COMMAND", required=True)
+    for name, run, help, arguments in _COMMANDS:
+        if run is _hook:
+            hook = commands.add_parser("hook", help="print hook output for an agent framework")
+            sub = hook.add_subparsers(metavar="FRAMEWORK", required=True).add_parser(name, help=help)
+        else:
+            sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(run=run)
+        for flag, settings in _COMMON + arguments:
+            sub.add_argument(flag, **settings)
+    return parser
