@@ -1,10 +1,5 @@
-"""``provgraph demo``: the whole story on a small memory folder, in a temporary directory.
-
-An agent keeps facts about its user, a profile derived from them and a weekly
-digest derived from the profile.  A week later one fact changes and nobody
-re-derives anything: the demo shows what provgraph then tells the agent, and
-what it tells a person.  Nothing is written outside the temporary folder.
-"""
+"""``provgraph demo``: in a temporary folder, a fact in an agent's memory changes and nobody
+re-derives the profile and digest built on it; what provgraph then tells the agent and a person."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ import tempfile
 import textwrap
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 from .api import Memory
 from .render import explanation_text, prompt_block, status_text
@@ -84,18 +79,15 @@ _FILES = {
 def build_demo_memory(root: Path) -> None:
     """Write the demo's memory folder (day one) under ``root``."""
     for name, text in _FILES.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(text), encoding="utf-8")
 
 
 def run_demo(out: TextIO) -> int:
     with tempfile.TemporaryDirectory(prefix="provgraph-demo-") as folder:
         root = Path(folder) / "Memory"
-        root.mkdir()
         build_demo_memory(root)
-        memory = Memory(root)
-        say = _Narrator(out)
+        memory, say = Memory(root), _Narrator(out)
 
         say.step(f"Day one ({DAY_ONE:%Y-%m-%d}). An agent's memory folder, {root}:")
         for path in sorted(root.rglob("*.md")):
@@ -117,8 +109,7 @@ def run_demo(out: TextIO) -> int:
         say.command("provgraph prompt", prompt_block(report))
 
         say.step("The agent re-derives profile.md and digest.md, and records it:")
-        for name in ("profile.md", "digest.md"):
-            path = root / name
+        for path in (root / "profile.md", root / "digest.md"):
             path.write_text(path.read_text().replace("Lyon", "Paris"), encoding="utf-8")
         report = memory.stamp(["profile.md", "digest.md"], now=A_WEEK_LATER)
         say.command("provgraph stamp profile.md digest.md", status_text(report))
@@ -126,9 +117,8 @@ def run_demo(out: TextIO) -> int:
     return 0
 
 
-class _Narrator:
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+class _Narrator(NamedTuple):
+    out: TextIO
 
     def step(self, text: str) -> None:
         self.out.write(f"\n== {text}\n")

@@ -1,17 +1,13 @@
 """Where a file named by a person or a tool lands under the memory root, and the
 ``provgraph`` commands that outputs print for a person or an agent to paste into a shell.
 
-The command line, the Claude Code hook and the AgentScope tools are all
-handed paths (relative to a working folder, absolute, through a symlinked
-folder such as macOS's ``/tmp``) and must agree on which memory file each
-one means.  A symlinked folder is resolved, the file's own name never is:
-a symlinked memory file counts under its own name, as the scan lists it.
+The command line, the Claude Code hook and the AgentScope tools must agree on which memory
+file a path means (relative, absolute, or through a symlinked folder such as macOS's
+``/tmp``): a symlinked folder is resolved, the file's own name never is, as the scan lists it.
 
-A printed command does, pasted from any folder, what the output says: it names
-the root in full, every word is shell-quoted (``my memory/it's`` and ``-draft.md``
-work), and it repeats the options that decide what a scan reads, ``--state`` and
-``--sources-heading``: a command without the heading would read the heading's
-sources as removed and lose the change it was about to report.
+A printed command works pasted from any folder: it names the root in full, shell-quotes
+every word, and repeats ``--state`` and ``--sources-heading``, which decide what a scan
+reads (without the heading, its sources would read as removed).
 """
 
 from __future__ import annotations
@@ -37,10 +33,8 @@ __all__ = [
 
 
 def parts_under(root: Path, file: str | os.PathLike[str]) -> tuple[str, ...] | None:
-    """The parts of ``file``'s path below ``root``, or None when it is not below it.
-
-    Tried as given first, then with both sides' symlinked folders resolved.
-    """
+    """The parts of ``file``'s path below ``root`` (as given, else with symlinked folders
+    resolved), or None when it is not below it."""
     absolute = Path(os.path.abspath(file))
     resolved = Path(os.path.realpath(absolute.parent)) / absolute.name
     for base, target in ((root, absolute), (Path(os.path.realpath(root)), resolved)):
@@ -52,11 +46,8 @@ def parts_under(root: Path, file: str | os.PathLike[str]) -> tuple[str, ...] | N
 
 
 def relative_to(memory_path: str, path: str) -> str | None:
-    """The memory-folder-relative POSIX path the agent meant, or None when it points elsewhere.
-
-    For a folder seen as text only (a sandbox's): accepts the path as the
-    block lists it, or the full path that retrieval hints show.
-    """
+    """The memory-folder-relative POSIX path the agent meant in a folder seen as text only (a
+    sandbox's), given as the block lists it or in full; None when it points elsewhere."""
     windows = "\\" in memory_path  # there a backslash separates folders; elsewhere it may be in a name
     text = path.strip().replace("\\", "/") if windows else path.strip()
     folder = memory_path.replace("\\", "/").rstrip("/") + "/"
