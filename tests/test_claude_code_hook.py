@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import PROVGRAPH, launch
 
-from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads, installed_program, stamp_command
+from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads, installed_program
+from provgraph.paths import stamp_command
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "claude-code.md"

@@ -1,25 +1,17 @@
 """Claude Code: hooks that bring the lineage into a session, at its start and at each memory write.
 
-Claude Code keeps its auto memory as ``MEMORY.md`` plus topic files with the
-same frontmatter.  ``provgraph hook claude-code ROOT`` reads the hook event
-that Claude Code sends on standard input (https://code.claude.com/docs/en/hooks)
-and answers per event:
+``provgraph hook claude-code ROOT`` reads the hook event Claude Code sends on standard input
+(https://code.claude.com/docs/en/hooks) and answers:
 
 - ``SessionStart`` (or no input at all): the block, when something is stale;
-- ``PostToolUse`` of ``Write``, ``Edit`` or ``MultiEdit`` on a file under the
-  root: the notes of ``provgraph.queries.edit_notes`` (the scan that computes them also
-  adopts a declaration the write added, with its sources as they are now);
-- ``PostToolUse`` of ``Read`` on a memory file: the read is remembered for
-  the session, in provgraph's state folder, so that a later write can be
-  told which sources to declare.
+- ``PostToolUse`` of ``Write``, ``Edit`` or ``MultiEdit`` on a file under the root: the notes
+  of ``provgraph.queries.edit_notes`` (their scan also adopts a declaration the write added);
+- ``PostToolUse`` of ``Read`` on a memory file: the read is remembered for the session, so
+  that a later ``Write`` can be told which sources to declare: the memory files read since
+  the session's previous write (an event has no turn id, so that write is where a turn starts).
 
-A ``derived_from`` is suggested only for a ``Write`` (a new file, or all of one again),
-naming the memory files read since the session's previous write: a ``PostToolUse``
-event has no turn id, so the previous write is where a turn's reads start.
-
-Anything else gets no output.  A hook must never break the user's session:
-every event exits 0, with at most one line on stderr (input that is not a hook
-event, a state folder that cannot be used).
+Anything else gets no output.  A hook must never break the user's session: every event
+exits 0, with at most one line on stderr.
 """
 
 from __future__ import annotations
@@ -63,7 +55,6 @@ __all__ = [
     "post_tool_use_output",
     "session_start_output",
     "settings_json",
-    "stamp_command",
 ]
 
 CONTEXT_LIMIT = 9_500
@@ -75,9 +66,6 @@ WHOLE_WRITE = "Write"
 READ_TOOL = "Read"
 SESSION_MATCHER = "startup|resume|clear|compact"
 TOOL_MATCHER = "Read|Write|Edit|MultiEdit"
-
-
-# -- the event ------------------------------------------------------------------------------------
 
 
 class BadEvent(ProvgraphError, ValueError):
@@ -134,14 +122,9 @@ def memory_path(root: Path, file_path: str) -> str | None:
     return "/".join(parts)
 
 
-# -- what the hook prints ------------------------------------------------------------------------
-
-
 def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[str, ...] = ()) -> str:
     """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale.
-
-    ``options`` (``provgraph.paths.command_options``) are the hook's own, repeated in the
-    commands it prints so that they read the folder as the hook does."""
+    The printed commands repeat the hook's ``options``, to read the folder as the hook does."""
     hint = f"run `{status_command(report.root, options)}` to list them all"
     advice = f"After re-deriving one, record it with `{stamp_command(report.root, options=options)}`."
     block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint)
@@ -164,10 +147,8 @@ def _output(event: str, context: str) -> str:
 
 
 def settings_json(root: str, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)) -> str:
-    """The ``hooks`` settings that install every provgraph hook for the memory folder ``root``.
-
-    The hooks run ``program`` (``installed_program()``) with ``options`` (the state and the
-    sources heading the user gave), the same setting the command line and the API take."""
+    """The ``hooks`` settings that install every provgraph hook for the memory folder ``root``:
+    they run ``program`` (``installed_program()``) with ``options``."""
     command = {"type": "command", "command": hook_command(root, options, program)}
     settings = {
         "hooks": {
@@ -179,19 +160,13 @@ def settings_json(root: str, options: tuple[str, ...] = (), program: tuple[str, 
 
 
 def installed_program() -> tuple[str, ...]:
-    """The words that run this provgraph from anywhere: the console script's absolute path when
-    the command was started through it, else ``python -m provgraph`` with this interpreter.
-
-    Claude Code runs a hook with its own ``PATH``, which seldom holds the virtual
-    environment provgraph was installed in, and it shows a failing hook only in verbose mode.
-    """
+    """The words that run this provgraph from anywhere (Claude Code's ``PATH`` seldom holds its
+    virtual environment): the console script's absolute path when the command was started
+    through it, else ``python -m provgraph`` with this interpreter."""
     started = sys.argv[0] if os.sep in sys.argv[0] else shutil.which(sys.argv[0]) or sys.argv[0]
     script = os.path.abspath(started)
     installed = os.path.basename(script) in ("provgraph", "provgraph.exe") and os.path.isfile(script)
     return (script,) if installed and os.access(script, os.X_OK) else (sys.executable, "-m", "provgraph")
-
-
-# -- the reads of a session ----------------------------------------------------------------------
 
 
 READS_NAME = "claude-code-reads.json"
@@ -205,16 +180,11 @@ RECORD_WAIT = 1.0
 
 
 class SessionReads:
-    """The memory files each recent session read and wrote, in one small file beside provgraph's state.
-
-    Each hook is a process of its own, so a session's reads and writes are logged on
-    disk, in order: a write is made from what was read since the previous one.  The
-    file stays small: sessions untouched for ``max_age`` seconds are dropped, only the
-    ``max_sessions`` most recent are kept, each with its ``max_reads`` latest events.
-    It is rewritten whole under a lock, by the rules of the store's own files (a real
-    folder, ``O_NOFOLLOW``, regular files only); the lock is waited for ``wait`` seconds
-    at most, since the reads only feed suggestions and a hook must never hang.
-    """
+    """The memory files each recent session read and wrote, in order, in one small file beside
+    provgraph's state (each hook is a process of its own).  Only the ``max_sessions`` most
+    recent sessions touched within ``max_age`` seconds are kept, each with its ``max_reads``
+    latest events.  It is rewritten whole under a lock, by the rules of the store's files; the
+    lock is waited for ``wait`` seconds at most, since a hook must never hang."""
 
     def __init__(
         self,
@@ -267,10 +237,9 @@ class SessionReads:
             os.close(folder)
 
     def record(self, session: str, path: str, *, write: bool = False) -> None:
-        """Log the read of ``path`` by ``session`` (its write, with ``write``).  ``OSError`` when
-        a symlink or a file that is not regular stands where the reads, their lock or their folder
-        belong, or that folder lies in the memory tree outside ``.provgraph/`` (nothing is
-        written); nothing at all when the lock stays held for longer than ``wait``."""
+        """Log the read (or ``write``) of ``path`` by ``session``; nothing when the lock stays held
+        past ``wait``.  ``OSError`` for a symlink or irregular file in the way, or a folder in the
+        memory tree outside ``.provgraph/``."""
         if self.root is not None and in_memory_tree(self.path.parent, self.root, STATE_DIR):
             raise OSError(errno.EINVAL, f"lies in the memory folder, outside {STATE_DIR}/", str(self.path.parent))
         folder = open_folder(self.path.parent.parent, self.path.parent.name, create=True)
