@@ -1,12 +1,9 @@
 """The only module that opens memory files: the walk, stat and reading.
 
-``FileSource`` is what the scan needs from a memory folder.  ``LocalFiles``
-implements it on the local disk with the care the contract asks for: hidden
-entries are skipped, symlinked folders are not followed, a symlink that
-leaves the root is refused and never opened, a name that is not UTF-8 is
-reported and never listed, and anything that is not a regular file (a FIFO,
-a device, a dangling link) is never opened either.  Integrations provide
-other sources (an AgentScope backend, for instance).
+``FileSource`` is what the scan needs from a memory folder (integrations provide others).
+``LocalFiles`` is the local disk: hidden entries are skipped, symlinked folders not followed,
+a symlink leaving the root and anything not a regular file (a FIFO, a device, a dangling
+link) never opened, and a name that is not UTF-8 reported, never listed.
 """
 
 from __future__ import annotations
@@ -27,14 +24,12 @@ from .paths import normalized
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn", "walk_folder"]
 
 RACY_WINDOW_NS = 2_000_000_000
-"""A file whose mtime is this close to (or after) the start of the scan that read it may
-have been written again within the file system's timestamp granularity, with identical
-metadata; such a file is read again rather than trusted (the rule git applies to its index)."""
+"""A file whose mtime is this close to (or after) the start of the scan that read it may have
+been written again with identical metadata: it is read again, not trusted (git's index rule)."""
 
 _CHUNK = 1024 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0)
-ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-"""The root is opened through a link, as it was named."""
+ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC  # the root is opened through a link, as it was named
 FOLDER_FLAGS = ROOT_FLAGS | os.O_NOFOLLOW
 
 
@@ -47,41 +42,32 @@ class NotRegular(PathRefused):
 
 
 class ProvgraphOwn(NotRegular):
-    """A path that leads (by its name or through a link) to provgraph's own lock or state
-    folder: provgraph's state, never a source."""
+    """A path that leads (by its name or a link) to provgraph's lock or state folder: never a source."""
 
 
 class FileSource(Protocol):
     """What a scan reads from a memory folder; every path is root-relative POSIX."""
 
     trusts_stat: bool
-    """True when an unchanged ``FileMeta`` proves unchanged content (local disks).
-    A source whose metadata is coarser (an mtime only) sets it False, and every
-    file is then read on every scan."""
+    """True when an unchanged ``FileMeta`` proves unchanged content (local disks); False reads
+    every file on every scan (metadata coarser than that, an mtime only)."""
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         """Every regular ``*.md`` file below the root, with its metadata."""
-        ...
 
     def stat(self, path: str) -> FileMeta | None:
-        """Metadata of any file under the root, None when it does not exist.
-
-        Raises ``OutsideRoot`` or ``NotRegular`` for paths that must not be opened."""
-        ...
+        """Metadata of any file under the root, None when it does not exist; ``OutsideRoot`` or
+        ``NotRegular`` for paths that must not be opened."""
 
     def read(self, path: str, limit: int | None = None) -> bytes:
         """The file's bytes, or only its first ``limit`` bytes."""
-        ...
 
 
 class LocalFiles:
     """A memory folder on the local disk."""
 
-    trusts_stat = True
-
     def __init__(self, root: str | os.PathLike[str], *, trusts_stat: bool = True) -> None:
-        """``trusts_stat`` False reads every file on every scan: for a folder where
-        content may change without moving mtime or ctime (a write through ``mmap``)."""
+        """``trusts_stat`` False reads every file on every scan (for writes through ``mmap``)."""
         self.trusts_stat = trusts_stat
         self._root = normalized(root)
         self._real_root = os.path.realpath(self._root)
@@ -96,15 +82,17 @@ class LocalFiles:
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         found, problems = walk_folder(self._root, self._real_root)
-        self._listed, self._device = found, _device(self._root)
+        self._listed = found
+        try:
+            self._device = os.stat(self._root).st_dev
+        except OSError:
+            self._device = None
         return found, problems
 
     def _open(self, path: str) -> tuple[int, int]:
-        """Open the very path that was checked, resolved, one folder at a time from the
-        root's descriptor (``_Folders.open``): a folder or the file swapped for a symlink in
-        between is not followed (the open fails), so nothing outside the root is opened.
-        Only a regular file stays open; anything else raises ``NotRegular`` unread.
-        Returns the descriptor and the size the open file has."""
+        """The descriptor and size of the very path that was checked, opened one folder at a time
+        from the root's descriptor (``_Folders.open``): a folder or file swapped for a symlink
+        in between is not followed, and anything but a regular file raises ``NotRegular`` unread."""
         with self._folders() as folders:
             opened = self._open_listed(path, folders)
             if opened is not None:
@@ -133,12 +121,9 @@ class LocalFiles:
             folders.close()
 
     def _open_listed(self, path: str, folders: _Folders) -> tuple[int, int] | None:
-        """A file of the last walk, opened without resolving its path (resolving costs a
-        system call per folder level), and kept only when it is the very file the walk
-        found there, untouched since: a regular file with the same device, inode and
-        ctime (a freed inode number is soon given to a new file, whose ctime is new).
-        None: not listed, or not that file any more; the caller then resolves and checks
-        the path."""
+        """A file of the last walk, opened without resolving its path, kept only when it is the
+        very file the walk found there, untouched: a regular file with the same device, inode
+        and ctime (a reused inode number comes with a new ctime).  None: the caller checks the path."""
         listed = self._listed.get(path)
         if listed is None:
             return None
@@ -158,9 +143,8 @@ class LocalFiles:
         return None
 
     def _resolved(self, path: str) -> str:
-        """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root.
-        provgraph's own files (its lock, its state folder) are never a source, whatever
-        link leads there: ``NotRegular``, so a stamp can never make its own lock stale."""
+        """``path`` resolved through every symlink; ``OutsideRoot`` when that leaves the root, and
+        ``ProvgraphOwn`` for provgraph's lock or state folder, so a stamp never stales its own lock."""
         real = os.path.realpath(os.path.join(self._root, *path.split("/")))
         real_root = self._real_root
         if not (real == real_root or real.startswith(real_root.rstrip("/") + "/")):
@@ -173,9 +157,7 @@ class LocalFiles:
     def stat(self, path: str) -> FileMeta | None:
         try:
             info = os.stat(self._resolved(path))
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         if not stat_module.S_ISREG(info.st_mode):
             raise NotRegular(path)
@@ -183,9 +165,8 @@ class LocalFiles:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """While in it, a file is opened by its name in its folder, through a descriptor of
-        the folder kept from one file to the next (``_Folders``): what a scan that reads
-        every file in order does.  Outside it, each open opens its folders afresh."""
+        """While in it, a file is opened by its name through its folder's descriptor, kept from
+        one file to the next (``_Folders``), as a scan reading every file in order wants."""
         if getattr(self._reading, "folders", None) is not None or os.open not in os.supports_dir_fd:
             yield
             return
@@ -231,7 +212,13 @@ def walk_folder(root: str, real_root: str) -> tuple[dict[str, FileMeta], list[Pr
     """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``), by
     root-relative POSIX path, with its metadata, and the problems met on the way."""
     walker = _Walker(real_root)
-    walker.walk([("", root)])
+    walker.pending.append(("", root))
+    while walker.pending:  # a stack: the last folder found is listed first, each subtree in one piece
+        prefix, folder = walker.pending.pop()
+        try:
+            walker.folder(folder, prefix)
+        except OSError as error:
+            walker.problems.append(Problem(prefix.rstrip("/") or ".", ProblemKind.UNREADABLE, _reason(error)))
     return walker.found_files, walker.problems
 
 
@@ -244,30 +231,11 @@ class _Walker:
         self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
         self.found_files: dict[str, FileMeta] = {}
         self.problems: list[Problem] = []
-        self.pending: list[tuple[str, str]] = []
-
-    def walk(self, folders: list[tuple[str, str]]) -> None:
-        """Walk ``folders`` (the stack, as ``(prefix, folder)``) and everything below them."""
-        self.pending = folders
-        while self.pending:
-            self.next_folder()
-
-    def next_folder(self) -> None:
-        """List the folder on top of ``pending``: the last one found is walked first, so
-        the folders found first (at the bottom) come last, each subtree in one piece."""
-        prefix, folder = self.pending.pop()
-        try:
-            self.folder(folder, prefix)
-        except OSError as error:
-            self.problems.append(Problem(prefix.rstrip("/") or ".", ProblemKind.UNREADABLE, _reason(error)))
+        self.pending: list[tuple[str, str]] = []  # (prefix, folder) still to list
 
     def folder(self, folder: str, prefix: str) -> None:
-        """One folder's entries: a regular ``.md`` file with an ASCII name (the common case)
-        at once, anything else through ``visit``.
-
-        The folder is listed through a descriptor, so that each file is stat'ed by its name
-        in it rather than by a path the system resolves again from the root; a subfolder
-        (never the root) that became a symlink since it was listed is not followed."""
+        """One folder's entries, listed through its descriptor (a subfolder become a symlink is not
+        followed): a regular ``.md`` file with an ASCII name at once, anything else by ``visit``."""
         descriptor = os.open(folder, FOLDER_FLAGS if prefix else ROOT_FLAGS)
         try:
             with os.scandir(descriptor) as entries:
@@ -278,7 +246,7 @@ class _Walker:
                     if name.endswith(".md") and name.isascii():
                         try:
                             if entry.is_file(follow_symlinks=False):
-                                self.found(prefix + name, entry.stat(follow_symlinks=False))
+                                self.found_files[prefix + name] = _meta(entry.stat(follow_symlinks=False))
                                 continue
                         except OSError:
                             pass  # visited again below, where the problem is reported
@@ -286,12 +254,8 @@ class _Walker:
         finally:
             os.close(descriptor)
 
-    def found(self, path: str, info: os.stat_result) -> None:
-        self.found_files[path] = _meta(info)
-
     def visit(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
-        """Any entry but a plain memory file: ``path`` is root-relative, ``full_path`` as
-        the root was named."""
+        """Any entry but a plain memory file (``full_path`` starts as the root was named)."""
         name = entry.name
         try:
             if not (name.isascii() or _is_utf8(name)):
@@ -302,59 +266,51 @@ class _Walker:
             elif entry.is_dir(follow_symlinks=False):
                 self.pending.append((path + "/", full_path))
             elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                self.found(path, entry.stat(follow_symlinks=False))
+                self.found_files[path] = _meta(entry.stat(follow_symlinks=False))
         except OSError as error:
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, _reason(error)))
 
     def visit_link(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
         """Symlinked files inside the root count; folders are not followed (no loops)."""
+        if not entry.name.endswith(".md"):
+            return
         resolved = os.path.realpath(full_path)
         if not (resolved == self.real_root or resolved.startswith(self.inside)):
-            if entry.name.endswith(".md"):
-                self.problems.append(Problem(path, ProblemKind.OUTSIDE_ROOT, "symlink to a path outside the root"))
+            self.problems.append(Problem(path, ProblemKind.OUTSIDE_ROOT, "symlink to a path outside the root"))
             return
-        if entry.name.endswith(".md"):
-            try:
-                info = os.stat(full_path)
-            except OSError:
-                return  # dangling link: skipped, never opened
-            if stat_module.S_ISREG(info.st_mode):
-                self.found(path, info)
+        try:
+            info = os.stat(full_path)
+        except OSError:
+            return  # dangling link: skipped, never opened
+        if stat_module.S_ISREG(info.st_mode):
+            self.found_files[path] = _meta(info)
 
 
 class _Folders:
-    """The memory folder's descriptor and those of the last few folders read from, which a
-    scan reading its files in order uses for every file of a folder in turn.
+    """The memory folder's descriptor and those of the last few folders read from.
 
-    A file opened by its name in a folder descriptor costs the system no lookup of the
-    path from the root, and proves where the file is without a ``stat``: each folder is
-    opened from the root's descriptor one name at a time, none followed if it has become a
-    symlink, and the file itself is not followed if it is one, so what is opened is inside
-    the root, whatever was renamed since the walk.  Whether it is still the file the walk
-    saw does not matter: the cache records the walk's metadata for what is read now, and
-    a file changed in between has new metadata at the next walk (and is read again then).
-    A read needs no ``stat`` for its size either: the walk's size serves ``_read`` as the
-    open file's would, a file that grew or shrank since being read to its end all the same.
-    Only a read that does not give the walk's size, or gives nothing, asks whether the file
-    is still a regular one: something else in its place (a FIFO, which an open that does
-    not block lets read as empty, a device) is left to the caller's checks.  A first scan
-    of 10,000 files took 30 ms less."""
+    Each folder is opened from the root's descriptor one name at a time, none followed if it
+    has become a symlink, nor the file itself: what is opened lies inside the root, without a
+    ``stat``.  A file changed since the walk has new metadata at the next walk, which reads it
+    again; the walk's size serves ``_read``.  Only a read that gives nothing or another size
+    asks whether the file is still regular (a FIFO reads as empty): else the caller checks."""
 
     def __init__(self, root: str) -> None:
         self._root = os.open(root, ROOT_FLAGS)  # the root itself through a link, as the walk opens it
         self._open: dict[str, int] = {}
 
     def read(self, path: str, size: int, limit: int | None) -> bytes | None:
-        """The file's bytes as ``LocalFiles.read`` gives them; None when it cannot be opened or
-        read this way (a folder or file become a link, a file become a folder, gone): the
-        caller then opens it with every check and says what is wrong."""
+        """The file's bytes as ``LocalFiles.read`` gives them; None when it cannot be read this way
+        (a link, a folder, gone): the caller then opens it with every check."""
         try:
             descriptor = self.open(path)
         except OSError:
             return None
         try:
             found = _read(descriptor, size, limit)
-            if (not found or len(found) != min(size, limit or size)) and not _regular(descriptor):
+            if (not found or len(found) != min(size, limit or size)) and not stat_module.S_ISREG(
+                os.fstat(descriptor).st_mode
+            ):
                 return None
             return found
         except OSError:
@@ -400,15 +356,9 @@ class _Folders:
 _FOLDERS_KEPT = 8
 
 
-def _regular(descriptor: int) -> bool:
-    return stat_module.S_ISREG(os.fstat(descriptor).st_mode)
-
-
 def _read(descriptor: int, size: int, limit: int | None) -> bytes:
-    """The file's bytes up to its end (or ``limit``), in one read when that read gives
-    as many bytes as the open file had (``size``), as it nearly always does: a memory
-    file costs one read, not a second one that only finds the end.  Otherwise (a
-    short read, a file that grew or shrank meanwhile) read on to the end."""
+    """The file's bytes up to its end (or ``limit``): one read when it gives the open file's
+    ``size``, as it nearly always does; after a short read, a grown or shrunk file, on to the end."""
     wanted = size + 1 if limit is None else min(limit, size + 1)
     if wanted > _CHUNK:
         return b"".join(_chunks(descriptor, limit))
@@ -420,9 +370,8 @@ def _read(descriptor: int, size: int, limit: int | None) -> bytes:
 
 
 def _chunks(descriptor: int, limit: int | None = None) -> Iterator[bytes]:
-    """The file's bytes up to its end (or ``limit``), however short each read is:
-    a read may return less than asked (network and FUSE file systems, signals)
-    without the file having ended; only an empty read means the end."""
+    """The file's bytes up to its end (or ``limit``): only an empty read means the end (network
+    and FUSE file systems, or signals, may return less than asked)."""
     left = limit
     while left is None or left > 0:
         chunk = os.read(descriptor, _CHUNK if left is None else min(left, _CHUNK))
@@ -431,13 +380,6 @@ def _chunks(descriptor: int, limit: int | None = None) -> Iterator[bytes]:
         yield chunk
         if left is not None:
             left -= len(chunk)
-
-
-def _device(root: str) -> int | None:
-    try:
-        return os.stat(root).st_dev
-    except OSError:
-        return None
 
 
 def _meta(info: os.stat_result) -> FileMeta:
@@ -449,8 +391,7 @@ def _reason(error: OSError) -> str:
 
 
 def _is_utf8(name: str) -> bool:
-    """False for a name holding bytes that are not UTF-8 (decoded as lone surrogates):
-    such a name cannot be written to JSON, so the file is reported, not listed."""
+    """False for a name holding non-UTF-8 bytes (lone surrogates), which JSON cannot hold."""
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
