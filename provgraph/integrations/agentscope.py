@@ -1,14 +1,10 @@
 """AgentScope: a middleware that appends the block after the memory middleware's ``MEMORY.md`` snapshot.
 
-``AgenticMemoryMiddleware`` shows the agent its ``MEMORY.md`` index and lets
-it read and write memory files through a backend (the local disk, a Docker
-or E2B sandbox, ...).  ``ProvenanceMiddleware`` looks at the same folder
-through the same backend, checks every memory file on each model call, and
-adds the block when a derived file's sources changed; it marks a retrieved
-stale file in the hint that shows it, ends the result of a memory write with
-what the write left resting on old content, and gives the agent three tools.
-It never withholds or edits a memory file.  With ``agentscope_backend`` and
-``agentscope_lock``, the only provgraph modules that import AgentScope.
+``ProvenanceMiddleware`` looks at ``AgenticMemoryMiddleware``'s folder through the same backend
+(the local disk, a Docker or E2B sandbox, ...), checks every memory file on each model call,
+marks stale retrieved files and memory writes, and gives the agent three tools; it never
+withholds or edits a memory file.  With ``agentscope_backend`` and ``agentscope_lock``, the
+only provgraph modules that import AgentScope.
 """
 
 from __future__ import annotations
@@ -89,26 +85,20 @@ _NOTHING_STALE = "No derived memory file has changed sources."
 class ProvenanceMiddleware(MiddlewareBase):
     """Marks derived memory files whose sources changed, in the agent's system prompt.
 
-    Place it after ``AgenticMemoryMiddleware`` in ``middlewares`` so that the
-    block lands after the ``MEMORY.md`` snapshot and a retrieved stale file is
-    marked in the very hint that shows it, and give the agent its tools (an
-    ``Agent`` does not collect middleware tools by itself)::
+    Place it after ``AgenticMemoryMiddleware``, so that the block lands after the ``MEMORY.md``
+    snapshot and a stale file is marked in the hint that shows it, and give the agent its
+    tools (an ``Agent`` does not collect middleware tools)::
 
         memory = AgenticMemoryMiddleware(workdir="/srv/agent")
         provenance = ProvenanceMiddleware.from_memory_middleware(memory)
         agent = Agent(..., middlewares=[memory, provenance],
                       toolkit=Toolkit(tools=[*file_tools, *await provenance.list_tools()]))
 
-    The tools: ``record_memory_rederivation`` (the marker goes away),
-    ``list_stale_derived_memories`` (the block without its line cap) and
-    ``memory_lineage`` (what derives from a file, and which of those are
-    stale).  The folder is checked once per model call, and by each tool call.
-
-    With AgentScope's ``LocalBackend`` (the default) the state is
-    ``<memory folder>/.provgraph/`` as for the command line.  With any other
-    backend (a sandbox) the lock is still ``<memory folder>/provgraph.lock``
-    there, written through the backend, and the cache and a mirror of the lock
-    stay on this machine, in ``state=`` or ``default_state_path(...)``.
+    The tools: ``record_memory_rederivation``, ``list_stale_derived_memories`` and
+    ``memory_lineage``.  With ``LocalBackend`` (the default) the state is ``<memory
+    folder>/.provgraph/``; with another backend (a sandbox) the lock is still
+    ``<memory folder>/provgraph.lock`` there, and the cache and a mirror of the lock stay on
+    this machine, in ``state=`` or ``default_state_path(...)``.
     """
 
     def __init__(
@@ -146,38 +136,22 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._last_block: tuple[tuple[StaleEntry, ...] | None, int, str] = (None, 0, "")
         """The stale entries and line cap of the last block made, and that block."""
         self._examined_hints: dict[str, None] = {}
-        """The ids of the hints already looked at, oldest first, whatever agent and reply
-        they belong to: agents sharing this middleware interleave their replies."""
+        """The ids of the hints already looked at, oldest first, of every agent sharing this middleware."""
         self._reads: tuple[tuple[int, str], set[str], set[str]] = ((0, ""), set(), set())
-        """The reply in progress, as (agent, reply), the memory files the model saw in it since its
-        last write, and every file it saw or wrote in it."""
+        """(agent, reply) in progress, the files the model saw since its last write, and all it saw or wrote."""
 
     @classmethod
     def from_memory_middleware(cls, middleware: AgenticMemoryMiddleware, **options: Any) -> ProvenanceMiddleware:
-        """The middleware for the folder and backend an ``AgenticMemoryMiddleware`` uses.
-
-        Reads the memory middleware's own attributes (it has no public
-        getters), so both always look at the same files.
-        """
-        return cls(
-            workdir=middleware._workdir,
-            memory_dir=middleware._memory_dir,
-            backend=middleware._backend,
-            **options,
-        )
-
-    # -- hooks -----------------------------------------------------------------
+        """The middleware for the folder and backend an ``AgenticMemoryMiddleware`` uses (read from
+        its private attributes: it has no public getters)."""
+        workdir, memory_dir, backend = middleware._workdir, middleware._memory_dir, middleware._backend
+        return cls(workdir=workdir, memory_dir=memory_dir, backend=backend, **options)
 
     async def on_reasoning(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
     ) -> AsyncGenerator[Any, None]:
-        """Mark the retrieved memory files that are stale, in the hint that shows them.
-
-        ``AgenticMemoryMiddleware`` (earlier in the list, so outside this one) has
-        just put the files it retrieved into the context as a hint, which the model
-        reads in the call that follows; ``ReMeMiddleware`` shows its memories in a
-        message of its own, which gets the same note.
-        """
+        """Mark the retrieved memory files that are stale, in the hint that shows them (that of
+        ``AgenticMemoryMiddleware``, earlier in the list, or ``ReMeMiddleware``'s message)."""
         report = await self._round_check(agent)
         if report is not None:
             self._annotate_hints(agent, report)
@@ -194,8 +168,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
     def _block(self, report: Report) -> str:
-        """The block of ``report``, made once for the same stale entries: an unchanged folder
-        answered from the watch gives back the very same entries, call after call."""
+        """The block of ``report``, made once for the same stale entries (the watch's, unchanged)."""
         stale, max_lines, block = self._last_block
         if stale is not report.stale or max_lines != self.max_lines:
             block = prompt_block(report, max_lines=self.max_lines, advice=ADVICE, more_hint=MORE_HINT)
@@ -205,13 +178,9 @@ class ProvenanceMiddleware(MiddlewareBase):
     async def on_acting(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
     ) -> AsyncGenerator[Any, None]:
-        """Remember the memory files the model reads; end a memory write's result with its lineage notes.
-
-        The folder is checked right after each write of a memory file, before the
-        next tool runs, so a new ``derived_from`` is adopted with its sources as
-        they are then.  A result is passed on untouched when nothing applies, and
-        always when the check fails.
-        """
+        """Remember the memory files the model reads; end a memory write's result with its lineage
+        notes, checked before the next tool runs (a new ``derived_from`` adopts its sources as
+        they are then).  A result is passed on untouched when nothing applies or the check fails."""
         touched = self._touched(input_kwargs.get("tool_call"))
         async for item in next_handler(**input_kwargs):
             if touched is not None and isinstance(item, ToolResponse) and item.state == ToolResultState.SUCCESS:
@@ -220,8 +189,6 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     async def list_tools(self) -> list[ToolBase]:
         return list(self._tools)
-
-    # -- tools ---------------------------------------------------------------------
 
     async def record_memory_rederivation(self, path: str) -> str:
         """Record that a derived memory file was just re-derived from its current sources.
@@ -295,8 +262,6 @@ class ProvenanceMiddleware(MiddlewareBase):
         relatives = (relative_to(self.memory_path, name) for name in (unescaped(path), path))
         return list(dict.fromkeys(relative for relative in relatives if relative is not None))
 
-    # -- the Python API behind the hooks and tools ----------------------------
-
     async def refresh(self) -> Report:
         """Scan every memory file (not only the newest the retrieval selector sees) and report."""
         return await self._in_worker(lambda memory: memory.refresh(now=_now()))
@@ -313,11 +278,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         return report
 
     async def _checked(self) -> Report | None:
-        """``refresh``, or None (logged) when the folder could not be checked: the agent keeps working.
-
-        A local folder is checked without yielding to the event loop: a yield would let the
-        memory middleware's retrieval, which runs beside the agent, finish at another step.
-        """
+        """``refresh``, or None (logged) when the folder could not be checked.  A local folder is
+        checked without yielding, which would let the memory middleware's retrieval finish meanwhile."""
         try:
             if self.files is None:
                 return self._locked(None, self._local_refresh)
@@ -327,31 +289,23 @@ class ProvenanceMiddleware(MiddlewareBase):
             return None
 
     def _annotate_hints(self, agent: Any, report: Report) -> None:
-        """Append a note to each retrieval hint of this reply that shows a stale file.
-
-        Each hint is looked at once, when it first appears: the note says what held when
-        the model first read it.  A hint shaped otherwise is left as it is.
-        """
+        """Append a note to each new retrieval hint of this reply that shows a stale file: what
+        held when the model first read it.  A hint shaped otherwise is left as it is."""
         try:
             for hint in self._new_hints(agent):
-                if not isinstance(hint.hint, str):  # never: only text hints are new; this tells the type checker
-                    continue
+                text = str(hint.hint)  # only text hints are new
                 for seen in self._reads_of(agent):
-                    seen.update(_hint_paths(hint.hint, self._hint_path))
-                notes = _hint_notes(hint.hint, report, self._hint_path)
-                if notes:
-                    hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)
+                    seen.update(_hint_paths(text, self._hint_path))
+                if notes := _hint_notes(text, report, self._hint_path):
+                    hint.hint = f"{text}\n\n" + "\n".join(notes)
         except Exception as error:
             _log.warning("provgraph could not mark the retrieved memory files: %s", error)
 
     async def _annotate_reme(self, agent: Any, report: Report) -> None:
-        """Append a note to each new ReMe memory message that quotes a stale file.
-
-        ReMe shows the text of the chunks it retrieved, not their files: a chunk belongs
-        to a stale file that holds it.  The stale files are read only for such a message.
-        """
+        """Append a note to each new ReMe memory message that quotes a chunk of a stale file
+        (ReMe shows chunks, not files; the stale files are read only for such a message)."""
         try:
-            hints = self._new_reme_hints(agent)
+            hints = self._new_hints(agent, reme=True)
             if not hints or not report.stale:
                 return
             stale = [entry.path for entry in report.stale]
@@ -360,43 +314,23 @@ class ProvenanceMiddleware(MiddlewareBase):
             else:
                 contents = await self._in_worker(lambda memory: _texts(memory, stale))
             for hint in hints:
-                if not isinstance(hint.hint, str):  # never: only text hints are new; this tells the type checker
-                    continue
-                notes = _reme_notes(hint.hint, report, contents)
-                if notes:
-                    hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)
+                text = str(hint.hint)  # only text hints are new
+                if notes := _reme_notes(text, report, contents):
+                    hint.hint = f"{text}\n\n" + "\n".join(notes)
         except Exception as error:
             _log.warning("provgraph could not mark the memories ReMe retrieved: %s", error)
 
-    def _new_reme_hints(self, agent: Any) -> list[HintBlock]:
-        """ReMe's memory messages in the agent's context, not looked at before."""
-        found = []
-        for message in agent.state.context:
-            if message.name != _REME_MESSAGE or message.role != "assistant":
-                continue
-            for block in message.content:
-                if (
-                    isinstance(block, HintBlock)
-                    and isinstance(block.hint, str)
-                    and block.hint.startswith(_REME_HEADER)
-                    and block.id not in self._examined_hints
-                ):
-                    self._examined_hints[block.id] = None
-                    found.append(block)
-        return found
-
-    def _new_hints(self, agent: Any) -> list[HintBlock]:
-        """Text hints in the agent's own message of the reply in progress (where the memory
-        middleware puts its hint), not looked at before."""
-        state = agent.state
-        reply_id = state.reply_id
-        examined = self._examined_hints
-        found = []
+    def _new_hints(self, agent: Any, reme: bool = False) -> list[HintBlock]:
+        """Text hints not looked at before: in the agent's own message of the reply in progress
+        (where the memory middleware puts its hint), or with ``reme`` ReMe's memory messages."""
+        state, examined, found = agent.state, self._examined_hints, []
         for message in state.context:
-            if message.id != reply_id or message.role != "assistant" or message.name != agent.name:
+            own = message.id == state.reply_id and message.name == agent.name
+            if message.role != "assistant" or not (message.name == _REME_MESSAGE if reme else own):
                 continue
             for block in message.content:
-                if isinstance(block, HintBlock) and isinstance(block.hint, str) and block.id not in examined:
+                text = block.hint if isinstance(block, HintBlock) else None
+                if isinstance(text, str) and block.id not in examined and (not reme or text.startswith(_REME_HEADER)):
                     examined[block.id] = None
                     found.append(block)
         for oldest in list(examined)[: max(0, len(examined) - _EXAMINED_KEPT)]:
@@ -437,8 +371,7 @@ class ProvenanceMiddleware(MiddlewareBase):
             response.content.append(TextBlock(text=notes))
 
     def _reads_of(self, agent: Any) -> tuple[set[str], set[str]]:
-        """The memory files read in the agent's reply in progress since its last write, and every
-        file read or written in it (a new reply starts with none)."""
+        """The files read in the agent's reply in progress since its last write, and all read or written."""
         key = (id(agent), str(getattr(getattr(agent, "state", None), "reply_id", "")))
         if self._reads[0] != key:
             self._reads = (key, set(), set())
@@ -450,8 +383,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         return relative_to(self.memory_path, shown)
 
     async def _in_worker(self, action: Callable[[Memory], _T]) -> _T:
-        """Run a provgraph call in a thread, one at a time, so the event loop stays free (a
-        remote backend's coroutines are scheduled back on this loop)."""
+        """Run a provgraph call in a thread, one at a time, so the event loop stays free for a
+        remote backend's coroutines."""
         loop = asyncio.get_running_loop()
         return await asyncio.to_thread(self._locked, loop, action)
 
@@ -528,9 +461,8 @@ _EDIT_ADVICE = Advice(
 )
 
 _HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)
-"""The line that opens each file in ``AgenticMemoryMiddleware``'s retrieval hint:
-``Memory (saved 3 days ago): /abs/Memory/profile.md:``; files are separated by ``---``.
-The path runs to the first colon followed by a blank line, so a name may hold a newline."""
+"""The line that opens each file (separated by ``---``) in ``AgenticMemoryMiddleware``'s hint:
+``Memory (saved 3 days ago): /abs/Memory/profile.md:``; a path ends at a colon and a blank line."""
 
 
 def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]) -> list[str]:
@@ -598,9 +530,6 @@ def _cache_home() -> Path:
         return Path.home() / "Library" / "Caches"
     configured = os.environ.get("XDG_CACHE_HOME", "")
     return Path(configured) if os.path.isabs(configured) else Path.home() / ".cache"
-
-
-# -- the tools' answers -----------------------------------------------------------
 
 
 def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
