@@ -46,13 +46,13 @@ from .scan import Rescan, scan
 from .stamps import reconcile_as_table
 from .store.cache import Cache, FileRow, Rows, Watched
 from .store.folder import LockBusy
-from .store.state import LOCK_NAME, STATE_DIR, StateError, StateStore
+from .store.state import LOCK_NAME, STATE_DIR, OptionsDiffer, StateError, StateStore
 
 if TYPE_CHECKING:
     import networkx as nx
 
 
-__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
+__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "OptionsDiffer", "RootError", "find_root"]
 
 DEFAULT_SOURCES_HEADING = "## Sources"
 """The heading whose links declare sources when the setting is asked for without one
@@ -61,6 +61,8 @@ READ_WAIT = 2.0
 """Seconds a refresh waits for another process's exclusive lock before it answers from
 a scan it does not save: a provgraph suspended while holding the lock (Ctrl-Z) must not
 hang every agent start."""
+READING_OPTIONS = ("sources_heading",)
+"""The options that change what is read, recorded in the lock by the run that writes it."""
 WRITE_WAIT = 10.0
 """Seconds a stamp waits for the lock before it reports it held, as one error line."""
 
@@ -106,7 +108,9 @@ class Memory:
         (the no-change path reads none and never calls it).
 
         ``sources_heading`` (``"## Sources"``) makes the links under that heading
-        of a memory file declare its sources; off by default.  ``also_known_as``
+        of a memory file declare its sources.  A reading option is recorded in the
+        lock, and a ``Memory`` given none reads the folder as the lock says; one
+        that differs from the lock's raises ``OptionsDiffer``.  ``also_known_as``
         are other absolute paths of this folder (where a sandboxed agent sees
         it): an entry starting with one of them, or with the root's own absolute
         path, means the file under the root.  ``trust_cache`` False reads and
@@ -114,7 +118,9 @@ class Memory:
         without moving a file's metadata (a write through ``mmap``)."""
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
+        self._asked = {} if sources_heading is None else {"sources_heading": sources_heading}
         self.sources_heading = sources_heading
+        """The heading the last refresh read with: the one asked for, else the lock's."""
         self._settings = orjson.dumps([sources_heading, self.roots]).decode()
         if files is None:
             if not os.path.isdir(self._root):
@@ -207,10 +213,13 @@ class Memory:
         """Walk and stat; then the last result when nothing changed, the last result
         patched after a small change, or a full scan."""
         started_ns = wall_ns()
+        options = self._store.reading_options(self._asked, READING_OPTIONS)
+        self.sources_heading = options.get("sources_heading")
+        self._store.settings = self._settings = orjson.dumps([self.sources_heading, self.roots]).decode()
         listing, found = self.files.walk()
         walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
         cache = self._store.cache()
-        if cache is not None and not restamp and self.files.trusts_stat:
+        if cache is not None and not restamp and self.files.trusts_stat and self._store.options_recorded():
             known = self._known_of(cache)
             if incremental.unchanged(
                 cache,
@@ -244,8 +253,9 @@ class Memory:
         if changed is None or cache.refused or not self._store.lock_unchanged(cache.lock):
             return None
         changed |= incremental.others_changed(cache, self._look, racy_mark)
-        lock = incremental.LockLines.of(self._store.lock_data(), cache.lock is not None and cache.lock.canonical)
-        if lock is None:
+        data = self._store.lock_data()
+        lock = incremental.LockLines.of(data, cache.lock is not None and cache.lock.canonical)
+        if lock is None or (data is None and self._asked):  # a first lock records the options: the full scan writes it
             return None
         rows = Rows(cache.rows)
         rescan = Rescan(self.files, rows, racy_mark, listing, roots=self.roots, sources_heading=self.sources_heading)

@@ -281,7 +281,6 @@ def test_status_names_the_option_that_reads_a_vault_whose_lineage_is_a_sources_h
     assert truth.read_by and truth.read_by in out + err, out
 
 
-@issue_25("a run without the option that wrote the lock never loses a stamp")
 def test_a_run_without_the_option_that_wrote_the_lock_never_loses_a_stamp(tmp_path: Path, run: Runner) -> None:
     truth = Truth.of(REME)
     root, _ = refreshed(truth, tmp_path)

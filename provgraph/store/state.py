@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,9 +32,19 @@ from ..paths import normalized
 from ..stamps import Derivation
 from .cache import CACHE_NAME, Cache, Damaged, LockRecord, decode, encode
 from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
-from .lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, encode_rows, is_sync_copy, merge_reads
+from .lock import (
+    LOCK_NAME,
+    LockError,
+    LockRead,
+    decode_lock,
+    decode_options,
+    decode_stamps,
+    encode_rows,
+    is_sync_copy,
+    merge_reads,
+)
 
-__all__ = ["LOCK_NAME", "STATE_DIR", "StateError", "StateStore", "lock_bytes"]
+__all__ = ["LOCK_NAME", "STATE_DIR", "OptionsDiffer", "StateError", "StateStore", "lock_bytes"]
 
 STATE_DIR = ".provgraph"
 FLOCK_NAME = "flock"
@@ -55,6 +65,23 @@ class StateError(ProvgraphError):
         self.path = Path(path)
 
 
+class OptionsDiffer(ProvgraphError):
+    """A run asked for reading options other than those the lock was written with: read
+    so, the folder would lose the stamps of what the lock's options read."""
+
+    def __init__(self, lock: str, recorded: Mapping[str, str], asked: Mapping[str, str]) -> None:
+        self.recorded, self.asked = dict(recorded), dict(asked)
+        name, value = next((name, value) for name, value in recorded.items() if asked.get(name, value) != value)
+        super().__init__(
+            f"{lock} was written with --{name.replace('_', '-')}={value!r}, not {asked[name]!r}: run without the "
+            "option (the lock's applies), or change the lock's options line to read the folder otherwise"
+        )
+
+
+OPTIONS_LIMIT = 1 << 16
+"""Bytes of the lock read for its options line."""
+
+
 class _Transaction(threading.local):
     """What this thread's transaction opened and read: a ``Memory`` may be used from several threads."""
 
@@ -66,6 +93,10 @@ class _Transaction(threading.local):
     """The stamps as loaded, when the lock holds exactly their encoding."""
     migrating = False
     """A ``state.json`` of the first releases was read: set it aside once the lock is written."""
+    recorded: dict[str, str] | None = None
+    """The reading options the lock records (None: there is no lock)."""
+    options: dict[str, str]
+    """The reading options this transaction reads the folder with, written into the lock."""
 
 
 class StateStore:
@@ -139,6 +170,7 @@ class StateStore:
     def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
         tx = self._tx
         tx.folders, tx.exclusive, tx.lock_bytes, tx.as_locked, tx.migrating = folders, exclusive, None, None, False
+        tx.recorded, tx.options = None, {}
 
     def _open(self, *, create: bool) -> Folders | None:
         """The state folder and the lock's folder, each checked to be a real folder."""
@@ -212,7 +244,7 @@ class StateStore:
             return None
         identity = _identity(info)
         kept = self._kept
-        if kept is not None and kept[0] == identity:
+        if kept is not None and kept[0] == identity and kept[1].settings == self.settings:
             return kept[1]
         data = self._read(folders.state, CACHE_NAME, self.state_path)
         if data is None:
@@ -248,6 +280,30 @@ class StateStore:
         return True
 
     # -- the lock --
+
+    def reading_options(self, asked: Mapping[str, str], known: Collection[str]) -> dict[str, str]:
+        """The options to read the folder with: those the lock records, and those ``asked``
+        that it records none of; ``OptionsDiffer`` when one asked differs from the lock's."""
+        tx = self._tx
+        folders = tx.folders
+        data = None if folders is None else self._read(folders.lock, LOCK_NAME, folders.lock_path, OPTIONS_LIMIT)
+        try:
+            recorded = None if data is None else decode_options(data)
+        except LockError as error:
+            raise StateError(self.lock_path, f"cannot read {self.lock_path}: {error}; mend or remove it") from None
+        unknown = sorted((recorded or {}).keys() - set(known))
+        if unknown:
+            raise StateError(
+                self.lock_path, f"{self.lock_path} records the option {unknown[0]!r}, unknown here: upgrade provgraph"
+            )
+        if any((recorded or {}).get(name, value) != value for name, value in asked.items()):
+            raise OptionsDiffer(self.lock_path, recorded or {}, asked)
+        tx.recorded, tx.options = recorded, {**(recorded or {}), **asked}
+        return tx.options
+
+    def options_recorded(self) -> bool:
+        """Whether the lock records the options this transaction reads with (or there is no lock)."""
+        return self._tx.recorded is None or self._tx.recorded == self._tx.options
 
     def stamps(self) -> dict[str, Derivation]:
         """The stamps in the lock (or in a ``state.json`` of the first releases, converted
@@ -341,8 +397,8 @@ class StateStore:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
         canonical = cache.lock is not None and cache.lock.canonical
         if derivations is not None:
-            canonical = tx.as_locked is None or derivations != tx.as_locked
-            lock = lock_bytes(derivations, tx.lock_bytes is not None) if canonical else None
+            canonical = tx.as_locked is None or derivations != tx.as_locked or not self.options_recorded()
+            lock = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
         if lock is not None:
             if lock != tx.lock_bytes:
                 self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
@@ -375,9 +431,9 @@ class StateStore:
         except StateError:
             return None
 
-    def _read(self, folder: int, name: str, where: str | os.PathLike[str]) -> bytes | None:
+    def _read(self, folder: int, name: str, where: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
         try:
-            return read_file(folder, name, where)
+            return read_file(folder, name, where, limit)
         except OSError as error:
             path = os.path.join(where, name)
             raise StateError(path, _cannot("read", path, error)) from error
@@ -440,15 +496,20 @@ def _date(value: object) -> float:
     return number
 
 
-def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
-    """The lock for these stamps; None when there is none and nothing to put in it (a
-    folder without derived files gets no lock)."""
+def lock_bytes(
+    derivations: Mapping[str, Derivation], exists: bool, options: Mapping[str, str] | None = None
+) -> bytes | None:
+    """The lock for these stamps, recording the reading ``options``; None when there is
+    none and nothing to put in it (a folder without derived files gets no lock)."""
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
     return encode_rows(
-        (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
-        for derived, derivation in derivations.items()
-        for source, stamp in derivation.stamps.items()
+        (
+            (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
+            for derived, derivation in derivations.items()
+            for source, stamp in derivation.stamps.items()
+        ),
+        options,
     )
 
 
