@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 
@@ -43,7 +43,7 @@ from .model import (
 )
 from .render import safe_name
 from .scan import Rescan, scan
-from .stamps import reconcile_as_table
+from .stamps import Derivation, reconcile_as_table
 from .store.cache import Cache, FileRow, Rows, Watched
 from .store.folder import LockBusy
 from .store.state import LOCK_NAME, STATE_DIR, OptionsDiffer, StateError, StateStore
@@ -133,6 +133,9 @@ class Memory:
         self._warn = warn or log_warning
         self._progress = progress
         self._known: _Known | None = None
+        self._unsaved: _Unsaved | None = None
+        """The last scan of a folder where nothing of provgraph's is written yet: kept in
+        this process only, and saved as it is once something derived is found."""
 
     @property
     def root(self) -> Path:
@@ -195,9 +198,16 @@ class Memory:
         """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
+        pending = None
+        if not restamp and self._store.absent():  # nothing of provgraph's here: write nothing unless something is derived
+            with self._store.unlocked():
+                report = self._run(now, restamp, save=False)
+            if not report.edges:
+                return report
+            pending = self._unsaved
         try:
             with self._store.locked(wait):
-                return self._run(now, restamp, save=True)
+                return self._run(now, restamp, save=True, pending=pending)
         except LockBusy as busy:
             if restamp:
                 raise StateError(
@@ -209,16 +219,21 @@ class Memory:
         with self._store.unlocked():
             return self._run(now, restamp, save=False)
 
-    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
+    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool, pending: _Unsaved | None = None) -> Report:
         """Walk and stat; then the last result when nothing changed, the last result
         patched after a small change, or a full scan."""
         started_ns = wall_ns()
         options = self._store.reading_options(self._asked, READING_OPTIONS)
         self.sources_heading = options.get("sources_heading")
         self._store.settings = self._settings = orjson.dumps([self.sources_heading, self.roots]).decode()
+        if pending is not None and self._store.cache() is None and self._store.lock_data() is None:
+            return self._saved(pending)  # the scan that found something derived, saved under the lock
         listing, found = self.files.walk()
         walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
         cache = self._store.cache()
+        unsaved = self._unsaved if self._unsaved is not None and self._unsaved.cache.settings == self._settings else None
+        if cache is None and unsaved is not None and not save:
+            cache = unsaved.cache  # its no-change path only: a change reads every file again
         if cache is not None and not restamp and self.files.trusts_stat and self._store.options_recorded():
             known = self._known_of(cache)
             if incremental.unchanged(
@@ -235,7 +250,14 @@ class Memory:
                 patched = self._patched(known, listing, started_ns, now)
                 if patched is not None:
                     return patched
-        return self._rescan(cache, listing, walk_problems, started_ns, now, restamp, save=save)
+        previous = None if unsaved is not None and cache is unsaved.cache else cache
+        return self._rescan(previous, listing, walk_problems, started_ns, now, restamp, save=save)
+
+    def _saved(self, unsaved: _Unsaved) -> Report:
+        self._unsaved = None
+        saved = self._store.save(unsaved.derivations, unsaved.cache)
+        self._known = _Known(saved, incremental.newest(saved.memory), unsaved.report)
+        return unsaved.report
 
     def _known_of(self, cache: Cache) -> _Known:
         """What this ``Memory`` worked out of ``cache`` before, while the store gives the same one."""
@@ -300,20 +322,15 @@ class Memory:
             cycles=find_cycles(edges, children),
             problems=snapshot.problems,
         )
-        if save:
-            scanned = incremental.scanned_cache(
-                os.fsdecode(self._store.root),
-                self._settings,
-                started_ns,
-                walk_problems,
-                snapshot.seen,
-                snapshot.refused,
-                report,
-            )
-            del snapshot  # what only the scan needed goes before the cache is encoded
-            saved = self._store.save(derivations, scanned)
-            self._known = _Known(saved, incremental.newest(saved.memory), report)
-        return _with_hints(report, listing)
+        scanned = incremental.scanned_cache(
+            os.fsdecode(self._store.root), self._settings, started_ns, walk_problems, snapshot.seen, snapshot.refused, report
+        )
+        del snapshot  # what only the scan needed goes before the cache is encoded
+        report = _with_hints(report, listing)
+        saved = self._store.save(derivations, scanned) if save else scanned
+        self._unsaved = None if save else _Unsaved(scanned, derivations, report)
+        self._known = _Known(saved, incremental.newest(saved.memory), report)
+        return report
 
     def _scan(
         self,
@@ -344,6 +361,14 @@ class Memory:
         except OSError:
             return None
         return Watched(path, "missing") if meta is None else Watched(path, "file", meta)
+
+
+class _Unsaved(NamedTuple):
+    """A scan not saved: its cache, its stamps and its report."""
+
+    cache: Cache
+    derivations: dict[str, Derivation]
+    report: Report
 
 
 @dataclass(slots=True, eq=False)

@@ -229,6 +229,11 @@ class StateStore:
                 "pass another --state folder",
             )
 
+    def absent(self) -> bool:
+        """Whether the folder holds nothing of provgraph's (no state folder, no lock): a
+        refresh that finds nothing derived then writes nothing in it."""
+        return self.folder is None and not os.path.lexists(self.state_path) and not os.path.lexists(self.lock_path)
+
     # -- the cache --
 
     def cache(self) -> Cache | None:

@@ -1,0 +1,81 @@
+"""The options that change what is read are set once per folder: the lock records them,
+every later run reads the folder as the lock says, and a run asking for other options
+is refused rather than dropping a stamp."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from provgraph import Memory, OptionsDiffer, StateError
+from provgraph.store.lock import decode_lock, decode_options
+
+NOW = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
+LATER = datetime(2026, 11, 21, 9, 30, tzinfo=UTC)
+HEADING = "## Sources"
+
+
+def digest_folder(memory) -> None:
+    memory.write("daily.md", "Rotate keys monthly.\n")
+    memory.write("digest.md", "# Digest\n\n## Sources\n\n- [[daily]]\n")
+
+
+def stale(report) -> list[str]:
+    return [entry.path for entry in report.stale]
+
+
+def test_a_run_without_options_reads_the_folder_as_the_lock_says(memory) -> None:
+    digest_folder(memory)
+    Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
+    assert decode_options((memory.root / "provgraph.lock").read_bytes()) == {"sources_heading": HEADING}
+    memory.write("daily.md", "Rotate keys daily.\n")
+    plain = Memory(memory.root)
+    assert stale(plain.refresh(now=LATER)) == ["digest.md"]
+    assert plain.sources_heading == HEADING
+    assert stale(Memory(memory.root, sources_heading=HEADING).refresh(now=LATER)) == ["digest.md"]
+
+
+def test_a_run_with_other_options_never_drops_a_stamp_silently(memory) -> None:
+    digest_folder(memory)
+    Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
+    lock = (memory.root / "provgraph.lock").read_bytes()
+    with pytest.raises(OptionsDiffer) as refused:
+        Memory(memory.root, sources_heading="## Notes").refresh(now=LATER)
+    assert (refused.value.recorded, refused.value.asked) == ({"sources_heading": HEADING}, {"sources_heading": "## Notes"})
+    assert (memory.root / "provgraph.lock").read_bytes() == lock
+    memory.write("daily.md", "Rotate keys daily.\n")
+    assert stale(Memory(memory.root).refresh(now=LATER)) == ["digest.md"]
+
+
+def test_the_command_line_refuses_other_options_in_one_line_naming_the_lock_s(memory, run) -> None:
+    digest_folder(memory)
+    assert run("status", "--sources-heading", cwd=memory.root)[0] == 0
+    code, out, err = run("status", "--sources-heading=## Notes", cwd=memory.root)
+    assert (code, out, err.count("\n")) == (2, "", 1)
+    assert "--sources-heading='## Sources'" in err
+
+
+def test_a_lock_without_an_options_line_records_none_until_a_run_asks_for_one(memory) -> None:
+    digest_folder(memory)
+    memory.write("profile.md", derived_from="daily.md")
+    Memory(memory.root).refresh(now=NOW)
+    lock = memory.root / "provgraph.lock"
+    assert decode_options(lock.read_bytes()) == {} and b"# options:" not in lock.read_bytes()
+    Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
+    assert decode_options(lock.read_bytes()) == {"sources_heading": HEADING}
+    assert {edge for edge in decode_lock(lock.read_bytes()).records} == {
+        ("digest.md", "daily.md"),
+        ("profile.md", "daily.md"),
+    }
+
+
+def test_an_option_this_provgraph_does_not_know_is_refused_not_dropped(memory) -> None:
+    digest_folder(memory)
+    Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
+    lock = memory.root / "provgraph.lock"
+    data = lock.read_bytes().replace(b'{"sources_heading"', b'{"index_files":"INDEX.md","sources_heading"')
+    lock.write_bytes(data)
+    with pytest.raises(StateError, match="index_files"):
+        Memory(memory.root).refresh(now=LATER)
+    assert lock.read_bytes() == data
