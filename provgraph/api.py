@@ -41,7 +41,7 @@ from .model import (
     StaleEntry,
     broken_edges,
 )
-from .render import safe_name
+from .render import lineage_hints, safe_name
 from .scan import Rescan, scan
 from .stamps import Derivation, reconcile_as_table
 from .store.cache import Cache, FileRow, Rows, Watched
@@ -199,7 +199,9 @@ class Memory:
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
         pending = None
-        if not restamp and self._store.absent():  # nothing of provgraph's here: write nothing unless something is derived
+        if (
+            not restamp and self._store.absent()
+        ):  # nothing of provgraph's here: write nothing unless something is derived
             with self._store.unlocked():
                 report = self._run(now, restamp, save=False)
             if not report.edges:
@@ -231,7 +233,9 @@ class Memory:
         listing, found = self.files.walk()
         walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
         cache = self._store.cache()
-        unsaved = self._unsaved if self._unsaved is not None and self._unsaved.cache.settings == self._settings else None
+        unsaved = (
+            self._unsaved if self._unsaved is not None and self._unsaved.cache.settings == self._settings else None
+        )
         if cache is None and unsaved is not None and not save:
             cache = unsaved.cache  # its no-change path only: a change reads every file again
         if cache is not None and not restamp and self.files.trusts_stat and self._store.options_recorded():
@@ -321,9 +325,16 @@ class Memory:
             stale=propagate(edges, children),
             cycles=find_cycles(edges, children),
             problems=snapshot.problems,
+            hints=() if edges else lineage_hints(snapshot.lineage_like),
         )
         scanned = incremental.scanned_cache(
-            os.fsdecode(self._store.root), self._settings, started_ns, walk_problems, snapshot.seen, snapshot.refused, report
+            os.fsdecode(self._store.root),
+            self._settings,
+            started_ns,
+            walk_problems,
+            snapshot.seen,
+            snapshot.refused,
+            report,
         )
         del snapshot  # what only the scan needed goes before the cache is encoded
         report = _with_hints(report, listing)

@@ -12,6 +12,7 @@ out to be some derived file's source.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
@@ -69,6 +70,7 @@ def scan(
     lookup = Lookup(listing, roots)
     reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
     reader.names = {path: path for path in listing}
+    reader.lineage_like = None if remembered else {}
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     ordered = sorted(listing)
@@ -105,6 +107,7 @@ def scan(
         contents=reader.contents(listing) if missing else {},
         withheld=withheld,
         unsettled=unsettled,
+        lineage_like=reader.lineage_like or {},
     )
 
 
@@ -258,6 +261,8 @@ class _Reader:
         bytes until then would hold the whole folder in memory (a first scan of 10,000 files
         touched 20 MB more for them), while reading the sources again would read them twice.
         Hashing a small file costs about what keeping it costs, and the floor does it too."""
+        self.lineage_like: dict[str, int] | None = None
+        """Counted while no stamp is recorded: see ``Snapshot.lineage_like``."""
         self.names: dict[str, str] = {}
         """Each listed path, as the listing holds it: a source resolved anew is kept as that
         very string, not as a copy per declaration naming it (a large folder's sources are
@@ -281,7 +286,9 @@ class _Reader:
         if old is not None and old.declaration is not None and self._trusted(old, meta):
             self.seen[path] = old
             return old.declaration
-        digest, declaration, unreadable, incomplete = read_one(self.files, path, self.sources_heading, remembered)
+        digest, declaration, unreadable, incomplete = read_one(
+            self.files, path, self.sources_heading, remembered, self.lineage_like
+        )
         if unreadable is not None:
             self._unreadable.add(path)
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, unreadable))
@@ -381,7 +388,13 @@ be read (None when it could), and whether a frontmatter that declares nothing lo
 (None when that was not worked out)."""
 
 
-def read_one(files: FileSource, path: str, sources_heading: str | None, remembered: bool) -> Reading:
+def read_one(
+    files: FileSource,
+    path: str,
+    sources_heading: str | None,
+    remembered: bool,
+    lineage_like: dict[str, int] | None = None,
+) -> Reading:
     """Read ``path`` for its declaration and its hash, changing nothing: the one way a file
     is read for a scan.  Whether a frontmatter that declares nothing looks cut short is worked out only for a
     ``remembered`` derived file, the one reading that needs it (it costs a search of the
@@ -393,9 +406,25 @@ def read_one(files: FileSource, path: str, sources_heading: str | None, remember
     truncated = len(head) > FRONTMATTER_LIMIT
     digest = None if truncated else hashlib.sha256(head).digest()
     declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, sources_heading)
+    if lineage_like is not None and not declaration.entries and (b"ource" in head or b"erive" in head):
+        for form in {_form(found) for found in _LINEAGE_LIKE.finditer(head)} - {sources_heading}:
+            lineage_like[form] = lineage_like.get(form, 0) + 1
     if remembered and not declaration.entries and not declaration.problems:
         return digest, declaration, None, frontmatter_incomplete(head)
     return digest, declaration, None, None
+
+
+_LINEAGE_LIKE = re.compile(
+    rb"^(sources|source_files|derives_from|derived-from)[ \t]*:(?!:)"
+    rb"|\b(sources|derives_from|derived-from)::|^(#{1,6}[ \t]+Sources)[ \t]*\r?$",
+    re.MULTILINE,
+)
+"""Lineage in forms provgraph does not read: frontmatter keys, Dataview fields, a Sources heading."""
+
+
+def _form(found: re.Match[bytes]) -> str:
+    key, field, heading = found.groups()
+    return f"{key.decode()}:" if key else f"{field.decode()}::" if field else heading.decode()
 
 
 def describe(error: Exception) -> str:

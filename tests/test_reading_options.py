@@ -42,7 +42,10 @@ def test_a_run_with_other_options_never_drops_a_stamp_silently(memory) -> None:
     lock = (memory.root / "provgraph.lock").read_bytes()
     with pytest.raises(OptionsDiffer) as refused:
         Memory(memory.root, sources_heading="## Notes").refresh(now=LATER)
-    assert (refused.value.recorded, refused.value.asked) == ({"sources_heading": HEADING}, {"sources_heading": "## Notes"})
+    assert (refused.value.recorded, refused.value.asked) == (
+        {"sources_heading": HEADING},
+        {"sources_heading": "## Notes"},
+    )
     assert (memory.root / "provgraph.lock").read_bytes() == lock
     memory.write("daily.md", "Rotate keys daily.\n")
     assert stale(Memory(memory.root).refresh(now=LATER)) == ["digest.md"]

@@ -270,7 +270,6 @@ def test_no_status_line_is_longer_than_400_characters(name: str, tmp_path: Path,
     assert not long, f"{len(long)} lines, the longest {max(map(len, long))} characters: {long[0][:200]}"
 
 
-@issue_25("status names the option that would read lineage written in other words")
 def test_status_names_the_option_that_reads_a_vault_whose_lineage_is_a_sources_heading(
     tmp_path: Path, run: Runner
 ) -> None:
