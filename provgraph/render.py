@@ -294,11 +294,10 @@ def lineage_hints(forms: Mapping[str, int]) -> tuple[str, ...]:
         if form.startswith("#"):
             option = "--sources-heading" if form == "## Sources" else f"--sources-heading={shlex.quote(form)}"
             hints.append(f'{files} list{"s" * one} sources under "{form}": run with {option} to read them')
-        else:
-            kind, read = ("field", "derived_from::") if form.endswith("::") else ("key", "derived_from:")
-            hints.append(
-                f"{files} {'has' if one else 'have'} a {form} {kind}; provgraph reads {read} (rename the {kind} to read them)"
-            )
+            continue
+        kind, read = ("field", "derived_from::") if form.endswith("::") else ("key", "derived_from:")
+        hints.append(f"{files} {'has' if one else 'have'} a {form} {kind}; provgraph reads {read} ")
+        hints[-1] += f"(rename the {kind} to read them)"
     return tuple(hints)
 
 

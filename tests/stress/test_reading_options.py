@@ -82,3 +82,32 @@ def test_an_option_this_provgraph_does_not_know_is_refused_not_dropped(memory) -
     with pytest.raises(StateError, match="index_files"):
         Memory(memory.root).refresh(now=LATER)
     assert lock.read_bytes() == data
+
+
+def test_the_first_lock_records_the_options_whichever_path_writes_it(memory, tmp_path) -> None:
+    memory.write("daily.md", "Rotate keys monthly.\n")
+    memory.write("digest.md", "Nothing derived yet.\n", mtime=NOW.timestamp() - 3600)
+    with_heading = Memory(memory.root, state=tmp_path / "state", sources_heading=HEADING)
+    with_heading.refresh(now=NOW)
+    memory.write("digest.md", "# Digest\n\n## Sources\n\n- [[daily]]\n")  # a small change: a patch
+    assert with_heading.refresh(now=NOW).derived == ("digest.md",)
+    assert decode_options((tmp_path / "state" / "provgraph.lock").read_bytes()) == {"sources_heading": HEADING}
+
+
+# -- a folder where nothing is derived -------------------------------------------------------
+
+
+def test_a_folder_where_nothing_is_derived_gets_nothing_written_in_it(memory, run) -> None:
+    memory.write("MEMORY.md", "- [facts](facts.md)\n")
+    memory.write("facts.md", "Lives in Lyon.\n")
+    before = sorted(path.name for path in memory.root.iterdir())
+    for command in ("status", "check", "prompt", "graph"):
+        assert run(command, cwd=memory.root)[0] == 0, command
+    lived = Memory(memory.root)
+    assert lived.refresh(now=NOW).file_count == 2 and lived.refresh(now=NOW).derived == ()
+    assert sorted(path.name for path in memory.root.iterdir()) == before
+    memory.write("profile.md", derived_from="facts.md")
+    assert lived.refresh(now=NOW).derived == ("profile.md",)
+    assert (memory.root / "provgraph.lock").is_file() and (memory.root / ".provgraph").is_dir()
+    memory.write("facts.md", "Lives in Paris.\n")
+    assert stale(Memory(memory.root).refresh(now=LATER)) == ["profile.md"]
