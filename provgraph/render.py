@@ -296,8 +296,8 @@ def lineage_hints(forms: Mapping[str, int]) -> tuple[str, ...]:
             hints.append(f'{files} list{"s" * one} sources under "{form}": run with {option} to read them')
             continue
         kind, read = ("field", "derived_from::") if form.endswith("::") else ("key", "derived_from:")
-        hints.append(f"{files} {'has' if one else 'have'} a {form} {kind}; provgraph reads {read} ")
-        hints[-1] += f"(rename the {kind} to read them)"
+        verb = "has" if one else "have"
+        hints.append(f"{files} {verb} a {form} {kind}; provgraph reads {read} (rename the {kind} to read them)")
     return tuple(hints)
 
 
