@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 from .api import Memory, NotDerived, OptionsDiffer, RootError, find_root  # noqa: E402
 from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, ProblemKind, Relative, Report, StaleEntry  # noqa: E402
+from .store.lock import NewerLock  # noqa: E402
 from .store.state import StateError  # noqa: E402
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "EdgeStatus",
     "Explanation",
     "Memory",
+    "NewerLock",
     "NodeStatus",
     "NotDerived",
     "OptionsDiffer",

@@ -16,7 +16,6 @@ import select
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -24,13 +23,14 @@ import orjson
 
 from . import __version__, render
 from .api import DEFAULT_SOURCES_HEADING, Memory, NotDerived, find_root
-from .clock import pinned_now
+from .clock import pinned_now  # PROVGRAPH_NOW when set, else None: the real clock
 from .demo import run_demo
 from .errors import ProvgraphError, listening
 from .integrations import claude_code
 from .model import Problem, ProblemKind, Report
-from .paths import command_options, parts_under, status_command
-from .render import lineage_document, lineage_text
+from .paths import command_options, parts_under, shell_advice, status_command
+from .queries import EditContext, explain, missing_sources, refusal_text
+from .render import lineage_document, lineage_text, safe_name
 
 __all__ = ["cli", "main"]
 
@@ -89,11 +89,6 @@ def main() -> NoReturn:
     sys.exit(code)
 
 
-def _now() -> datetime | None:
-    """``PROVGRAPH_NOW`` when set (``clock.pinned_now``), else None: the real clock."""
-    return pinned_now()
-
-
 def _say(kind: str, message: str) -> None:
     """One line on stderr, ``provgraph: KIND: MESSAGE``.  The message goes through the
     escaping of every printed name (``render.safe_name``): a path the user typed, with a
@@ -123,7 +118,7 @@ def _os_message(error: OSError) -> str:
 
 
 def _status(options: Options) -> int:
-    report = _open(options).refresh(now=_now())
+    report = _open(options).refresh(now=pinned_now())
     sys.stdout.write(render.status_json(report) if options.json else render.status_text(report))
     return EXIT_OK
 
@@ -131,7 +126,7 @@ def _status(options: Options) -> int:
 def _check(options: Options) -> int:
     """Exit 1 on a stale file, a cycle, or (unless ``--allow-broken``) a declaration that
     could not be read: a typo in ``derived_from`` must not pass CI quietly."""
-    report = _open(options).refresh(now=_now())
+    report = _open(options).refresh(now=pinned_now())
     if report.ok and (options.allow_broken or not broken_declarations(report)):
         return EXIT_OK
     sys.stdout.write(render.status_text(report))
@@ -148,12 +143,11 @@ def broken_declarations(report: Report) -> tuple[Problem, ...]:
 def _why(options: Options) -> int:
     root, (path,) = _locate(options, [options.file])
     memory = _open(options, root)
-    explanation = memory.explain(path, memory.refresh(now=_now()))
+    explanation = memory.explain(path, memory.refresh(now=pinned_now()))
     if options.json:
         _print_json(render.explanation_document(explanation))
-    elif explanation.status is None and not (root / path).exists():
-        safe_name = render.safe_name
-        print(f"{safe_name(path)} does not exist under {safe_name(str(root))} and no file names it as a source.")
+    elif explanation.status is None and not explanation.problems:
+        print(render.uninvolved_text(path, exists=(root / path).exists()))
     else:
         sys.stdout.write(render.explanation_text(explanation))
     return EXIT_OK
@@ -165,37 +159,52 @@ def _print_json(document: dict[str, Any]) -> None:
 
 
 def _lineage(options: Options) -> int:
-    """What an agent's ``memory_lineage`` tool answers for the same file, word for word (or as data)."""
+    """What an agent's ``memory_lineage`` tool answers for the same file (or as data), with
+    commands to run where the tool names the agent's tools."""
     root, (path,) = _locate(options, [options.file])
     memory = _open(options, root)
-    found = memory.lineage(path, memory.refresh(now=_now()))
+    found = memory.lineage(path, memory.refresh(now=pinned_now()))
     if options.json:
         _print_json(lineage_document(found))
     else:
-        print(lineage_text(found, max_lines=options.max_lines))
+        advice = shell_advice(str(memory.root), _printed_options(options))
+        print(lineage_text(found, max_lines=options.max_lines, record=advice.record_any, list_stale=advice.list_stale))
     return EXIT_OK
 
 
 def _stamp(options: Options) -> int:
+    """Exit 2 when a file names a source that does not exist (nothing recorded for it), 1 when one stays stale."""
     root, paths = _locate(options, options.files)
-    report = _open(options, root).stamp(paths, now=_now())
-    for path in sorted(set(paths)):
+    memory = _open(options, root)
+    report = _open(options, root, lambda message: None).refresh(now=pinned_now())  # quiet: the stamp says it
+    refused = {path: missing for path in sorted(set(paths)) if (missing := missing_sources(report, path))}
+    for path, missing in refused.items():
+        print(f"provgraph: error: {refusal_text(path, missing, 'run this command again')}", file=sys.stderr)
+    stamped = sorted(set(paths) - set(refused))
+    report = memory.stamp(stamped, now=pinned_now()) if stamped else report
+    for path in stamped:
         count = sum(1 for edge in report.edges if edge.derived == path)
-        print(f"stamped {render.safe_name(path)}: re-derived from {count} source{'s' * (count != 1)} as they are now")
+        print(f"stamped {safe_name(path)}: re-derived from {count} source{'s' * (count != 1)} as they are now")
+    behind = {p: ", ".join(map(safe_name, explain(report, p).stale_sources)) for p in stamped if report.entry(p)}
+    for path, names in behind.items():
+        print(
+            f"{safe_name(path)} stays stale: it is derived from {names}, stale itself: re-derive and stamp that first"
+        )
     print(render.summary_line(report))
-    return EXIT_OK
+    return EXIT_ERROR if refused else EXIT_STALE if behind else EXIT_OK
 
 
 def _graph(options: Options) -> int:
-    report = _open(options).refresh(now=_now())
+    report = _open(options).refresh(now=pinned_now())
     exporter = {"json": render.graph_json, "dot": render.dot, "mermaid": render.mermaid}[options.format]
     sys.stdout.write(exporter(report))
     return EXIT_OK
 
 
 def _prompt(options: Options) -> int:
-    report = _open(options).refresh(now=_now())
-    sys.stdout.write(render.prompt_block(report, max_lines=options.max_lines, more_hint=_more_hint(report, options)))
+    report = _open(options).refresh(now=pinned_now())
+    hint = f"run `{status_command(report.root, _printed_options(options))}` to list them all"
+    sys.stdout.write(render.prompt_block(report, max_lines=options.max_lines, more_hint=hint))
     return EXIT_OK
 
 
@@ -204,48 +213,46 @@ def _hook(options: Options) -> int:
     if options.settings:
         root = os.path.abspath(os.path.expanduser(options.root))
         lines = ("--max-lines", str(options.max_lines)) if options.max_lines != DEFAULT_MAX_LINES else ()
-        sys.stdout.write(claude_code.settings_json(root, _printed_options(options) + lines))
+        program = claude_code.installed_program()
+        sys.stdout.write(claude_code.settings_json(root, _printed_options(options) + lines, program))
         return EXIT_OK
-    data = _stdin_event()
     try:
-        event = claude_code.parse_event(data) if data.strip() else None
-    except claude_code.BadEvent as error:
-        _say("hook", str(error))
-        return EXIT_OK  # a hook must not break the session it serves
+        _answer_event(options, _stdin_event())
+    except Exception as error:  # a hook must not break the session it serves: one line, exit 0
+        _say("hook", _os_message(error) if isinstance(error, OSError) else str(error) or type(error).__name__)
+    return EXIT_OK
+
+
+def _answer_event(options: Options, data: bytes) -> None:
+    event = claude_code.parse_event(data) if data.strip() else None
     if not Path(options.root).exists():
-        return EXIT_OK  # no memory folder yet: nothing can be stale, and a session must not see an error
+        return  # no memory folder yet: nothing can be stale, and a session must not see an error
     if event is None or event.name == "SessionStart":
-        report = _open(options).refresh(now=_now())
+        report = _open(options).refresh(now=pinned_now())
         printed = _printed_options(options)
         sys.stdout.write(claude_code.session_start_output(report, max_lines=options.max_lines, options=printed))
     elif event.name == "PostToolUse":
         _hook_tool_use(options, event)
-    return EXIT_OK
 
 
 def _hook_tool_use(options: Options, event: claude_code.HookEvent) -> None:
-    root = Path(os.path.abspath(options.root))
-    path = claude_code.memory_path(root, event.file_path) if event.file_path else None
+    path = claude_code.memory_path(Path(os.path.abspath(options.root)), event.file_path) if event.file_path else None
     if path is None or event.tool not in claude_code.WRITE_TOOLS | {claude_code.READ_TOOL}:
         return
     memory = _open(options)
     reads = claude_code.SessionReads.beside(memory.state_path, root=memory.root)
-    if event.tool == claude_code.READ_TOOL:
-        if path.endswith(".md"):
-            _record_read(reads, event.session, path)
+    write = event.tool != claude_code.READ_TOOL
+    if write:
+        whole = event.tool == claude_code.WHOLE_WRITE
+        edit = EditContext(path, reads.reads(event.session), whole, reads.seen(event.session))
+        report = memory.refresh(now=pinned_now())
+        sys.stdout.write(claude_code.post_tool_use_output(report, edit, _printed_options(options)))
+    elif not path.endswith(".md"):
         return
-    report = memory.refresh(now=_now())
-    output = claude_code.post_tool_use_output(report, path, reads.reads(event.session), _printed_options(options))
-    sys.stdout.write(output)
-
-
-def _record_read(reads: claude_code.SessionReads, session: str, path: str) -> None:
-    """Remember a read for the suggestions; one line on stderr when something that is not
-    provgraph's regular file stands in the way (a hook must not break the session)."""
-    try:
-        reads.record(session, path)
+    try:  # remembered for the suggestions; a symlink or a folder in the way costs them, not the session
+        reads.record(event.session, path, write=write)
     except OSError as error:
-        _say("hook", f"the read was not recorded: {_os_message(error)}")
+        _say("hook", f"the {'write' if write else 'read'} was not recorded: {_os_message(error)}")
 
 
 STDIN_WAIT = 3.0
@@ -270,16 +277,12 @@ def _demo(options: Options) -> int:
 # -- helpers -----------------------------------------------------------------
 
 
-def _more_hint(report: Report, options: Options) -> str:
-    return f"run `{status_command(report.root, _printed_options(options))}` to list them all"
-
-
 def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
     return command_options(options.state, _sources_heading(options))
 
 
-def _open(options: Options, root: Path | None = None) -> Memory:
+def _open(options: Options, root: Path | None = None, warn: Callable[[str], None] = _warn) -> Memory:
     folder = root if root is not None else options.root
     if not os.path.isdir(folder):
         raise UsageError(f"memory root {Path(folder)} is not a folder")
@@ -287,7 +290,7 @@ def _open(options: Options, root: Path | None = None) -> Memory:
     return Memory(
         folder,
         state=options.state,
-        warn=_warn,
+        warn=warn,
         progress=progress,
         sources_heading=_sources_heading(options),
         trust_cache=not options.no_cache,

@@ -26,7 +26,7 @@ from .frontmatter import (
     Declaration,
     frontmatter_incomplete,
     read_frontmatter,
-    split_entries,
+    value_entries,
 )
 from .model import Problem, ProblemKind
 
@@ -40,6 +40,7 @@ __all__ = [
     "frontmatter_incomplete",
     "read_declaration",
     "resolve_entries",
+    "unfit_name",
 ]
 
 _LINK = re.compile(r"\[[^\]]*\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[\"'(].*)?\s*\)")
@@ -54,6 +55,9 @@ _BRACKETED = re.compile(r"[\[(]derived_from::")
 _BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
 _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _HEADING = re.compile(r"(#{1,6})[ \t]")
+_CONFLICT_MARKER = re.compile(rb"^(<{7}|\|{7}|={7}|>{7})([ \t]|\r?$)", re.M)
+"""A line git writes around the two sides of a conflict."""
+_CONFLICTED = Declaration(problems=((ProblemKind.BAD_FRONTMATTER, "unresolved merge conflict"),))
 
 
 def read_declaration(head: bytes, truncated: bool = False, sources_heading: str | None = None) -> Declaration:
@@ -70,40 +74,134 @@ def read_declaration(head: bytes, truncated: bool = False, sources_heading: str 
     if head.startswith(BOM):
         head = head[len(BOM) :]
     declared, body_start = read_frontmatter(head, truncated)
-    found = _from_body(head, body_start, sources_heading)
-    if not found:
+    if _CONFLICT_MARKER.search(head, 0, body_start) and b"derived_" in head[:body_start]:
+        return _CONFLICTED  # two sides of a merge: neither is the whole declaration, so none is read
+    entries = declared.entries
+    if entries and (max(map(len, entries)) > 63 or " " in (joined := "".join(entries)) or "\x00" in joined):
+        declared = _without_unfit(declared, head, body_start)  # else short names of a word each
+    found, refused = _from_body(head, body_start, sources_heading)
+    if not found and not refused:
         return declared
-    return Declaration(declared.entries + found, declared.derived_at, declared.problems)
+    return Declaration(declared.entries + found, declared.derived_at, declared.problems + refused)
 
 
-def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[str, ...]:
+_Refusals = tuple[tuple[ProblemKind, str], ...]
+
+
+def _without_unfit(declared: Declaration, head: bytes, end: int) -> Declaration:
+    """The frontmatter's declaration without the entries that cannot name a file
+    (``unfit_name``), each one a ``bad-entry`` problem naming the line that holds it."""
+    entries = declared.entries
+    unfit = {entry: why for entry in entries if (why := unfit_name(entry))}
+    if not unfit:
+        return declared
+    text = head[:end].decode("utf-8", "replace")
+    key = max(text.find("derived_from"), 0)
+    refused = tuple(_bad_entry(_line_at(text, entry, key), entry, why) for entry, why in unfit.items())
+    kept = tuple(entry for entry in entries if entry not in unfit)
+    return Declaration(kept, declared.derived_at, declared.problems + refused)
+
+
+def _line_at(text: str, entry: str, key: int) -> int:
+    """The number (from 1) of the line of ``text`` that holds ``entry`` after ``key`` (where
+    ``derived_from`` starts), written as it is or with escapes; else the line of ``key``."""
+    for written in (entry, entry.encode("unicode_escape").decode("ascii")):
+        position = text.find(written, key)
+        if position >= 0:
+            return text.count("\n", 0, position) + 1
+    return text.count("\n", 0, key) + 1
+
+
+def _bad_entry(line: int, entry: str, why: str) -> tuple[ProblemKind, str]:
+    shown = entry if len(entry) <= 60 else entry[:57] + "..."
+    return ProblemKind.BAD_ENTRY, f"line {line}: {why}: {shown!r}"
+
+
+_SENTENCE_END = (".", "!", "?", ":", ";")
+_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
+
+
+def unfit_name(entry: str) -> str | None:
+    """Why ``entry`` cannot name a file, or None when it may.
+
+    No name holds a NUL character, and no file system takes a path part over
+    255 bytes: for a link, its target is the name (any other character may be
+    in a POSIX name, a newline or an escape code too).  An entry that is no
+    link cannot name a file either when it reads as a sentence: two words or
+    more that end with sentence punctuation (``.``, ``!``, ``?``, ``:``, ``;``)
+    or hold a clause (``": "``, ``"; "``), or four words or more without a
+    ``.``-extension at the end.  Names of a few words still read as names
+    (``my facts.md``, ``Meeting notes 2026-01.md``, ``notes from March``): a
+    sentence is a slip of prose, where a name that is not there is a missing
+    source.
+    """
+    name = _named(entry)
+    if len(entry) < 64 and "\x00" not in entry and (" " not in entry or name is not entry):
+        return None  # nearly every entry: a short name of one word, or a short link
+    if "\x00" in name:
+        return "a NUL character, which no file name holds"
+    if any(len(part.encode()) > 255 for part in name.split("/")):
+        return "longer than any file name can be"
+    if name is not entry:
+        return None
+    words = entry.split()
+    if len(words) >= 2 and (entry.endswith(_SENTENCE_END) or ": " in entry or "; " in entry):
+        return "a sentence, not a file name"
+    if len(words) >= 4 and not _EXTENSION.fullmatch(posixpath.splitext(words[-1])[1]):
+        return "a sentence, not a file name"
+    return None
+
+
+def _named(entry: str) -> str:
+    """The name a link entry points at (``[[a|alias]]`` -> ``a``, ``[t](a.md)`` -> ``a.md``),
+    or the entry itself."""
+    if entry.startswith(("[[", "![[")) and entry.endswith("]]"):
+        return entry.lstrip("!")[2:-2].split("|", 1)[0].split("#", 1)[0]
+    if entry.startswith("[") and entry.endswith(")") and "](" in entry:
+        return entry[entry.find("](") + 2 : -1]
+    return entry
+
+
+def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[tuple[str, ...], _Refusals]:
     """Entries the body (``head`` from ``start``) declares: ``derived_from::`` fields, and
-    the links under ``sources_heading`` when one is given.  Code blocks declare nothing."""
+    the links under ``sources_heading`` when one is given; and the entries refused as no
+    file name, with their lines.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
     fields = head.find(b"derived_from", start) >= 0 and _FIELD_BYTES.search(head, start) is not None
     if not fields and (wanted is None or head.find(wanted, start) < 0):
-        return ()  # the common case, settled by a byte search
+        return (), ()  # the common case, settled by a byte search
     entries: list[str] = []
+    refused: list[tuple[ProblemKind, str]] = []
     section: int | None = None
-    for line in _prose_lines(head[start:].decode("utf-8", "replace")):
+    first = head.count(b"\n", 0, start) + 1
+    for number, line in _prose_lines(head[start:].decode("utf-8", "replace")):
         heading = _HEADING.match(line)
         if heading is not None:
             section = _section_after(len(heading.group(1)), line, section, sources_heading)
-        elif "derived_from" in line and _FIELD.search(line):
-            entries += _inline_entries(line)
+            continue
+        if "derived_from" in line and _FIELD.search(line):
+            found = _inline_entries(line)
         elif section is not None:
-            entries += [link for link in _BODY_LINK.findall(line) if not _URL.match(_link_target(link))]
-    return tuple(entry for entry in entries if entry)
+            found = [link for link in _BODY_LINK.findall(line) if not _URL.match(_link_target(link))]
+        else:
+            continue
+        for entry in found:
+            why = unfit_name(entry) if entry else None
+            if why:
+                refused.append(_bad_entry(first + number, entry, why))
+            elif entry:
+                entries.append(entry)
+    return tuple(entries), tuple(refused)
 
 
-def _prose_lines(body: str) -> Iterator[str]:
-    """The lines of ``body`` outside fenced code blocks."""
+def _prose_lines(body: str) -> Iterator[tuple[int, str]]:
+    """The lines of ``body`` outside fenced code blocks, each with its index."""
     fenced = False
-    for line in body.splitlines():
+    for number, line in enumerate(body.splitlines()):
         if _FENCE.match(line):
             fenced = not fenced
         elif not fenced:
-            yield line
+            yield number, line
 
 
 def _section_after(level: int, line: str, section: int | None, sources_heading: str | None) -> int | None:
@@ -119,7 +217,7 @@ def _inline_entries(line: str) -> list[str]:
     or Dataview's ``[derived_from:: a]`` and ``(derived_from:: a)`` anywhere in it."""
     whole = _INLINE.fullmatch(line)
     values = [whole.group(2)] if whole is not None else _bracketed_values(line)
-    return [entry for value in values for entry in split_entries(value.strip())]
+    return [entry for value in values for entry in value_entries(value.strip())]
 
 
 def _bracketed_values(line: str) -> list[str]:

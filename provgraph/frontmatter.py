@@ -13,13 +13,15 @@ Pure functions: bytes in, a ``Declaration`` out.  The reader tries, in order:
    description, an unquoted Markdown link), the lines themselves, the way
    agent memory middlewares read frontmatter.
 
-``derived_from`` may also sit under a top-level ``metadata:`` mapping.  What the
-body declares, and how entries resolve to files, is ``declarations``' business.
+``derived_from`` may also sit under a top-level ``metadata:`` mapping; a value that
+holds links declares those links (``value_entries``).  What the body declares, and how
+entries resolve to files, is ``declarations``' business.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -33,7 +35,7 @@ __all__ = [
     "Declaration",
     "frontmatter_incomplete",
     "read_frontmatter",
-    "split_entries",
+    "value_entries",
 ]
 
 FRONTMATTER_LIMIT = 64 * 1024
@@ -46,6 +48,10 @@ _NESTING = re.compile(r"[\"'\[\]()<>]")
 _ITEM = re.compile(r"( *)- (.*)")
 _SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
 _WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
+_ANY_LINK = re.compile(r"(?:!?\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\((?:[^()\n]|\([^()\n]*\))*\))(?!\.?\w)")
+_FILE_NAME = re.compile(r"\A(?!.*[:;] )\S+(?: \S+){0,2}\.[A-Za-z][A-Za-z0-9]{0,7}\Z")
+"""A wiki or Markdown link (``![[a|alias]]``, ``[t](a.md "title")``) that ends where a word
+does (``x [y](z).md`` is a name); a name with an extension, in three words at most."""
 _METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
 _FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
 _NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
@@ -503,7 +509,7 @@ def _common_value(value: str, text: str) -> tuple[str, ...] | None:
         entries = tuple([name.strip() for name in listed.split(",")])
         shown = entries if inline else (value,)
         return entries if all(map(_NEVER_TYPED.search, shown)) else None
-    entries = tuple(found.strip() for found in _FOUND_ENTRY.findall(listed))
+    entries = tuple([found.strip() for found in _FOUND_ENTRY.findall(listed)]) if inline else value_entries(value)
     if (inline or value.startswith("[")) and not _plain_lines_before(text):
         return None  # a value YAML refuses: the lines above decide how it is read
     return entries
@@ -575,24 +581,22 @@ def _entries_from_value(value: object, written: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        return split_entries(value)
+        return value_entries(value)
     if isinstance(value, list):
-        return tuple(_entry_from_item(item, written) for item in value)
+        return tuple(entry for item in value for entry in _item_entries(item, written))
     raise _NotStrings(_type_name(value))
 
 
-def _entry_from_item(item: object, written: str) -> str:
-    """A string, or an unquoted ``[[name]]`` that YAML read as a list in a list:
-    a wiki link when the declaration holds exactly that text."""
+def _item_entries(item: object, written: str) -> tuple[str, ...]:
+    """A list item's entries: a string's (``value_entries``), or an unquoted ``[[name]]``
+    that YAML read as a list in a list: a wiki link when the declaration holds that text."""
     if isinstance(item, str):
-        return item.strip()
-    inner = item
-    if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], list):
-        inner = inner[0]
+        return value_entries(item.strip(), item=True)
+    inner = item[0] if isinstance(item, list) and len(item) == 1 and isinstance(item[0], list) else item
     if isinstance(inner, list) and len(inner) == 1 and isinstance(inner[0], str):
         link = f"[[{inner[0]}]]"
         if link in written:
-            return link
+            return (link,)
     raise _NotStrings(f"a list holding {_type_name(item)}")
 
 
@@ -606,16 +610,35 @@ def _entries_from_lines(key_lines: list[str]) -> tuple[str, ...]:
     value = _strip_comment(key_lines[0][len(_KEY) :]).strip()
     if _WIKI_ONLY.fullmatch(value):
         return split_entries(value)
-    if value.startswith("[") and value.endswith("]"):
-        return split_entries(value[1:-1])
+    if _flow_list(value):
+        return tuple(entry for item in split_entries(value[1:-1]) for entry in value_entries(item, item=True))
     if value:
-        return split_entries(value)
-    items = []
+        return value_entries(value)
+    items: list[str] = []
     for line in key_lines[1:]:
         stripped = line.strip()
         if stripped.startswith("-"):
-            items.append(_unquote(_strip_comment(stripped[1:]).strip()))
+            items += value_entries(_unquote(_strip_comment(stripped[1:]).strip()), item=True)
     return tuple(items)
+
+
+def _flow_list(value: str) -> bool:
+    """``[a, b]``: a value whose first bracket closes at its end (``[[a]] and [[b]]`` is none)."""
+    depths = itertools.accumulate((char == "[") - (char == "]") for char in value)
+    closed = next((index for index, depth in enumerate(depths) if depth < 1), 0)
+    return closed > 0 and closed == len(value) - 1
+
+
+def value_entries(value: str, item: bool = False) -> tuple[str, ...]:
+    """The entries one written value (a scalar, or a list ``item``) declares: the wiki and
+    Markdown links it holds, in order, with the parts between commas that are file names
+    (``[[a]], b.md``), and no word of the prose around them (``[[a]] adds telemetry,
+    battery, and more`` declares ``[[a]]``); without a link, a scalar's comma-separated
+    parts or the item as written."""
+    if "[" in value and _ANY_LINK.search(value) is not None:
+        parts = split_entries(value)
+        return tuple(found for part in parts for found in _ANY_LINK.findall(part) or _FILE_NAME.findall(part))
+    return (value,) if item else split_entries(value)
 
 
 def split_entries(value: str) -> tuple[str, ...]:

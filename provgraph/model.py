@@ -91,6 +91,12 @@ class Stamp(NamedTuple):
     mismatch_since: float | None = None
 
 
+LATEST_DATE = 253402214399.0
+"""9999-12-30 23:59:59 UTC, the last second still in year 9999 in every time zone (they run
+to UTC+14): a later (or negative) date read from a file cannot be shown as a local date, so
+it is damage."""
+
+
 class SourceState(NamedTuple):
     """A declared source as it is now; ``sha256`` None means it does not exist."""
 

@@ -7,14 +7,11 @@ folder such as macOS's ``/tmp``) and must agree on which memory file each
 one means.  A symlinked folder is resolved, the file's own name never is:
 a symlinked memory file counts under its own name, as the scan lists it.
 
-A printed command must do, pasted from any folder, what the output says it
-does.  So it names the memory root in full, every word is shell-quoted (a
-root like ``my memory/it's`` works), and it repeats the options that decide
-what a scan reads: the state it records in (``--state``) and the sources
-heading (``--sources-heading``).  A command that dropped the heading would
-read the heading's sources as removed, forget their stamps, and adopt them
-afresh on the next run with the heading: the change it was about to report
-would be lost.
+A printed command does, pasted from any folder, what the output says: it names
+the root in full, every word is shell-quoted (``my memory/it's`` and ``-draft.md``
+work), and it repeats the options that decide what a scan reads, ``--state`` and
+``--sources-heading``: a command without the heading would read the heading's
+sources as removed and lose the change it was about to report.
 """
 
 from __future__ import annotations
@@ -25,12 +22,15 @@ import posixpath
 import shlex
 from pathlib import Path, PurePosixPath
 
+from .queries import Advice
+
 __all__ = [
     "command_options",
     "hook_command",
     "normalized",
     "parts_under",
     "relative_to",
+    "shell_advice",
     "stamp_command",
     "status_command",
 ]
@@ -88,9 +88,9 @@ def command_options(state: str | os.PathLike[str] | None = None, sources_heading
 
 
 def stamp_command(root: str, path: str = "FILE", options: tuple[str, ...] = ()) -> str:
-    """``provgraph stamp`` for ``path`` (root-relative; ``FILE`` is left as a placeholder)."""
+    """``provgraph stamp`` for ``path`` (root-relative, after ``--`` if it starts with ``-``; or ``FILE``)."""
     file = path if path == "FILE" else shlex.quote(path)
-    return _command("stamp", "--root", root, *options) + f" {file}"
+    return _command("stamp", "--root", root, *options) + (" -- " if path.startswith("-") else " ") + file
 
 
 def status_command(root: str, options: tuple[str, ...] = ()) -> str:
@@ -98,9 +98,21 @@ def status_command(root: str, options: tuple[str, ...] = ()) -> str:
     return _command("status", root, *options)
 
 
-def hook_command(root: str, options: tuple[str, ...] = ()) -> str:
-    """``provgraph hook claude-code``, as Claude Code's settings run it."""
-    return _command("hook", "claude-code", root, *options)
+def hook_command(root: str, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)) -> str:
+    """``provgraph hook claude-code``, as Claude Code's settings run it with ``program``."""
+    return " ".join(map(shlex.quote, (*program, "hook", "claude-code", root, *options)))
+
+
+def shell_advice(root: str, options: tuple[str, ...] = ()) -> Advice:
+    """The notes' and the lineage answer's instructions as commands on ``root``, with ``options``."""
+    status = f"run `{status_command(root, options)}`"
+    return Advice(
+        record_file=lambda path: f"run `{stamp_command(root, path, options)}`",
+        record_any=f"record it with `{stamp_command(root, options=options)}`",
+        list_all=lambda path: status,
+        list_stale=status,
+        read_when="before writing it, since your previous write",
+    )
 
 
 def _command(*words: str) -> str:

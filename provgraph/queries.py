@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .lineage import children_of, node_statuses
-from .model import EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
-from .render import chain_text, clip, safe_name
+from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
+from .render import LINEAGE_MAX_CHARS, chain_text, clip, moved_text, named, safe_name
 
 __all__ = [
     "EDIT_NOTES_MAX_CHARS",
@@ -28,6 +28,8 @@ __all__ = [
     "edit_notes",
     "explain",
     "file_lineage",
+    "missing_sources",
+    "refusal_text",
     "sources_of",
     "stale_after_editing",
     "suggested_line",
@@ -101,6 +103,28 @@ def stale_after_editing(report: Report, source: str) -> tuple[StaleEntry, ...]:
     return tuple(entry for entry in report.stale if entry.path in downstream)
 
 
+def missing_sources(report: Report, path: str) -> tuple[Edge, ...]:
+    """The declared sources of ``path`` that do not exist: the command line and the agent's tool
+    refuse to stamp it while any is left, since nothing can be re-derived from a file that does
+    not exist, and stamping the edge as absent would lose the hint of where its content went."""
+    return tuple(edge for edge in report.edges if edge.derived == path and edge.status is EdgeStatus.MISSING)
+
+
+def refusal_text(path: str, missing: tuple[Edge, ...], again: str) -> str:
+    """Why nothing was recorded for ``path``: its ``missing_sources``, each with its rename
+    hint, and what to do (``again``: how to record it once the entries are fixed)."""
+    names = ", ".join(
+        named(edge.source)
+        + ("" if edge.moved_to is None else f" ({moved_text(edge.moved_to)}: fix the entry to that name)")
+        for edge in missing
+    )
+    return clip(
+        f"Nothing recorded for {named(path)}: it names sources that do not exist: {names}. Remove each such entry "
+        f"from its derived_from, or fix it to the file's current name, then {again}.",
+        LINEAGE_MAX_CHARS,
+    )
+
+
 def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> FileLineage:
     """The lineage of ``explanation.path`` in ``report``.
 
@@ -116,23 +140,20 @@ def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> F
 # -- the notes after a write ---------------------------------------------------------------
 # What an agent should hear right after it writes a memory file.
 #
-# The prompt block reaches an agent at its next model call or its next
-# session; by then the edit that made a summary wrong is long done.  These
-# notes go into the result of the write itself, while the agent still has the
-# sources in mind:
-#
+# The prompt block comes at the next model call, when the edit is long done; these
+# notes go into the result of the write itself, while the sources are in mind:
 # - the impact: which derived files now rest on the old content of the file
 #   just edited, with the chain for the indirect ones;
-# - a suggested ``derived_from`` line, when the agent read memory files in the
-#   same reply and then wrote a file that declares none of them (agents forget
-#   to declare; provgraph never writes the line itself);
+# - a suggested ``derived_from`` line, when the agent read memory files and then
+#   wrote a file whole (a new one, or all of it again) that declares none of
+#   them: only the files read since its previous write, never for an edit of
+#   part of a file (agents forget to declare; provgraph never writes the line);
 # - the re-derivation hint, when the agent rewrote a stale file after reading
 #   every source that changed under it: recording stays its decision.
 #
-# Pure: a report taken right after the write, the edited path and the files
-# read, in; a bounded text out, empty when nothing applies, so that a reply
-# that touches no lineage sees exactly what it would see without provgraph.
-# Both agent integrations render through here.
+# Pure: a report taken right after the write, the write and the files read, in; a bounded
+# text out, empty when nothing applies (a reply that touches no lineage sees what it would
+# see without provgraph).  Both agent integrations render through here.
 
 EDIT_NOTES_MAX_CHARS = 4000
 """Characters of the notes on one write at most, whatever the names and the folder's size."""
@@ -146,9 +167,8 @@ _SUGGESTION_LIMIT = 300
 
 @dataclass(frozen=True, slots=True)
 class Advice:
-    """How an integration tells the agent to act: AgentScope names its tools, Claude Code shell commands.
-
-    The notes are the same otherwise.
+    """How an integration tells the agent to act: AgentScope names its tools, the command line
+    and Claude Code shell commands.  The notes and the lineage answer are the same otherwise.
     """
 
     record_file: Callable[[str], str]
@@ -157,8 +177,11 @@ class Advice:
     """The instruction for any of several files: "call `record_memory_rederivation` with its path"."""
     list_all: Callable[[str], str]
     """How to see every file derived from a path: "call `memory_lineage` with `facts.md`"."""
-    read_when: str = "earlier in this reply"
-    """When the reads it remembers happened: AgentScope keeps a reply's, Claude Code a session's."""
+    list_stale: str
+    """How to list every stale file: "call `list_stale_derived_memories`"."""
+    read_when: str = "before writing it, in this reply"
+    """When the reads it names happened: AgentScope keeps a reply's, Claude Code a session's,
+    each since the previous write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +191,13 @@ class EditContext:
     path: str
     """The file written, relative to the memory root (POSIX)."""
     reads: frozenset[str]
-    """Memory files the agent read earlier in the same reply (or session), root-relative."""
+    """Memory files the agent read since its previous write in the same reply (or session), root-relative."""
+    whole: bool = False
+    """The write created the file or replaced all of it (a ``Write``, not an ``Edit``): only
+    such a write can have been made from the files just read, so only it gets a suggestion."""
+    known: frozenset[str] = frozenset()
+    """Every memory file the agent read or wrote earlier in the reply (or session): a rewrite
+    after the changed sources are all known to it may be their re-derivation."""
 
 
 def edit_notes(
@@ -243,8 +272,14 @@ def _resting_on(report: Report, path: str) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _suggestion(report: Report, edit: EditContext, when: str) -> list[str]:
-    """The ``derived_from`` line to add when the file declares none of the memory files just read."""
-    if edit.path == INDEX or not edit.path.endswith(".md"):
+    """The ``derived_from`` line to add to a file written whole that declares none of the
+    memory files read since the previous write.
+
+    An edit of part of a file adds to it (a new fact, a correction): what was read
+    before it is no source of the file, and a suggestion would invite false lineage.
+    Neither the file itself nor a file derived from it can be a source of it.
+    """
+    if not edit.whole or edit.path == INDEX or not edit.path.endswith(".md"):
         return []
     declared = sorted({edge.source for edge in report.edges if edge.derived == edit.path})
     below = {relative.path for relative in derived_from(report, edit.path, transitive=True)}
@@ -292,7 +327,7 @@ def _rederivation(report: Report, edit: EditContext, advice: Advice) -> list[str
     changed = sorted(
         edge.source for edge in report.edges if edge.derived == edit.path and edge.status is not EdgeStatus.CLEAN
     )
-    if not changed or not set(changed) <= edit.reads:
+    if not changed or not set(changed) <= edit.reads | edit.known:
         return []
     names = ", ".join(safe_name(name) for name in changed)
     return [

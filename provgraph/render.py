@@ -58,6 +58,7 @@ __all__ = [
     "repair_order",
     "safe_name",
     "stale_phrase",
+    "uninvolved_text",
     "status_json",
     "status_phrase",
     "status_text",
@@ -72,21 +73,14 @@ _SAFE_ASCII = frozenset(chr(code) for code in range(0x20, 0x7F)) - frozenset("<>
 """Printable ASCII but the angle brackets of a tag and the backslash that starts an escape."""
 _RECOMMENDED_SCRIPTS = (
     (0x00C0, 0x024F),  # Latin-1 letters, Latin Extended-A and -B
-    (0x0300, 0x036F),  # combining marks
-    (0x0370, 0x03FF),  # Greek
-    (0x0400, 0x052F),  # Cyrillic
-    (0x0531, 0x058F),  # Armenian
-    (0x0591, 0x05FF),  # Hebrew
+    (0x0300, 0x052F),  # combining marks, Greek, Cyrillic
+    (0x0531, 0x05FF),  # Armenian, Hebrew
     (0x0600, 0x06FF),  # Arabic
-    (0x0750, 0x077F),  # Arabic Supplement
-    (0x0780, 0x07BF),  # Thaana
+    (0x0750, 0x07BF),  # Arabic Supplement, Thaana
     (0x08A0, 0x08FF),  # Arabic Extended-A
     (0x0900, 0x0DFF),  # Devanagari, Bengali, Gurmukhi, Gujarati, Oriya, Tamil, Telugu, Kannada, Malayalam, Sinhala
     (0x0E00, 0x0EFF),  # Thai, Lao
-    (0x0F00, 0x0FFF),  # Tibetan
-    (0x1000, 0x109F),  # Myanmar
-    (0x10A0, 0x10FF),  # Georgian
-    (0x1100, 0x11FF),  # Hangul Jamo
+    (0x0F00, 0x11FF),  # Tibetan, Myanmar, Georgian, Hangul Jamo
     (0x1200, 0x139F),  # Ethiopic
     (0x1780, 0x17FF),  # Khmer
     (0x1E00, 0x1FFF),  # Latin Extended Additional, Greek Extended
@@ -100,20 +94,23 @@ _RECOMMENDED_SCRIPTS = (
 """Blocks of the scripts Unicode recommends for identifiers (UAX #31, table 5): a name
 in any language reads as itself, while letters of scripts kept for limited use, such as
 Canadian syllabics ``ᐸ`` and ``ᐳ`` that pass for angle brackets, are escaped."""
-_SHOWN_CATEGORIES = frozenset("LMN")
-"""Letters, marks and digits: no symbol, punctuation, space or control outside ASCII."""
+_BRACKET_LIKE = frozenset({"Ps", "Pe", "Pi", "Pf", "Sm", "Sk"})
+"""Brackets, quotation marks, mathematical and modifier symbols: where every lookalike of
+an angle bracket that is not a letter lives (``‹``, ``〈``, ``❮``, ``＜``, ``˂``, ``≮``)."""
 
 
 def _shown(char: str) -> bool:
-    """Whether ``char`` may reach a terminal or a prompt as itself."""
+    """Whether ``char`` may reach a terminal or a prompt as itself: printable, and no angle
+    bracket in any guise (a dash, an accent, an emoji or a CJK name reads as itself)."""
     if char in _SAFE_ASCII:
         return True
-    code = ord(char)
-    return (
-        code >= 0xC0
-        and unicodedata.category(char)[0] in _SHOWN_CATEGORIES
-        and any(low <= code <= high for low, high in _RECOMMENDED_SCRIPTS)
-    )
+    if char.isascii() or not char.isprintable():  # controls, separators, format characters, private use
+        return False
+    category = unicodedata.category(char)
+    if category[0] in "LMN":
+        return any(low <= ord(char) <= high for low, high in _RECOMMENDED_SCRIPTS)
+    normal = unicodedata.normalize("NFKC", char)
+    return category not in _BRACKET_LIKE and "<" not in normal and ">" not in normal
 
 
 def day(timestamp: float) -> str:
@@ -127,9 +124,11 @@ def safe_name(name: str) -> str:
     for a backslash), so the result can be read back exactly.
 
     Decided by a rule, not a list of examples: printable ASCII but ``<``, ``>`` and
-    ``\\`` is shown, and so are letters, marks and digits of the scripts recommended
-    for identifiers; everything else (controls, bidi and format characters, other
-    spaces, symbols, punctuation and any lookalike of an angle bracket) is escaped.
+    ``\\`` is shown; so are letters, marks and digits of the scripts recommended for
+    identifiers, and any other printable punctuation or symbol (an em dash, an emoji)
+    but brackets, quotation marks and mathematical symbols, where the lookalikes of an
+    angle bracket are.  Everything else (controls, bidi and format characters, other
+    spaces, line separators) is escaped.
     """
     if name.isascii() and name.isprintable() and "<" not in name and ">" not in name and "\\" not in name:
         return name
@@ -365,7 +364,7 @@ def explanation_text(explanation: Explanation) -> str:
     if explanation.status is None and explanation.problems:
         return f"{name}: its declaration could not be honoured:\n" + "\n".join(_problem_lines(explanation)) + "\n"
     if explanation.status is None:
-        return f"{name} declares no sources and no file is derived from it.\n"
+        return uninvolved_text(explanation.path, exists=True) + "\n"
     lines = [f"{name}: {_headline(explanation)}"]
     if explanation.problems:
         lines += ["", "Problems in its declaration:", *_problem_lines(explanation)]
@@ -465,9 +464,9 @@ MORE_RESERVE = 200
 """Characters kept free for the closing lines of a bounded answer."""
 NAME_SHOWN = 200
 """Characters of a name echoed in an answer at most: an answer never repeats a huge argument whole."""
-_RECORD_ADVICE = (
-    f"After you update a stale file from its sources, or check that it still holds, call `{RECORD_TOOL}` with its path."
-)
+_TAIL_RESERVE = PROMPT_LINE_LIMIT + 1
+"""Characters kept for the closing instruction, whatever its words: the command line and the
+agent's tool list the same files."""
 
 
 def named(name: str) -> str:
@@ -490,11 +489,22 @@ def fit_lines(lines: list[str], max_lines: int, budget: int) -> list[str]:
     return shown
 
 
-def lineage_text(found: FileLineage, *, max_lines: int = 20, max_chars: int = LINEAGE_MAX_CHARS) -> str:
-    """The file's status and sources, then what derives from it, stale first: a few lines the agent can act on."""
+def lineage_text(
+    found: FileLineage,
+    *,
+    max_lines: int = 20,
+    max_chars: int = LINEAGE_MAX_CHARS,
+    record: str = f"call `{RECORD_TOOL}` with its path",
+    list_stale: str = f"call `{LIST_TOOL}`",
+) -> str:
+    """The file's status and sources, then what derives from it, stale first: a few lines the agent can act on.
+
+    ``record`` says how to record a re-derivation and ``list_stale`` how to list every stale
+    file: the agent's tools by default, ``provgraph`` commands on the command line.
+    """
     explanation = found.explanation
     if explanation.status is None:
-        return _uninvolved_text(explanation.path, found.exists)
+        return uninvolved_text(explanation.path, found.exists)
     head = _head_lines(explanation)
     ordered = _stale_first(found.descendants)
     stale_count = sum(relative.status is NodeStatus.STALE for relative in ordered)
@@ -503,10 +513,11 @@ def lineage_text(found: FileLineage, *, max_lines: int = 20, max_chars: int = LI
         head.append(f"{files} derived from it, directly or through others; {stale_count} stale:")
     else:
         head.append("No memory file is derived from it.")
-    tail = [_RECORD_ADVICE] if stale_count or explanation.stale else []
-    budget = max_chars - sum(len(line) + 1 for line in head + tail) - MORE_RESERVE
+    advice = f"After you update a stale file from its sources, or check that it still holds, {record}."
+    tail = [clip(advice)] if stale_count or explanation.stale else []
+    budget = max_chars - sum(len(line) + 1 for line in head) - _TAIL_RESERVE - MORE_RESERVE
     shown = fit_lines([_descendant_text(relative, found.stale) for relative in ordered], max_lines, budget)
-    more = _more_text(ordered[len(shown) :])
+    more = _more_text(ordered[len(shown) :], list_stale)
     return "\n".join(head + shown + more + tail)
 
 
@@ -532,7 +543,8 @@ def lineage_document(found: FileLineage) -> dict[str, Any]:
     }
 
 
-def _uninvolved_text(path: str, exists: bool) -> str:
+def uninvolved_text(path: str, exists: bool) -> str:
+    """What ``why`` and ``lineage`` say of a file that is part of no lineage."""
     if not exists:
         return f"{named(path)} does not exist in the memory folder, and no memory file names it as a source."
     return (
@@ -582,13 +594,13 @@ def chain_text(chain: tuple[str, ...]) -> str:
     return " -> ".join(names)
 
 
-def _more_text(hidden: list[Relative]) -> list[str]:
+def _more_text(hidden: list[Relative], list_stale: str) -> list[str]:
     if not hidden:
         return []
     stale = sum(relative.status is NodeStatus.STALE for relative in hidden)
     if not stale:
         return [f"- … and {len(hidden)} more derived files, all fresh."]
-    return [f"- … and {len(hidden)} more derived files ({stale} stale); call `{LIST_TOOL}` to list every stale file."]
+    return [clip(f"- … and {len(hidden)} more derived files ({stale} stale); {list_stale} to list every stale file.")]
 
 
 # -- graph exports -----------------------------------------------------------

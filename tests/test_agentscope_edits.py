@@ -106,6 +106,26 @@ def test_a_derived_file_is_adopted_when_written_so_a_later_edit_of_its_source_is
     assert "digest.md" in {entry.path for entry in asyncio.run(provenance.refresh()).stale}
 
 
+def test_lineage_is_suggested_only_for_a_file_written_whole_from_what_was_read_since_the_last_write(
+    workdir: Path, provenance: ProvenanceMiddleware
+) -> None:
+    """Adding a fact to a file after reading another is no derivation; a new digest after two reads is."""
+    folder = workdir / "Memory"
+    write(folder, "log.md", "---\nname: Log\ntype: project\n---\nMet on Monday.\n", OLD)
+    calls = [
+        read(folder, "user-facts.md"),
+        *edited(folder, "log.md", "Monday", "Monday and Friday"),
+        read(folder, "preferences.md"),
+        read(folder, "profile.md"),
+        written(folder, "summary.md", SUMMARY),
+    ]
+    model = asyncio.run(reply([provenance], calls))
+    after_edit, after_write = results(model)[2], results(model)[-1]
+    assert HEADING not in after_edit
+    assert "  derived_from: preferences.md, profile.md" in after_write.splitlines()
+    assert "user-facts.md" not in after_write and "log.md" not in after_write
+
+
 def test_a_file_written_after_reading_memories_gets_the_line_to_declare_them(
     workdir: Path, provenance: ProvenanceMiddleware
 ) -> None:

@@ -1,8 +1,9 @@
-"""``provgraph lineage`` says word for word what the agent's ``memory_lineage`` tool says.
+"""``provgraph lineage`` says what the agent's ``memory_lineage`` tool says, line for line.
 
 The tool is the real AgentScope one, called through its toolkit as an agent
 calls it; the command is the installed script, on the same folder, at the
-same pinned clock.
+same pinned clock.  Where the tool names the agent's tools, the command names
+the ``provgraph`` commands a person runs; everything else is word for word.
 """
 
 from __future__ import annotations
@@ -32,10 +33,18 @@ family = test_agentscope.family
 
 
 def command_answer(run, workdir: Path, path: str, *options: str) -> str:
-    code, out, err = run("lineage", path, "--root", workdir / "Memory", *options, cwd=workdir, now=CHECKED)
+    """The command's answer, its commands put back into the tool's words."""
+    root = workdir / "Memory"
+    code, out, err = run("lineage", path, "--root", root, *options, cwd=workdir, now=CHECKED)
     assert (code, err) == (0, "")
-    assert out.endswith("\n")
-    return out[:-1]
+    assert out.endswith("\n") and "record_memory_rederivation" not in out and "list_stale_derived" not in out
+    return (
+        out[:-1]
+        .replace(
+            f"record it with `provgraph stamp --root {root} FILE`", "call `record_memory_rederivation` with its path"
+        )
+        .replace(f"run `provgraph status {root}`", "call `list_stale_derived_memories`")
+    )
 
 
 @pytest.mark.parametrize(

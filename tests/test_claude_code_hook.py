@@ -15,13 +15,14 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from conftest import PROVGRAPH, launch
 
-from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads, stamp_command
+from provgraph.integrations.claude_code import CONTEXT_LIMIT, SessionReads, installed_program, stamp_command
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "claude-code.md"
@@ -248,9 +249,47 @@ def test_the_settings_print_every_hook_and_match_the_readme(tmp_path) -> None:
     assert settings["hooks"]["PostToolUse"][0]["matcher"] == "Read|Write|Edit|MultiEdit"
     assert settings["hooks"]["SessionStart"][0]["matcher"] == "startup|resume|clear|compact"
     command = settings["hooks"]["SessionStart"][0]["hooks"][0]["command"]
-    assert command == f"provgraph hook claude-code {root}"
+    assert command == f"{shlex.quote(str(PROVGRAPH))} hook claude-code {root}"
     shown = re.search(r"<!-- claude-code-settings -->\n```json\n(.*?)```", PAGE.read_text(), re.S)
-    assert shown is not None and json.loads(shown.group(1)) == settings
+    assert shown is not None
+    assert json.loads(shown.group(1).replace("/home/me/.venv/bin/provgraph", str(PROVGRAPH))) == settings
+
+
+def test_the_settings_name_the_console_script_that_printed_them(tmp_path, monkeypatch) -> None:
+    script = tmp_path / "venv" / "bin" / "provgraph"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(sys, "argv", [str(script), "hook"])
+    assert installed_program() == (str(script),)
+    monkeypatch.chdir(script.parent)
+    monkeypatch.setattr(sys, "argv", ["./provgraph", "hook"])
+    assert installed_program() == (str(script),)
+
+
+def test_without_a_console_script_the_settings_run_this_python_with_m_provgraph(simple, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "provgraph" / "__main__.py"), "hook"])
+    assert installed_program() == (sys.executable, "-m", "provgraph")
+    done = subprocess.run(
+        [sys.executable, "-m", "provgraph", "hook", "claude-code", "--settings", str(simple.root)],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    [command] = {group[0]["hooks"][0]["command"] for group in json.loads(done.stdout)["hooks"].values()}
+    assert command == f"{shlex.quote(sys.executable)} -m provgraph hook claude-code {simple.root}"
+    simple.write("facts.md", "v2\n")
+    bare = {**os.environ, "PATH": "/nonexistent", "PROVGRAPH_NOW": at(1)}  # a PATH without provgraph on it
+    ran = subprocess.run(
+        ["/bin/sh", "-c", command],
+        input=json.dumps(event("SessionStart")),
+        env=bare,
+        text=True,
+        capture_output=True,
+        cwd="/",
+    )
+    assert (ran.returncode, ran.stderr) == (0, "")
+    assert "- profile.md: source(s) changed since derived" in context(ran.stdout, "SessionStart")
 
 
 def test_the_session_reads_stay_bounded(tmp_path) -> None:
@@ -320,7 +359,8 @@ def test_the_settings_carry_the_sources_heading_and_the_state(tmp_path) -> None:
     assert capped["hooks"]["SessionStart"][0]["hooks"][0]["command"].endswith(" --max-lines 5")
     heading_only = json.loads(hook(root, None, "--settings", "--sources-heading")[1])
     installed = heading_only["hooks"]["PostToolUse"][0]["hooks"][0]["command"]
-    assert shown is not None and installed == shown.group(1).replace("ROOT", shlex.quote(str(root)))
+    assert shown is not None
+    assert installed == shown.group(1).replace("ROOT", shlex.quote(str(root))).replace("provgraph", str(PROVGRAPH), 1)
 
 
 def test_the_commands_the_hook_prints_read_the_folder_as_the_hook_does(tmp_path) -> None:
@@ -363,11 +403,27 @@ def test_a_write_that_extends_a_declaration_adopts_the_new_source_and_never_rest
     )
 
 
-def test_the_suggestion_speaks_of_the_session_whose_reads_it_remembers(simple) -> None:
+def test_an_edit_never_gets_a_suggestion_and_a_write_names_only_the_reads_since_the_previous_write(simple) -> None:
+    """Adding a fact after reading a file is no derivation; a file written whole after reads may be."""
+    hook(simple.root, tool_use("Read", simple.path("facts.md")))
+    simple.write("prefs.md", "coffee\n")
+    assert hook(simple.root, tool_use("Edit", simple.path("prefs.md"))) == (0, "", "")
+    hook(simple.root, tool_use("Read", simple.path("digest.md")))
+    simple.write("summary.md", "Summary.\n")
+    _, out, _ = hook(simple.root, tool_use("Write", simple.path("summary.md")))
+    assert "  derived_from: digest.md" in context(out).splitlines() and "facts.md" not in context(out)
+    assert hook(simple.root, tool_use("Write", simple.path("other.md"))) == (0, "", "")  # nothing read since
+    reads = SessionReads.beside(simple.root / ".provgraph")
+    assert reads.reads("s-1") == frozenset() and reads.seen("s-1") >= {"facts.md", "prefs.md", "summary.md"}
+
+
+def test_the_suggestion_speaks_of_the_reads_since_the_previous_write(simple) -> None:
     assert hook(simple.root, tool_use("Read", simple.path("prefs.md"))) == (0, "", "")
     simple.write("summary.md", "Summary.\n")
     _, out, _ = hook(simple.root, tool_use("Write", simple.path("summary.md")))
-    assert "summary.md declares no sources, but you read prefs.md earlier in this session." in context(out)
+    assert "summary.md declares no sources, but you read prefs.md before writing it, since your previous write." in (
+        context(out)
+    )
 
 
 @pytest.mark.parametrize("sent", [None, event("SessionStart"), "tool-use"])

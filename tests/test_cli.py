@@ -191,7 +191,7 @@ def test_why_names_the_whole_chain_from_a_subfolder(simple, run) -> None:
 def test_why_on_a_file_that_does_not_exist_says_so(simple, run) -> None:
     code, out, err = run("why", "nothing-here.md", cwd=simple.root, now=at(1))
     assert (code, err) == (0, "")
-    assert out.startswith("nothing-here.md does not exist under ")
+    assert out.startswith("nothing-here.md does not exist in the memory folder")
 
 
 def test_why_on_a_fresh_file_says_so(simple, run) -> None:
@@ -225,6 +225,46 @@ def test_stamp_refuses_a_file_that_is_not_derived(simple, run) -> None:
     assert code == 2
     assert len(err.splitlines()) == 1 and "facts.md" in err
     assert stale_paths(run, simple.root, at(3)) == ["digest.md", "profile.md"]
+
+
+def test_stamp_names_a_missing_source_records_nothing_for_its_file_and_exits_2(memory, run) -> None:
+    """It cannot do what was asked: nothing is re-derived from a file that does not exist."""
+    memory.write("MEMORY.md", "index\n")
+    for name in ("a.md", "b.md", "facts.md"):
+        memory.write(name, f"{name} v1\n")
+    memory.write("m1.md", derived_from="a.md, b.md")
+    memory.write("profile.md", derived_from="facts.md")
+    assert run("status", cwd=memory.root, now=at(0))[0] == 0
+    memory.path("b.md").rename(memory.path("c.md"))
+    change(memory, "a.md")
+    change(memory, "facts.md")
+
+    code, out, err = run("stamp", "m1.md", "profile.md", cwd=memory.root, now=at(2))
+
+    assert code == 2
+    assert err == (
+        "provgraph: error: Nothing recorded for m1.md: it names sources that do not exist: b.md (its stamped "
+        "content is now at c.md: fix the entry to that name). Remove each such entry from its derived_from, or "
+        "fix it to the file's current name, then run this command again.\n"
+    )
+    assert out.splitlines()[0] == "stamped profile.md: re-derived from 1 source as they are now"
+    assert "m1.md" not in out.splitlines()[0]
+    memory.write("m1.md", derived_from="a.md, c.md")  # the entry fixed: a.md's change is still reported
+    assert stale_paths(run, memory.root, at(3)) == ["m1.md"]
+    code, out, err = run("stamp", "m1.md", cwd=memory.root, now=at(4))
+    assert (code, err) == (0, "") and out.startswith("stamped m1.md: re-derived from 2 sources as they are now")
+
+
+def test_stamp_exits_1_naming_the_stale_file_a_stamped_file_still_rests_on(simple, run) -> None:
+    change(simple)
+    code, out, err = run("stamp", "digest.md", cwd=simple.root, now=at(2))
+    assert (code, err) == (1, "")
+    assert out.splitlines()[:2] == [
+        "stamped digest.md: re-derived from 1 source as they are now",
+        "digest.md stays stale: it is derived from profile.md, stale itself: re-derive and stamp that first",
+    ]
+    assert run("stamp", "profile.md", "digest.md", cwd=simple.root, now=at(3))[0] == 0
+    assert stale_paths(run, simple.root, at(4)) == []
 
 
 def test_stamp_refuses_a_file_outside_the_root(simple, run, tmp_path) -> None:

@@ -64,8 +64,14 @@ _QUOTED = st.one_of(
     st.builds(lambda text: "'" + text.replace("'", "''") + "'", _QUOTED_TEXT),
     st.builds(lambda text: '"' + text + '"', _QUOTED_TEXT),  # escapes left as written, good or bad
 )
+_PROSE = st.lists(st.sampled_from(["adds", "and", "the vendor's", "2.4.1", "x: y", "(as of May)", "b.md"]), max_size=3)
+_WITH_PROSE = st.builds(
+    lambda before, link, after: " ".join([*before, link, *after]), _PROSE, st.one_of(_LINK, _WIKI), _PROSE
+)
+"""A link with prose around it, as wikis write lineage (``[[a]] adds telemetry``)."""
 _ENTRY = st.one_of(
     _PATH,
+    _WITH_PROSE,
     _PATH,
     _LINK,
     _LINK,
@@ -219,6 +225,9 @@ def _through_yaml(head: bytes) -> declarations.Declaration:
 @settings(max_examples=examples(1500), deadline=None)
 @given(frontmatters())
 @example(b'---\nmetadata:\n  derived_from: "/]\n---\nThe body.\n')  # a quoted value that ends in a bracket
+@example(b'---\nderived_from: "[[a]] and [[b]]"\n---\nThe body.\n')  # links in prose
+@example(b"---\nderived_from: [[a]] adds, b.md, and [B](b.md) too\n---\nThe body.\n")
+@example(b"---\nderived_from: [A](a.md), notes\n---\nThe body.\n")  # a plain name beside a link
 def test_the_reader_without_yaml_declines_or_agrees_with_yaml(head: bytes) -> None:
     assert read_declaration(head) == _through_yaml(head)
 

@@ -26,6 +26,7 @@ ADVICE = Advice(
     record_file=lambda path: f"call `record` with `{path}`",
     record_any="call `record` with its path",
     list_all=lambda path: f"call `lineage` with `{path}`",
+    list_stale="call `list`",
 )
 
 
@@ -33,9 +34,10 @@ def at(days: float) -> datetime:
     return T0 + timedelta(days=days)
 
 
-def notes(memory, path: str, reads=(), when: float = 1, **bounds) -> str:
+def notes(memory, path: str, reads=(), when: float = 1, whole: bool = True, **bounds) -> str:
+    """The notes on a write of ``path``: a ``Write`` of the whole file unless ``whole`` is False (an ``Edit``)."""
     report = memory.open().refresh(now=at(when))
-    return edit_notes(report, EditContext(path, frozenset(reads)), ADVICE, **bounds)
+    return edit_notes(report, EditContext(path, frozenset(reads), whole), ADVICE, **bounds)
 
 
 def chain_folder(memory) -> None:
@@ -113,7 +115,7 @@ def test_a_file_written_after_reads_without_a_declaration_gets_the_exact_line(me
     memory.write("summary.md", "The user, in short.\n")
     text = notes(memory, "summary.md", reads={"facts.md", "prefs.md", "MEMORY.md"})
     assert "  derived_from: facts.md, prefs.md" in text.splitlines()
-    assert "summary.md declares no sources, but you read facts.md, prefs.md earlier in this reply" in text
+    assert "summary.md declares no sources, but you read facts.md, prefs.md before writing it, in this reply" in text
 
 
 def test_the_suggested_entries_are_relative_to_the_declaring_folder() -> None:
@@ -124,7 +126,7 @@ def test_the_suggested_entries_are_relative_to_the_declaring_folder() -> None:
 def test_a_file_declaring_other_sources_gets_its_line_with_the_missing_entries(memory) -> None:
     chain_folder(memory)
     text = notes(memory, "profile.md", reads={"prefs.md"})
-    assert "profile.md declares other sources, but not prefs.md, read earlier in this reply" in text
+    assert "profile.md declares other sources, but not prefs.md, read before writing it, in this reply" in text
     assert "  derived_from: facts.md, prefs.md" in text.splitlines()
 
 
@@ -136,6 +138,15 @@ def test_no_suggestion_when_the_line_could_not_be_shown_whole(memory) -> None:
     memory.write("summary.md", "Summary.\n")
     assert notes(memory, "summary.md", reads=many) == ""
     assert "derived_from: " in notes(memory, "summary.md", reads=set(sorted(many)[:3]))
+
+
+def test_an_edit_of_part_of_a_file_never_gets_a_suggestion(memory) -> None:
+    """What was read before adding a fact to a file is no source of the file."""
+    chain_folder(memory)
+    memory.write("summary.md", "The user, in short.\n")
+    assert notes(memory, "summary.md", reads={"facts.md", "prefs.md"}, whole=False) == ""
+    assert notes(memory, "profile.md", reads={"prefs.md"}, whole=False) == ""
+    assert "derived_from: facts.md, prefs.md" in notes(memory, "summary.md", reads={"facts.md", "prefs.md"})
 
 
 def test_no_suggestion_when_a_read_file_is_declared_or_would_make_a_cycle(memory) -> None:

@@ -189,7 +189,7 @@ def test_the_ground_truth_names_the_files_of_its_folder(name: str) -> None:
 # -- found edges are the links a reader sees --------------------------------------------------
 
 
-@pytest.mark.parametrize("name", folders({WIKI: "a value that holds links declares exactly those links"}))
+@pytest.mark.parametrize("name", folders())
 def test_found_edges_are_the_links_a_reader_sees_in_the_fields(name: str, tmp_path: Path) -> None:
     truth = Truth.of(name)
     _, report = refreshed(truth, tmp_path)
@@ -200,7 +200,7 @@ def test_found_edges_are_the_links_a_reader_sees_in_the_fields(name: str, tmp_pa
 # -- the first run marks nothing stale because of prose ---------------------------------------
 
 
-@pytest.mark.parametrize("name", folders({WIKI: "the first run marks nothing stale because of prose"}))
+@pytest.mark.parametrize("name", folders())
 def test_the_first_run_marks_nothing_stale_because_of_prose(name: str, tmp_path: Path) -> None:
     truth = Truth.of(name)
     _, report = refreshed(truth, tmp_path)
@@ -213,7 +213,7 @@ def test_the_first_run_marks_nothing_stale_because_of_prose(name: str, tmp_path:
     )
 
 
-@pytest.mark.parametrize("name", folders({WIKI: "an edit marks exactly what derives from the edited file"}))
+@pytest.mark.parametrize("name", folders())
 def test_an_edit_of_a_source_marks_exactly_the_files_derived_from_it(name: str, tmp_path: Path) -> None:
     truth = Truth.of(name)
     root, _ = refreshed(truth, tmp_path)
@@ -236,7 +236,7 @@ def test_an_ambiguous_wiki_link_is_a_problem_listing_its_candidates(name: str, t
         assert not {(entry.file, path) for path in entry.candidates} & found_edges(report), entry
 
 
-@pytest.mark.parametrize("name", folders({WIKI: "a link in a value is a source, named as such when missing"}))
+@pytest.mark.parametrize("name", folders())
 def test_a_link_to_a_page_that_does_not_exist_is_a_missing_source(name: str, tmp_path: Path) -> None:
     truth = Truth.of(name)
     _, report = refreshed(truth, tmp_path)
@@ -244,7 +244,7 @@ def test_a_link_to_a_page_that_does_not_exist_is_a_missing_source(name: str, tmp
     assert missing == set(truth.missing)
 
 
-@pytest.mark.parametrize("name", folders({WIKI: "an entry that cannot be a file name is a bad-entry of its file"}))
+@pytest.mark.parametrize("name", folders())
 def test_an_entry_that_cannot_be_a_file_name_is_a_bad_entry_of_the_declaring_file(name: str, tmp_path: Path) -> None:
     truth = Truth.of(name)
     _, report = refreshed(truth, tmp_path)
@@ -261,7 +261,7 @@ def test_an_entry_that_cannot_be_a_file_name_is_a_bad_entry_of_the_declaring_fil
 # -- what the command prints ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", folders({WIKI: "no status line over 400 characters"}))
+@pytest.mark.parametrize("name", folders())
 def test_no_status_line_is_longer_than_400_characters(name: str, tmp_path: Path, run: Runner) -> None:
     truth = Truth.of(name)
     root = copied(name, tmp_path)
@@ -294,7 +294,6 @@ def test_a_run_without_the_option_that_wrote_the_lock_never_loses_a_stamp(tmp_pa
 # -- advice an agent can follow ---------------------------------------------------------------
 
 
-@issue_25("derived_from is suggested only for a new file, naming the files read since the previous write")
 def test_the_hook_suggests_lineage_only_for_a_new_file_and_only_from_what_was_read_for_it(tmp_path: Path) -> None:
     root = copied(CLAUDE, tmp_path)
     Memory(root).refresh()

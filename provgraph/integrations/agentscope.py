@@ -36,9 +36,9 @@ from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, T
 from ..api import Memory, NotDerived
 from ..clock import pinned_now as _now
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, EdgeStatus, FileLineage, Report, StaleEntry
+from ..model import Edge, FileLineage, Report, StaleEntry
 from ..paths import relative_to
-from ..queries import Advice, EditContext, edit_notes
+from ..queries import Advice, EditContext, edit_notes, missing_sources, refusal_text
 from ..render import (
     LINEAGE_MAX_CHARS,
     LIST_TOOL,
@@ -148,8 +148,9 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._examined_hints: dict[str, None] = {}
         """The ids of the hints already looked at, oldest first, whatever agent and reply
         they belong to: agents sharing this middleware interleave their replies."""
-        self._reads: tuple[tuple[int, str], set[str]] = ((0, ""), set())
-        """The reply in progress, as (agent, reply), and the memory files the model saw in it."""
+        self._reads: tuple[tuple[int, str], set[str], set[str]] = ((0, ""), set(), set())
+        """The reply in progress, as (agent, reply), the memory files the model saw in it since its
+        last write, and every file it saw or wrote in it."""
 
     @classmethod
     def from_memory_middleware(cls, middleware: AgenticMemoryMiddleware, **options: Any) -> ProvenanceMiddleware:
@@ -243,7 +244,11 @@ class ProvenanceMiddleware(MiddlewareBase):
                 continue
             except Exception as error:  # a tool answers in words; it never raises into the agent loop
                 return f"Could not record the re-derivation of {named(relative)}: {_one_line(error)}"
-            return _missing_sources(relative, missing) if missing else _recorded(relative, report)
+            return (
+                refusal_text(relative, missing, f"call `{RECORD_TOOL}` again")
+                if missing
+                else _recorded(relative, report)
+            )
         return (
             f"Nothing recorded: {named(candidates[0])} is not a derived memory file "
             "(it does not exist, or its frontmatter has no derived_from)."
@@ -331,7 +336,8 @@ class ProvenanceMiddleware(MiddlewareBase):
             for hint in self._new_hints(agent):
                 if not isinstance(hint.hint, str):  # never: only text hints are new; this tells the type checker
                     continue
-                self._reads_of(agent).update(_hint_paths(hint.hint, self._hint_path))
+                for seen in self._reads_of(agent):
+                    seen.update(_hint_paths(hint.hint, self._hint_path))
                 notes = _hint_notes(hint.hint, report, self._hint_path)
                 if notes:
                     hint.hint = f"{hint.hint}\n\n" + "\n".join(notes)
@@ -400,7 +406,7 @@ class ProvenanceMiddleware(MiddlewareBase):
     def _touched(self, call: Any) -> tuple[_Access, str] | None:
         """(read or write, memory path) for a file tool call on a file of the memory folder, else None."""
         name = getattr(call, "name", None)
-        if name not in _FILE_TOOLS:
+        if name not in tuple(_Access):
             return None
         arguments = getattr(call, "input", None)
         try:
@@ -411,27 +417,32 @@ class ProvenanceMiddleware(MiddlewareBase):
         path = self._hint_path(file_path) if isinstance(file_path, str) else None
         if path is None or any(part.startswith(".") for part in path.split("/")):
             return None
-        return (_Access.READ if name == "Read" else _Access.WRITE, path)
+        return (_Access(name), path)
 
     async def _after_file_tool(self, agent: Any, access: _Access, path: str, response: ToolResponse) -> None:
-        reads = self._reads_of(agent)
+        """A read joins the reply's reads; a write gets its notes, and the reads start afresh:
+        a later write was made from what is read after this one."""
+        reads, known = self._reads_of(agent)
         if access is _Access.READ:
             if path.endswith(".md"):
                 reads.add(path)
+                known.add(path)
             return
+        edit = EditContext(path, frozenset(reads), access is _Access.WRITE, frozenset(known))
+        reads.clear()
+        known.add(path)
         report = await self._checked()
-        if report is None:
-            return
-        notes = edit_notes(report, EditContext(path, frozenset(reads)), _EDIT_ADVICE, max_lines=self.max_lines)
+        notes = "" if report is None else edit_notes(report, edit, _EDIT_ADVICE, max_lines=self.max_lines)
         if notes:
             response.content.append(TextBlock(text=notes))
 
-    def _reads_of(self, agent: Any) -> set[str]:
-        """The memory files read in the agent's reply in progress (a new reply starts with none)."""
+    def _reads_of(self, agent: Any) -> tuple[set[str], set[str]]:
+        """The memory files read in the agent's reply in progress since its last write, and every
+        file read or written in it (a new reply starts with none)."""
         key = (id(agent), str(getattr(getattr(agent, "state", None), "reply_id", "")))
         if self._reads[0] != key:
-            self._reads = (key, set())
-        return self._reads[1]
+            self._reads = (key, set(), set())
+        return self._reads[1], self._reads[2]
 
     def _hint_path(self, shown: str) -> str | None:
         """The memory-folder-relative path of a file as a retrieval hint shows it."""
@@ -498,23 +509,22 @@ def _is_local(backend: BackendBase) -> bool:
     return type(backend) is LocalBackend
 
 
-_FILE_TOOLS = frozenset({"Read", "Write", "Edit"})
-"""AgentScope's file tools, by the names the model calls them."""
-
-
 class _Access(enum.StrEnum):
-    """What a file tool did to a file of the memory folder."""
+    """What a file tool did to a file of the memory folder, by the tool's name."""
 
-    READ = "read"
+    READ = "Read"
     """The model saw the file: a candidate source of what it writes next."""
-    WRITE = "write"
-    """The file changed (``Write`` or ``Edit``): the lineage is checked again."""
+    WRITE = "Write"
+    """The file was written whole, new or again: the lineage is checked, a declaration may be suggested."""
+    EDIT = "Edit"
+    """Part of the file changed: the lineage is checked; what was read is no source of an addition."""
 
 
 _EDIT_ADVICE = Advice(
     record_file=lambda path: f"call `{RECORD_TOOL}` with `{safe_name(path)}`",
     record_any=f"call `{RECORD_TOOL}` with its path",
     list_all=lambda path: f"call `{LINEAGE_TOOL}` with `{safe_name(path)}`",
+    list_stale=f"call `{LIST_TOOL}`",
 )
 
 _HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)
@@ -632,33 +642,10 @@ def _recorded(path: str, report: Report) -> str:
 
 
 def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
-    """Stamp ``path`` again, unless a source it names does not exist: the report and those sources.
-
-    Nothing can be re-derived from a file that does not exist, and stamping
-    it as absent would lose the hint of where its content went.
-    """
+    """Stamp ``path`` again, unless a source it names does not exist: the report and those sources."""
     before = memory.refresh(now=_now())
-    missing = tuple(edge for edge in before.edges if edge.derived == path and edge.status is EdgeStatus.MISSING)
-    if missing:
-        return before, missing
-    return memory.stamp([path], now=_now()), ()
-
-
-def _missing_sources(path: str, missing: tuple[Edge, ...]) -> str:
-    """What the agent can do about a source that does not exist: nothing can be re-derived from it."""
-    names = ", ".join(map(_missing_text, missing))
-    return clip(
-        f"Nothing recorded for {named(path)}: it names sources that do not exist: "
-        f"{names}. Remove each such entry from its derived_from, or fix it to the file's "
-        f"current name, then call `{RECORD_TOOL}` again.",
-        LINEAGE_MAX_CHARS,
-    )
-
-
-def _missing_text(edge: Edge) -> str:
-    if edge.moved_to is None:
-        return named(edge.source)
-    return f"{named(edge.source)} (its stamped content is now at {named(edge.moved_to)}: fix the entry to that name)"
+    missing = missing_sources(before, path)
+    return (before, missing) if missing else (memory.stamp([path], now=_now()), ())
 
 
 _PAGE_LINES = 20

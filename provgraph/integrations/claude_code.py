@@ -13,14 +13,21 @@ and answers per event:
   the session, in provgraph's state folder, so that a later write can be
   told which sources to declare.
 
+A ``derived_from`` is suggested only for a ``Write`` (a new file, or all of one again),
+naming the memory files read since the session's previous write: a ``PostToolUse``
+event has no turn id, so the previous write is where a turn's reads start.
+
 Anything else gets no output.  A hook must never break the user's session:
-input that is not a hook event is reported in one line on stderr, with exit 0.
+every event exits 0, with at most one line on stderr (input that is not a hook
+event, a state folder that cannot be used).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,8 +38,8 @@ import orjson
 
 from ..errors import ProvgraphError
 from ..model import Report
-from ..paths import hook_command, parts_under, stamp_command, status_command
-from ..queries import Advice, EditContext, edit_notes
+from ..paths import hook_command, parts_under, shell_advice, stamp_command, status_command
+from ..queries import EditContext, edit_notes
 from ..render import prompt_block
 from ..store.folder import (
     Folders,
@@ -51,7 +58,7 @@ __all__ = [
     "BadEvent",
     "HookEvent",
     "SessionReads",
-    "edit_advice",
+    "installed_program",
     "parse_event",
     "post_tool_use_output",
     "session_start_output",
@@ -63,6 +70,8 @@ CONTEXT_LIMIT = 9_500
 """Characters of ``additionalContext`` at most: Claude Code moves a text longer
 than 10,000 characters to a file and shows the model only a preview."""
 WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit"})
+WHOLE_WRITE = "Write"
+"""The tool that writes a whole file: a new one, or all of an existing one again."""
 READ_TOOL = "Read"
 SESSION_MATCHER = "startup|resume|clear|compact"
 TOOL_MATCHER = "Read|Write|Edit|MultiEdit"
@@ -99,8 +108,11 @@ def parse_event(data: bytes) -> HookEvent:
         raise BadEvent("the hook input is not a Claude Code hook event (no hook_event_name)")
     tool_input = document.get("tool_input")
     file_path = tool_input.get("file_path") if isinstance(tool_input, dict) else None
+    cwd = document.get("cwd")
+    for field, value in (("cwd", cwd), ("file_path", file_path)):
+        if isinstance(value, str) and "\0" in value:
+            raise BadEvent(f"the hook event's {field} holds a NUL byte, which no path can hold")
     if isinstance(file_path, str) and file_path:
-        cwd = document.get("cwd")
         file_path = os.path.join(cwd if isinstance(cwd, str) else os.getcwd(), os.path.expanduser(file_path))
     else:
         file_path = None
@@ -125,16 +137,6 @@ def memory_path(root: Path, file_path: str) -> str | None:
 # -- what the hook prints ------------------------------------------------------------------------
 
 
-def edit_advice(root: str, options: tuple[str, ...] = ()) -> Advice:
-    """The notes' instructions as shell commands on this root, with the hook's own ``options``."""
-    return Advice(
-        record_file=lambda path: f"run `{stamp_command(root, path, options)}`",
-        record_any=f"record it with `{stamp_command(root, options=options)}`",
-        list_all=lambda path: f"run `{status_command(root, options)}`",
-        read_when="earlier in this session",
-    )
-
-
 def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[str, ...] = ()) -> str:
     """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale.
 
@@ -149,10 +151,9 @@ def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[
     return _output("SessionStart", block)
 
 
-def post_tool_use_output(report: Report, path: str, reads: frozenset[str], options: tuple[str, ...] = ()) -> str:
-    """The hook's stdout after a write of ``path``: the notes, or "" when nothing applies."""
-    notes = edit_notes(report, EditContext(path, reads), edit_advice(report.root, options))
-    return _output("PostToolUse", notes)
+def post_tool_use_output(report: Report, edit: EditContext, options: tuple[str, ...] = ()) -> str:
+    """The hook's stdout after the write ``edit``: the notes, or "" when nothing applies."""
+    return _output("PostToolUse", edit_notes(report, edit, shell_advice(report.root, options)))
 
 
 def _output(event: str, context: str) -> str:
@@ -162,12 +163,12 @@ def _output(event: str, context: str) -> str:
     return orjson.dumps(payload).decode() + "\n"
 
 
-def settings_json(root: str, options: tuple[str, ...] = ()) -> str:
+def settings_json(root: str, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)) -> str:
     """The ``hooks`` settings that install every provgraph hook for the memory folder ``root``.
 
-    The hooks run with ``options`` (the state and the sources heading the user gave), the
-    same setting the command line and the API take."""
-    command = {"type": "command", "command": hook_command(root, options)}
+    The hooks run ``program`` (``installed_program()``) with ``options`` (the state and the
+    sources heading the user gave), the same setting the command line and the API take."""
+    command = {"type": "command", "command": hook_command(root, options, program)}
     settings = {
         "hooks": {
             "SessionStart": [{"matcher": SESSION_MATCHER, "hooks": [command]}],
@@ -177,6 +178,19 @@ def settings_json(root: str, options: tuple[str, ...] = ()) -> str:
     return orjson.dumps(settings, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 
+def installed_program() -> tuple[str, ...]:
+    """The words that run this provgraph from anywhere: the console script's absolute path when
+    the command was started through it, else ``python -m provgraph`` with this interpreter.
+
+    Claude Code runs a hook with its own ``PATH``, which seldom holds the virtual
+    environment provgraph was installed in, and it shows a failing hook only in verbose mode.
+    """
+    started = sys.argv[0] if os.sep in sys.argv[0] else shutil.which(sys.argv[0]) or sys.argv[0]
+    script = os.path.abspath(started)
+    installed = os.path.basename(script) in ("provgraph", "provgraph.exe") and os.path.isfile(script)
+    return (script,) if installed and os.access(script, os.X_OK) else (sys.executable, "-m", "provgraph")
+
+
 # -- the reads of a session ----------------------------------------------------------------------
 
 
@@ -184,20 +198,22 @@ READS_NAME = "claude-code-reads.json"
 READS_TEMPORARY = ".reads-unfinished"
 """The suffix of the reads file's temporaries: not the store's, whose cleanup runs under
 the store's lock and must never remove a write in progress under the reads lock."""
+READ, WRITE = "read", "write"
+"""What a session did to a file, as its log records it."""
 RECORD_WAIT = 1.0
 """Seconds a hook waits for the reads lock before it lets the read go unrecorded."""
 
 
 class SessionReads:
-    """The memory files each recent session read, in one small file beside provgraph's state.
+    """The memory files each recent session read and wrote, in one small file beside provgraph's state.
 
-    Each hook is a process of its own, so the reads are kept on disk between a
-    ``Read`` and the ``Write`` that follows.  The file stays small: sessions
-    untouched for ``max_age`` seconds are dropped, only the ``max_sessions`` most
-    recent are kept, each with its ``max_reads`` latest reads.  It is rewritten
-    whole under a lock, by the rules of the store's own files (a real folder,
-    ``O_NOFOLLOW``, regular files only); the lock is waited for ``wait`` seconds at
-    most, since the reads only feed suggestions and a hook must never hang.
+    Each hook is a process of its own, so a session's reads and writes are logged on
+    disk, in order: a write is made from what was read since the previous one.  The
+    file stays small: sessions untouched for ``max_age`` seconds are dropped, only the
+    ``max_sessions`` most recent are kept, each with its ``max_reads`` latest events.
+    It is rewritten whole under a lock, by the rules of the store's own files (a real
+    folder, ``O_NOFOLLOW``, regular files only); the lock is waited for ``wait`` seconds
+    at most, since the reads only feed suggestions and a hook must never hang.
     """
 
     def __init__(
@@ -226,25 +242,34 @@ class SessionReads:
         return cls(state_folder / READS_NAME, **options)
 
     def reads(self, session: str) -> frozenset[str]:
-        """The files ``session`` read; none when the file is missing, unreadable or not a regular file."""
+        """The files ``session`` read since its last write; none when the file is missing,
+        unreadable or not a regular file."""
+        log = self._log(session)
+        start = max((index + 1 for index, (access, _) in enumerate(log) if access == WRITE), default=0)
+        return frozenset(path for access, path in log[start:] if access == READ)
+
+    def seen(self, session: str) -> frozenset[str]:
+        """The files ``session`` read or wrote: the agent knows what they hold."""
+        return frozenset(path for _, path in self._log(session))
+
+    def _log(self, session: str) -> list[list[str]]:
         try:
             folder = open_folder(self.path.parent.parent, self.path.parent.name, create=False)
         except OSError:
-            return frozenset()
+            return []
         if folder is None:
-            return frozenset()
+            return []
         try:
-            entry = self._load(folder).get(session)
+            return list(self._load(folder).get(session, {}).get("log", []))
         except OSError:
-            return frozenset()
+            return []
         finally:
             os.close(folder)
-        return frozenset(entry["reads"]) if entry else frozenset()
 
-    def record(self, session: str, path: str) -> None:
-        """Add ``path`` to the reads of ``session``.  ``OSError`` when a symlink or a file
-        that is not regular stands where the reads, their lock or their folder belong, or
-        when that folder lies in the memory tree outside ``.provgraph/`` (nothing is
+    def record(self, session: str, path: str, *, write: bool = False) -> None:
+        """Log the read of ``path`` by ``session`` (its write, with ``write``).  ``OSError`` when
+        a symlink or a file that is not regular stands where the reads, their lock or their folder
+        belong, or that folder lies in the memory tree outside ``.provgraph/`` (nothing is
         written); nothing at all when the lock stays held for longer than ``wait``."""
         if self.root is not None and in_memory_tree(self.path.parent, self.root, STATE_DIR):
             raise OSError(errno.EINVAL, f"lies in the memory folder, outside {STATE_DIR}/", str(self.path.parent))
@@ -260,16 +285,18 @@ class SessionReads:
                 raise OSError(error.errno, error.strerror, str(self.path.parent / error.filename)) from None
             try:
                 remove_temporaries(folders, READS_TEMPORARY)
-                self._save(folders, self._with_read(self._load(folder), session, path))
+                self._save(folders, self._with(self._load(folder), session, path, write))
             finally:
                 os.close(held)
         finally:
             folders.close()
 
-    def _with_read(self, sessions: dict[str, dict[str, Any]], session: str, path: str) -> dict[str, dict[str, Any]]:
-        now = self._clock()
-        reads = [read for read in sessions.get(session, {}).get("reads", []) if read != path] + [path]
-        sessions[session] = {"touched": now, "reads": reads[-self.max_reads :]}
+    def _with(
+        self, sessions: dict[str, dict[str, Any]], session: str, path: str, write: bool
+    ) -> dict[str, dict[str, Any]]:
+        now, event = self._clock(), [WRITE if write else READ, path]
+        log = [*(seen for seen in sessions.get(session, {}).get("log", []) if seen != event), event]
+        sessions[session] = {"touched": now, "log": log[-self.max_reads :]}
         recent = sorted(sessions.items(), key=lambda item: item[1]["touched"], reverse=True)
         return {key: value for key, value in recent[: self.max_sessions] if now - value["touched"] <= self.max_age}
 
@@ -286,7 +313,7 @@ class SessionReads:
         return {key: value for key, value in sessions.items() if _is_session(value)}
 
     def _save(self, folders: Folders, sessions: dict[str, dict[str, Any]]) -> None:
-        payload = orjson.dumps({"version": 1, "sessions": sessions})
+        payload = orjson.dumps({"version": 2, "sessions": sessions})
         write_file(folders, folders.state, self.path.name, [payload], suffix=READS_TEMPORARY)
 
 
@@ -294,6 +321,10 @@ def _is_session(value: object) -> bool:
     return (
         isinstance(value, dict)
         and isinstance(value.get("touched"), (int, float))
-        and isinstance(value.get("reads"), list)
-        and all(isinstance(read, str) for read in value["reads"])
+        and isinstance(value.get("log"), list)
+        and all(_is_event(event) for event in value["log"])
     )
+
+
+def _is_event(event: object) -> bool:
+    return isinstance(event, list) and len(event) == 2 and event[0] in (READ, WRITE) and isinstance(event[1], str)

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..declarations import NOTHING, Declaration
-from ..model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind
+from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind
 
 __all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
 __all__ += ["decode", "encode", "encode_row", "memory_of"]
@@ -347,15 +347,11 @@ def _problem(row: list[Any]) -> Problem:
     return Problem(_text(path), ProblemKind(kind), _text(detail))
 
 
-_LATEST = 253402300799.0
-"""The last second of year 9999: a later (or negative) date cannot be shown."""
-
-
 def _date(value: object) -> float:
     if type(value) not in (int, float):
         raise Damaged(f"a date must be a number, not {value!r}")
     number = float(value)  # type: ignore[arg-type]
-    if not (math.isfinite(number) and 0 <= number <= _LATEST):
+    if not (math.isfinite(number) and 0 <= number <= LATEST_DATE):
         raise Damaged(f"a date out of range: {value!r}")
     return number
 

@@ -24,13 +24,14 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..errors import ProvgraphError
-from ..model import Stamp
+from ..model import LATEST_DATE, Stamp
 
 __all__ = [
     "HEADER",
     "LOCK_NAME",
     "LockError",
     "LockRead",
+    "NewerLock",
     "Record",
     "decode_lock",
     "decode_options",
@@ -51,10 +52,9 @@ _HEADER_PREFIX = "# provgraph lock "
 OPTIONS_PREFIX = "# options: "
 """The line after the header that records the reading options the lock was written with
 (a JSON object; no such line: none recorded)."""
+_BOM = b"\xef\xbb\xbf"
 _CONFLICT_MARKER = re.compile(r"^(<{7}|={7}|>{7}|\|{7})( |$)")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_LATEST = 253402300799.0
-"""The last second of year 9999: a later (or negative) date cannot be shown, so it is damage."""
 
 
 LOCK_NAME = "provgraph.lock"
@@ -64,12 +64,29 @@ LOCK_NAME = "provgraph.lock"
 def is_sync_copy(name: str) -> bool:
     """A copy of the lock that a sync tool made when two machines changed it at once:
     ``provgraph.sync-conflict-<when>-<device>.lock`` (Syncthing), ``provgraph (conflicted
-    copy ...).lock`` (Dropbox) and the like."""
-    return name != LOCK_NAME and name.startswith("provgraph") and name.endswith(".lock") and "conflict" in name
+    copy ...).lock`` and ``provgraph (Case Conflict).lock`` (Dropbox), ``provgraph (SFConflict
+    ...).lock`` (Seafile) and the like, or ``provgraph-DESKTOP-1234.lock`` (OneDrive adds the
+    machine's name, which Windows spells in capitals)."""
+    if name == LOCK_NAME or not (name.startswith("provgraph") and name.endswith(".lock")):
+        return False
+    return "conflict" in name.lower() or _MACHINE_COPY.fullmatch(name) is not None
+
+
+_MACHINE_COPY = re.compile(r"provgraph-[A-Z0-9][A-Z0-9-]{0,14}\.lock")
+"""OneDrive's copy: the lock's name, a hyphen and a Windows machine name (up to 15 characters)."""
 
 
 class LockError(ProvgraphError):
-    """The bytes are not a provgraph lock at all (another program's file, another version)."""
+    """The bytes are not a provgraph lock at all (another program's file, a damaged header)."""
+
+
+class NewerLock(ProvgraphError):
+    """The lock was written by a newer provgraph: its stamps cannot be read whole here, and
+    rewriting it from less would lose them, so nothing is read or written."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"{LOCK_NAME} was written by a newer provgraph (lock format {version}); upgrade provgraph")
+        self.version = version
 
 
 class Record(NamedTuple):
@@ -181,6 +198,7 @@ def decode_lock(data: bytes) -> LockRead:
     A lock as provgraph writes it (one header, then one line per edge) is parsed in one
     call, as a JSON array of its lines; only a lock a merge or a hand left in another
     shape is read line by line."""
+    data = data.removeprefix(_BOM)  # an editor's or PowerShell's byte-order mark, not part of the text
     clean = _decode_clean(data)
     if clean is not None:
         return clean
@@ -322,6 +340,8 @@ def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
 
 def _check_version(line: str) -> None:
     version = line[len(_HEADER_PREFIX) :].split(":", 1)[0].strip()
+    if version.isascii() and version.isdigit() and len(version) < 10 and int(version) > LOCK_VERSION:
+        raise NewerLock(int(version))
     if version != str(LOCK_VERSION):
         raise LockError(f"lock version {version!r}, this provgraph reads version {LOCK_VERSION}")
 
@@ -376,7 +396,7 @@ def _is_path(value: object) -> bool:
 
 def _is_date(value: object) -> bool:
     """Epoch seconds that a date can be made of (a bool, NaN or infinity is not one)."""
-    return type(value) in _NUMBERS and 0 <= value <= _LATEST  # type: ignore[operator]
+    return type(value) in _NUMBERS and 0 <= value <= LATEST_DATE  # type: ignore[operator]
 
 
 _NUMBERS = (int, float)

@@ -27,7 +27,7 @@ from .. import __version__
 from ..clock import wall_ns
 from ..errors import ProvgraphError, log_warning
 from ..files import RACY_WINDOW_NS
-from ..model import FileMeta, Stamp
+from ..model import LATEST_DATE, FileMeta, Stamp
 from ..paths import normalized
 from ..stamps import Derivation
 from .cache import CACHE_NAME, Cache, Damaged, LockRecord, decode, encode
@@ -496,7 +496,7 @@ def _decode_legacy(data: Any) -> dict[str, Derivation]:
 
 def _date(value: object) -> float:
     number = float(value)  # type: ignore[arg-type]
-    if not 0 <= number <= 253402300799.0:
+    if not 0 <= number <= LATEST_DATE:
         raise Damaged(f"a date out of range: {value!r}")
     return number
 

@@ -125,7 +125,8 @@ elif point == "after-rename":
     rename = os.rename
     def renamed(*args, **options):
         rename(*args, **options)
-        pause()
+        if os.fspath(args[1]).endswith("provgraph.lock"):  # the lock's own write, not the cache's
+            pause()
     os.rename = renamed
 else:  # mid-write: the temporary file holds half of the new lock when the process dies
     fdopen = os.fdopen
@@ -302,7 +303,7 @@ def _damaged(valid: bytes) -> dict[str, bytes]:
         "empty": b"",
         "foreign": b'{"name": "another program", "version": 1}',
         "array": b"[1, 2, 3]",
-        "future-version": valid.replace(b"# provgraph lock 1:", b"# provgraph lock 2:"),
+        "unknown-version": valid.replace(b"# provgraph lock 1:", b"# provgraph lock one:"),
         "wrong-types": b"".join([header, b'["d.md", 3, {}, "x", [], 1]\n', *rest]),
         "wrong-rows": b"".join([header, first[:-3] + b"]\n", *rest]),
         "deep-nesting": b"".join([header, b"[" * 100_000 + b"\n", *rest]),
@@ -319,7 +320,7 @@ def _damaged(valid: bytes) -> dict[str, bytes]:
         "empty",
         "foreign",
         "array",
-        "future-version",
+        "unknown-version",
         "wrong-types",
         "wrong-rows",
         "deep-nesting",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from provgraph import Memory
-from provgraph.declarations import resolve_entries
+from provgraph import Memory, ProblemKind
+from provgraph.declarations import resolve_entries, unfit_name
 from provgraph.integrations.claude_code import session_start_output
 from provgraph.render import prompt_block, status_text
 
@@ -26,7 +26,8 @@ ESCAPES = [
 
 
 def test_frontmatter_values_cannot_escape_the_block(root: Path, tmp_path: Path) -> None:
-    """Declared entries that name no file still show as missing causes: they must stay inside."""
+    """Declared entries that name no file still show as missing causes, and one that reads as
+    a sentence as a bad entry of its file: they must stay inside."""
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md", *ESCAPES))
     write(root, "e.md", derived("d.md"))
@@ -34,8 +35,11 @@ def test_frontmatter_values_cannot_escape_the_block(root: Path, tmp_path: Path) 
     memory = Memory(root, state=tmp_path / "state.json")
 
     report = memory.refresh(now=NOW)
-    sources, _ = resolve_entries("d.md", tuple(ESCAPES))
+    names = tuple(value for value in ESCAPES if unfit_name(value) is None)
+    sources, _ = resolve_entries("d.md", names)
     assert {cause.source for cause in report.entry("d.md").causes} == set(sources)  # type: ignore[union-attr]
+    bad = [problem for problem in report.problems if (problem.path, problem.kind) == ("d.md", ProblemKind.BAD_ENTRY)]
+    assert len(bad) == len(ESCAPES) - len(names)
     assert check_prompt_block(prompt_block(report)) == [
         line for line in prompt_block(report).splitlines() if line.startswith("- ")
     ]
