@@ -199,9 +199,7 @@ class Memory:
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
         pending = None
-        if (
-            not restamp and self._store.absent()
-        ):  # nothing of provgraph's here: write nothing unless something is derived
+        if not restamp and self._store.absent():  # none of provgraph's files: none written until a file derives
             with self._store.unlocked():
                 report = self._run(now, restamp, save=False)
             if not report.edges:
@@ -233,10 +231,8 @@ class Memory:
         listing, found = self.files.walk()
         walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
         cache = self._store.cache()
-        unsaved = (
-            self._unsaved if self._unsaved is not None and self._unsaved.cache.settings == self._settings else None
-        )
-        if cache is None and unsaved is not None and not save:
+        unsaved = self._unsaved
+        if cache is None and unsaved is not None and not save and unsaved.cache.settings == self._settings:
             cache = unsaved.cache  # its no-change path only: a change reads every file again
         if cache is not None and not restamp and self.files.trusts_stat and self._store.options_recorded():
             known = self._known_of(cache)

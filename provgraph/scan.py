@@ -381,6 +381,7 @@ _new_row = tuple.__new__
 _INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
 
 
+Counts = dict[str, int]
 Reading = tuple[bytes | None, Declaration, str | None, bool | None]
 """What reading one file for its declaration gave (``read_one``): the sha256 of a file read
 whole (None for one longer than the frontmatter's limit), its declaration, why it could not
@@ -388,27 +389,22 @@ be read (None when it could), and whether a frontmatter that declares nothing lo
 (None when that was not worked out)."""
 
 
-def read_one(
-    files: FileSource,
-    path: str,
-    sources_heading: str | None,
-    remembered: bool,
-    lineage_like: dict[str, int] | None = None,
-) -> Reading:
+def read_one(files: FileSource, path: str, heading: str | None, remembered: bool, forms: Counts | None) -> Reading:
     """Read ``path`` for its declaration and its hash, changing nothing: the one way a file
     is read for a scan.  Whether a frontmatter that declares nothing looks cut short is worked out only for a
     ``remembered`` derived file, the one reading that needs it (it costs a search of the
-    frontmatter's end in every memory file that declares nothing, most of them)."""
+    frontmatter's end in every memory file that declares nothing, most of them).  ``forms``
+    counts the lineage written in other words of a file that declares nothing."""
     try:
         head = files.read(path, FRONTMATTER_LIMIT + 1)
     except (OSError, NotRegular, OutsideRoot) as error:
         return None, NOTHING, describe(error), None
     truncated = len(head) > FRONTMATTER_LIMIT
     digest = None if truncated else hashlib.sha256(head).digest()
-    declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, sources_heading)
-    if lineage_like is not None and not declaration.entries and (b"ource" in head or b"erive" in head):
-        for form in {_form(found) for found in _LINEAGE_LIKE.finditer(head)} - {sources_heading}:
-            lineage_like[form] = lineage_like.get(form, 0) + 1
+    declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, heading)
+    if forms is not None and not declaration.entries and (b"ource" in head or b"erive" in head):
+        for form in {_form(found) for found in _LINEAGE_LIKE.finditer(head)} - {heading}:
+            forms[form] = forms.get(form, 0) + 1
     if remembered and not declaration.entries and not declaration.problems:
         return digest, declaration, None, frontmatter_incomplete(head)
     return digest, declaration, None, None

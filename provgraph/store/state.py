@@ -78,10 +78,6 @@ class OptionsDiffer(ProvgraphError):
         )
 
 
-OPTIONS_LIMIT = 1 << 16
-"""Bytes of the lock read for its options line."""
-
-
 class _Transaction(threading.local):
     """What this thread's transaction opened and read: a ``Memory`` may be used from several threads."""
 
@@ -291,7 +287,7 @@ class StateStore:
         that it records none of; ``OptionsDiffer`` when one asked differs from the lock's."""
         tx = self._tx
         folders = tx.folders
-        data = None if folders is None else self._read(folders.lock, LOCK_NAME, folders.lock_path, OPTIONS_LIMIT)
+        data = None if folders is None else self._read(folders.lock, LOCK_NAME, folders.lock_path, 1 << 16)  # its head
         try:
             recorded = None if data is None else decode_options(data)
         except LockError as error:
@@ -508,14 +504,12 @@ def lock_bytes(
     none and nothing to put in it (a folder without derived files gets no lock)."""
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
-    return encode_rows(
-        (
-            (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
-            for derived, derivation in derivations.items()
-            for source, stamp in derivation.stamps.items()
-        ),
-        options,
+    rows = (
+        (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
+        for derived, derivation in derivations.items()
+        for source, stamp in derivation.stamps.items()
     )
+    return encode_rows(rows, options)
 
 
 def _derivations(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:
