@@ -10,8 +10,7 @@ a symlinked memory file counts under its own name, as the scan lists it.
 A printed command does, pasted from any folder, what the output says: it names
 the root in full, every word is shell-quoted (``my memory/it's`` and ``-draft.md``
 work), and it repeats the options that decide what a scan reads, ``--state`` and
-``--sources-heading``: a command without the heading would read the heading's
-sources as removed and lose the change it was about to report.
+``--sources-heading`` (which the lock records too: repeating it is harmless).
 """
 
 from __future__ import annotations

@@ -122,10 +122,10 @@ class LockRead(NamedTuple):
         return {derived: (latest[derived].derived_at, table) for derived, table in stamps.items()}
 
 
-def encode_lock(records: Iterable[Record]) -> bytes:
-    """The lock's bytes: the header, then one sorted line per edge.  Equal records give
-    equal bytes, so an unchanged lock is never rewritten."""
-    return encode_rows((r.derived, r.source, *r.stamp, r.derived_at) for r in records)
+def encode_lock(records: Iterable[Record], options: Mapping[str, str] | None = None) -> bytes:
+    """The lock's bytes: the header, the ``options`` line, then one sorted line per edge.
+    Equal records give equal bytes, so an unchanged lock is never rewritten."""
+    return encode_rows(((r.derived, r.source, *r.stamp, r.derived_at) for r in records), options)
 
 
 LockRow = tuple[str, str, str | None, float, float | None, str | None]

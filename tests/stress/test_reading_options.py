@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from provgraph import Memory, OptionsDiffer, StateError
-from provgraph.store.lock import decode_lock, decode_options
+from provgraph.integrations.agentscope_lock import _merged
+from provgraph.model import Stamp
+from provgraph.store.lock import Record, decode_lock, decode_options, decode_stamps, encode_lock
 
 NOW = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
 LATER = datetime(2026, 11, 21, 9, 30, tzinfo=UTC)
@@ -111,3 +113,23 @@ def test_a_folder_where_nothing_is_derived_gets_nothing_written_in_it(memory, ru
     assert (memory.root / "provgraph.lock").is_file() and (memory.root / ".provgraph").is_dir()
     memory.write("facts.md", "Lives in Paris.\n")
     assert stale(Memory(memory.root).refresh(now=LATER)) == ["profile.md"]
+
+
+# -- the options line in the lock ------------------------------------------------------------
+
+
+def test_the_options_line_reads_back_in_a_clean_lock_a_merged_one_and_a_merge_of_two() -> None:
+    stamp = Stamp("a" * 64, 1_700_000_000.0, None)
+    records = [Record("digest.md", "daily.md", stamp, None), Record("week.md", "digest.md", stamp, None)]
+    data = encode_lock(records, {"sources_heading": HEADING})
+    assert data.split(b"\n")[1] == b'# options: {"sources_heading":"## Sources"}'
+    assert decode_options(data) == {"sources_heading": HEADING}
+    assert decode_stamps(data) is not None and set(decode_lock(data).records) == {
+        ("digest.md", "daily.md"),
+        ("week.md", "digest.md"),
+    }
+    lines = data.split(b"\n")
+    conflicted = b"\n".join([*lines[:2], b"<<<<<<< ours", lines[2], b"=======", lines[3], b">>>>>>> theirs", b""])
+    read = decode_lock(conflicted)
+    assert (len(read.records), read.damaged) == (2, 0)
+    assert decode_options(_merged(encode_lock(records[:1]), data)) == {"sources_heading": HEADING}
