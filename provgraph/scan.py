@@ -262,7 +262,7 @@ class _Reader:
         touched 20 MB more for them), while reading the sources again would read them twice.
         Hashing a small file costs about what keeping it costs, and the floor does it too."""
         self.lineage_like: dict[str, int] | None = None
-        """Counted while no stamp is recorded: see ``Snapshot.lineage_like``."""
+        """Counted while no stamp is recorded and nothing is declared: see ``Snapshot.lineage_like``."""
         self.names: dict[str, str] = {}
         """Each listed path, as the listing holds it: a source resolved anew is kept as that
         very string, not as a copy per declaration naming it (a large folder's sources are
@@ -297,6 +297,8 @@ class _Reader:
             return NOTHING
         if digest is not None:
             self._digests[path] = digest
+        if declaration.entries:
+            self.lineage_like = None  # something is declared: no hint will be given
         if remembered and not declaration.entries and (declaration.problems or incomplete):
             self.unsettled.add(path)
             if not declaration.problems:
@@ -403,24 +405,34 @@ def read_one(files: FileSource, path: str, heading: str | None, remembered: bool
     digest = None if truncated else hashlib.sha256(head).digest()
     declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, heading)
     if forms is not None and not declaration.entries and (b"ource" in head or b"erive" in head):
-        for form in {_form(found) for found in _LINEAGE_LIKE.finditer(head)} - {heading}:
-            forms[form] = forms.get(form, 0) + 1
+        _count_lineage_like(head, forms, heading)
     if remembered and not declaration.entries and not declaration.problems:
         return digest, declaration, None, frontmatter_incomplete(head)
     return digest, declaration, None, None
 
 
 _LINEAGE_LIKE = re.compile(
-    rb"^(sources|source_files|derives_from|derived-from)[ \t]*:(?!:)"
-    rb"|\b(sources|derives_from|derived-from)::|^(#{1,6}[ \t]+Sources)[ \t]*\r?$",
-    re.MULTILINE,
+    rb"[ \t]*(?:(sources|source_files|derives_from|derived-from)[ \t]*:(?!:)"
+    rb"|.*?\b(sources|derives_from|derived-from)::|(#{1,6}[ \t]+Sources)[ \t]*\r?$)"
 )
-"""Lineage in forms provgraph does not read: frontmatter keys, Dataview fields, a Sources heading."""
+"""A line of lineage in forms provgraph does not read: a frontmatter key, a Dataview field, a Sources heading."""
 
 
-def _form(found: re.Match[bytes]) -> str:
-    key, field, heading = found.groups()
-    return f"{key.decode()}:" if key else f"{field.decode()}::" if field else heading.decode()
+def _count_lineage_like(head: bytes, forms: Counts, heading: str | None) -> None:
+    """Count each form of lineage in other words that ``head`` writes, looking only at the
+    lines that hold ``ource`` or ``erive`` (a byte search, where a pattern would try every byte)."""
+    found = set()
+    for word in (b"ource", b"erive"):
+        at = head.find(word)
+        while at >= 0:
+            end = head.find(b"\n", at) % (len(head) + 1)
+            line = _LINEAGE_LIKE.match(head, head.rfind(b"\n", 0, at) + 1, end)
+            if line is not None:
+                key, field, title = line.groups()
+                found.add(f"{key.decode()}:" if key else f"{field.decode()}::" if field else title.decode())
+            at = head.find(word, end)
+    for form in found - {heading}:
+        forms[form] = forms.get(form, 0) + 1
 
 
 def describe(error: Exception) -> str:
