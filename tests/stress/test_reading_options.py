@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import pytest
 
 from provgraph import Memory, OptionsDiffer, StateError
-from provgraph.integrations.agentscope_lock import _merged
 from provgraph.model import Stamp
 from provgraph.store.lock import Record, decode_lock, decode_options, decode_stamps, encode_lock
 
@@ -118,7 +117,7 @@ def test_a_folder_where_nothing_is_derived_gets_nothing_written_in_it(memory, ru
 # -- the options line in the lock ------------------------------------------------------------
 
 
-def test_the_options_line_reads_back_in_a_clean_lock_a_merged_one_and_a_merge_of_two() -> None:
+def test_the_options_line_reads_back_in_a_clean_lock_and_in_a_merged_one() -> None:
     stamp = Stamp("a" * 64, 1_700_000_000.0, None)
     records = [Record("digest.md", "daily.md", stamp, None), Record("week.md", "digest.md", stamp, None)]
     data = encode_lock(records, {"sources_heading": HEADING})
@@ -132,4 +131,3 @@ def test_the_options_line_reads_back_in_a_clean_lock_a_merged_one_and_a_merge_of
     conflicted = b"\n".join([*lines[:2], b"<<<<<<< ours", lines[2], b"=======", lines[3], b">>>>>>> theirs", b""])
     read = decode_lock(conflicted)
     assert (len(read.records), read.damaged) == (2, 0)
-    assert decode_options(_merged(encode_lock(records[:1]), data)) == {"sources_heading": HEADING}
