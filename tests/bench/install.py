@@ -17,8 +17,8 @@ import base64
 import hashlib
 import importlib.util
 import os
-import site
 import re
+import site
 import subprocess
 import sys
 import sysconfig
