@@ -8,7 +8,7 @@ regenerates, hides or deletes a memory file.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 """Defined before the imports below: the cache is keyed by it (``store.cache``)."""
 
 from .api import Memory, NotDerived, OptionsDiffer, RootError, find_root  # noqa: E402

@@ -25,10 +25,8 @@ from .clock import current, wall_ns
 from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
-from .lineage import children_of, find_cycles, propagate, to_networkx
+from .lineage import children_of, find_cycles, hinted, propagate, to_networkx, typo_hint
 from .model import (
-    Cause,
-    Edge,
     EdgeStatus,
     Explanation,
     FileLineage,
@@ -39,6 +37,7 @@ from .model import (
     Report,
     Snapshot,
     StaleEntry,
+    as_text,
     broken_edges,
 )
 from .render import lineage_hints, safe_name
@@ -121,7 +120,7 @@ class Memory:
         self._asked = {} if sources_heading is None else {"sources_heading": sources_heading}
         self.sources_heading = sources_heading
         """The heading the last refresh read with: the one asked for, else the lock's."""
-        self._settings = orjson.dumps([sources_heading, self.roots]).decode()
+        self._settings = _settings(sources_heading, self.roots)
         if files is None:
             if not os.path.isdir(self._root):
                 raise RootError(self._root)
@@ -225,7 +224,7 @@ class Memory:
         started_ns = wall_ns()
         options = self._store.reading_options(self._asked, READING_OPTIONS)
         self.sources_heading = options.get("sources_heading")
-        self._store.settings = self._settings = orjson.dumps([self.sources_heading, self.roots]).decode()
+        self._store.settings = self._settings = _settings(self.sources_heading, self.roots)
         if pending is not None and self._store.cache() is None and self._store.lock_data() is None:
             return self._saved(pending)  # the scan that found something derived, saved under the lock
         listing, found = self.files.walk()
@@ -418,6 +417,11 @@ def _exists(files: FileSource, path: str) -> bool:
         return True
 
 
+def _settings(sources_heading: str | None, roots: tuple[str, ...]) -> str:
+    """The reading settings, part of the cache's key."""
+    return orjson.dumps([sources_heading, [as_text(path) for path in roots]]).decode()
+
+
 def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:
     """The absolute paths the folder is known by, longest first (so the most specific wins)."""
     known = {root, os.path.realpath(root)}
@@ -440,18 +444,9 @@ def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
     hints = {source: did_you_mean(source, lookup) for source in missing}
     if not any(hints.values()):
         return report
-    edges = tuple(replace(edge, did_you_mean=_new_hint(hints, edge)) for edge in report.edges)
-    stale = tuple(
-        replace(entry, causes=tuple(replace(cause, did_you_mean=_new_hint(hints, cause)) for cause in entry.causes))
-        for entry in report.stale
-    )
+    edges = tuple(replace(edge, did_you_mean=typo_hint(hints, edge.source, edge.moved_to)) for edge in report.edges)
+    stale = tuple(replace(entry, causes=hinted(entry.causes, hints)) for entry in report.stale)
     return replace(report, edges=edges, stale=stale)
-
-
-def _new_hint(hints: dict[str, str | None], found: Edge | Cause) -> str | None:
-    """The typo hint of a missing source, unless the rename hint already names that file."""
-    hint = hints.get(found.source)
-    return None if hint == found.moved_to else hint
 
 
 def find_root(path: str | os.PathLike[str]) -> Path | None:

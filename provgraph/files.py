@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .errors import PathRefused
-from .model import FileMeta, Problem, ProblemKind
+from .model import FileMeta, Problem, ProblemKind, as_text
 from .paths import normalized
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn", "walk_folder"]
@@ -85,7 +85,6 @@ class LocalFiles:
         self.trusts_stat = trusts_stat
         self._root = normalized(root)
         self._real_root = os.path.realpath(self._root)
-        self._root_prefix = os.path.join(self._root, "")
         self._listed: dict[str, FileMeta] = {}
         self._device: int | None = None
         self._reading = threading.local()
@@ -101,33 +100,50 @@ class LocalFiles:
         return found, problems
 
     def _open(self, path: str) -> tuple[int, int]:
-        """Open the very path that was checked, resolved: a name swapped for a symlink
-        in between is not followed (the open fails), so nothing outside the root is opened.
+        """Open the very path that was checked, resolved, one folder at a time from the
+        root's descriptor (``_Folders.open``): a folder or the file swapped for a symlink in
+        between is not followed (the open fails), so nothing outside the root is opened.
         Only a regular file stays open; anything else raises ``NotRegular`` unread.
         Returns the descriptor and the size the open file has."""
-        opened = self._open_listed(path)
-        if opened is not None:
-            return opened
-        descriptor = os.open(self._resolved(path), _READ_FLAGS)
+        with self._folders() as folders:
+            opened = self._open_listed(path, folders)
+            if opened is not None:
+                return opened
+            inside = self._resolved(path)[len(self._real_root) :].strip("/")
+            if not inside:
+                raise NotRegular(path)  # the root itself
+            descriptor = folders.open(inside)
         info = os.fstat(descriptor)
         if not stat_module.S_ISREG(info.st_mode):
             os.close(descriptor)
             raise NotRegular(path)
         return descriptor, info.st_size
 
-    def _open_listed(self, path: str) -> tuple[int, int] | None:
+    @contextmanager
+    def _folders(self) -> Iterator[_Folders]:
+        """This thread's ``_Folders`` while it is in ``reading``, else one for this open only."""
+        folders: _Folders | None = getattr(self._reading, "folders", None)
+        if folders is not None:
+            yield folders
+            return
+        folders = _Folders(self._root)
+        try:
+            yield folders
+        finally:
+            folders.close()
+
+    def _open_listed(self, path: str, folders: _Folders) -> tuple[int, int] | None:
         """A file of the last walk, opened without resolving its path (resolving costs a
         system call per folder level), and kept only when it is the very file the walk
         found there, untouched since: a regular file with the same device, inode and
         ctime (a freed inode number is soon given to a new file, whose ctime is new).
-        The walk never follows a symlinked folder, so that file is inside the root
-        whatever was renamed since.  None: not listed, or not that file any more; the
-        caller then resolves and checks the path."""
+        None: not listed, or not that file any more; the caller then resolves and checks
+        the path."""
         listed = self._listed.get(path)
         if listed is None:
             return None
         try:
-            descriptor = os.open(self._root_prefix + path, _READ_FLAGS)  # "/" separates on every system
+            descriptor = folders.open(path)
         except OSError:
             return None
         info = os.fstat(descriptor)
@@ -167,9 +183,9 @@ class LocalFiles:
 
     @contextmanager
     def reading(self) -> Iterator[None]:
-        """While in it, a file of the last walk is opened by its name in its folder, through
-        a descriptor of the folder kept from one file to the next (``_Folders``): what a
-        scan that reads every file in order does.  Outside it, nothing is kept."""
+        """While in it, a file is opened by its name in its folder, through a descriptor of
+        the folder kept from one file to the next (``_Folders``): what a scan that reads
+        every file in order does.  Outside it, each open opens its folders afresh."""
         if getattr(self._reading, "folders", None) is not None or os.open not in os.supports_dir_fd:
             yield
             return
@@ -280,9 +296,7 @@ class _Walker:
         try:
             if not (name.isascii() or _is_utf8(name)):
                 if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
-                    self.problems.append(
-                        Problem(_printable(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8")
-                    )
+                    self.problems.append(Problem(as_text(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
             elif entry.is_symlink():
                 self.visit_link(entry, path, full_path)
             elif entry.is_dir(follow_symlinks=False):
@@ -334,9 +348,8 @@ class _Folders:
         """The file's bytes as ``LocalFiles.read`` gives them; None when it cannot be opened or
         read this way (a folder or file become a link, a file become a folder, gone): the
         caller then opens it with every check and says what is wrong."""
-        folder, _, name = path.rpartition("/")
         try:
-            descriptor = os.open(name, _READ_FLAGS, dir_fd=self._folder(folder) if folder else self._root)
+            descriptor = self.open(path)
         except OSError:
             return None
         try:
@@ -348,6 +361,11 @@ class _Folders:
             return None
         finally:
             os.close(descriptor)
+
+    def open(self, path: str) -> int:
+        """``path`` (root-relative, POSIX) opened in its folder's descriptor, not followed if it is a symlink."""
+        folder, _, name = path.rpartition("/")
+        return os.open(name, _READ_FLAGS, dir_fd=self._folder(folder) if folder else self._root)
 
     def _folder(self, folder: str) -> int:
         """The folder's descriptor; a few are kept, for names sorted between a folder's files
@@ -438,8 +456,3 @@ def _is_utf8(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _printable(path: str) -> str:
-    """``path`` with each byte that is not UTF-8 shown as ``\\xNN``."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace")

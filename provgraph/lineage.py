@@ -9,16 +9,33 @@ the graph itself (``to_networkx``).
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from functools import partial
+from itertools import islice
+from operator import attrgetter
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, children_known, column
 
 if TYPE_CHECKING:  # networkx is heavy: imported where a graph is built
     import networkx as nx
 
-__all__ = ["children_of", "find_cycles", "node_statuses", "propagate", "to_networkx"]
+__all__ = [
+    "Causes",
+    "children_of",
+    "find_cycles",
+    "from_origin",
+    "hinted",
+    "nearest",
+    "node_statuses",
+    "propagate",
+    "to_networkx",
+    "typo_hint",
+]
 
 
 def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
@@ -33,12 +50,13 @@ def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
 def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = None) -> tuple[StaleEntry, ...]:
     """Every file reachable from a changed or missing edge, with its root causes.
 
-    Causes are grouped by (origin, kind): one BFS from all the targets of the
-    origin's broken edges gives the shortest chains, as parent links that every
-    cause of the group shares, and a second pass in order of date gives each
-    file the earliest originating change that reaches it.  Time and memory go
-    with the number of causes, never with the length of their chains.  ``children`` is
-    ``children_of(edges)`` when the caller has it.
+    Causes are grouped by (origin, kind), and the groups whose broken edges lead to the
+    same files share one BFS (``_Tree``): its parent links give every cause of those
+    groups its shortest chain.  Each file's causes are made only when asked for
+    (``Causes``): a file below a hub of many missing sources costs one entry per tree that
+    reaches it, not one cause per source.  One pass in order of date gives each file the
+    earliest change that reaches it.  ``children`` is ``children_of(edges)`` when the
+    caller has it.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
     broken = broken_edges(edges)  # an edge made only where one is broken
@@ -49,21 +67,144 @@ def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = 
     if children is None:
         known = children_known(edges)
         children = _Children(edges) if known is None else known
-    causes: dict[str, list[Cause]] = defaultdict(list)
+    trees: dict[tuple[str, ...], _Tree] = {}
+    reached: dict[str, list[_Tree]] = defaultdict(list)
     for (origin, kind), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
-        parents, depths = _shortest_parents(children, sorted(edge.derived for edge in group))
-        earliest = _earliest(children, group)
-        moved_to = next((edge.moved_to for edge in group if edge.moved_to is not None), None)
-        for path, parent in parents.items():
-            hop = origin if parent is None else parent
-            causes[path].append(
-                Cause(origin, kind, earliest[path], hop, depths[path], moved_to, path=path, links=parents)
-            )
+        starts = tuple(sorted({edge.derived for edge in group}))
+        tree = trees.get(starts)
+        if tree is None:
+            tree = trees[starts] = _Tree(*_shortest_parents(children, list(starts)), [])
+            for path in tree.links:
+                reached[path].append(tree)
+        tree.origins.append(_Origin(origin, kind, group, children))
+    since = _earliest(children, list(broken))
     direct = {edge.derived for edge in broken}
     return tuple(
-        StaleEntry(path, min(cause.since for cause in found), path in direct, tuple(found))
-        for path, found in sorted(causes.items())
+        StaleEntry(path, since[path], path in direct, Causes(path, found)) for path, found in sorted(reached.items())
     )
+
+
+class _Origin:
+    """One changed or missing origin with its broken edges, and the date its change reached
+    each file (worked out when first asked for, and only for an origin of several edges)."""
+
+    __slots__ = ("_children", "_earliest", "edges", "kind", "moved_to", "source")
+
+    def __init__(self, source: str, kind: EdgeStatus, edges: list[Edge], children: Mapping[str, list[str]]) -> None:
+        self.source, self.kind, self.edges, self._children = source, kind, edges, children
+        self.moved_to = next((edge.moved_to for edge in edges if edge.moved_to is not None), None)
+        self._earliest: dict[str, float] | None = None
+
+    def since(self, path: str) -> float:
+        if len(self.edges) == 1:
+            return self.edges[0].since or 0.0
+        if self._earliest is None:
+            self._earliest = _earliest(self._children, self.edges)
+        return self._earliest[path]
+
+
+class _Tree(NamedTuple):
+    """The shortest chains from one set of files whose own sources broke, shared by the
+    origins (sorted by source and kind) whose broken edges lead to exactly those files."""
+
+    links: dict[str, str | None]
+    depths: dict[str, int]
+    origins: list[_Origin]
+
+
+def _order(cause: Cause) -> tuple[str, str]:
+    return cause.source, cause.kind.value
+
+
+class Causes(Sequence[Cause]):
+    """The root causes of one stale file, in order of source and kind, each made when asked
+    for: a text shows the first few and their number, whatever the number of sources."""
+
+    __slots__ = ("_hints", "_trees", "nearest", "path")
+
+    def __init__(self, path: str, trees: list[_Tree], hints: Mapping[str, str | None] | None = None) -> None:
+        self.path, self._trees, self._hints = path, trees, hints or {}
+        self.nearest = min(tree.depths[path] for tree in trees)  # edges on the shortest chain
+
+    def hinted(self, hints: Mapping[str, str | None]) -> Causes:
+        """The same causes, a missing origin with the typo hint of ``hints`` unless its rename hint names that file."""
+        return Causes(self.path, self._trees, hints)
+
+    def from_origin(self, source: str) -> list[Cause]:
+        """The causes whose origin is ``source`` (one per kind)."""
+        found = []
+        for tree in self._trees:
+            at = bisect_left(tree.origins, source, key=attrgetter("source"))
+            while at < len(tree.origins) and tree.origins[at].source == source:
+                found.append(self._made(tree, tree.origins[at]))
+                at += 1
+        return sorted(found, key=_order)
+
+    def _made(self, tree: _Tree, origin: _Origin) -> Cause:
+        parent = tree.links[self.path]
+        return Cause(
+            origin.source,
+            origin.kind,
+            origin.since(self.path),
+            origin.source if parent is None else parent,
+            tree.depths[self.path],
+            origin.moved_to,
+            typo_hint(self._hints, origin.source, origin.moved_to),
+            path=self.path,
+            links=tree.links,
+        )
+
+    def __len__(self) -> int:
+        return sum(len(tree.origins) for tree in self._trees)
+
+    def __iter__(self) -> Iterator[Cause]:
+        made = [map(partial(self._made, tree), tree.origins) for tree in self._trees]
+        return made[0] if len(made) == 1 else heapq.merge(*made, key=_order)
+
+    @overload
+    def __getitem__(self, index: int) -> Cause: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Cause, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Cause | tuple[Cause, ...]:
+        if isinstance(index, slice) and index.step is None and min(index.start or 0, index.stop or 0) >= 0:
+            return tuple(islice(self, index.start, index.stop))
+        return tuple(self)[index]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Causes | tuple) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"Causes({tuple(self)!r})"
+
+
+def nearest(causes: Sequence[Cause]) -> int:
+    """Edges on the shortest chain among ``causes`` (1 when there is none)."""
+    return causes.nearest if isinstance(causes, Causes) else min((cause.depth for cause in causes), default=1)
+
+
+def hinted(causes: Sequence[Cause], hints: Mapping[str, str | None]) -> Sequence[Cause]:
+    """``causes``, a missing origin with the typo hint of ``hints`` unless its rename hint names that file."""
+    if isinstance(causes, Causes):
+        return causes.hinted(hints)
+    return tuple(replace(cause, did_you_mean=typo_hint(hints, cause.source, cause.moved_to)) for cause in causes)
+
+
+def typo_hint(hints: Mapping[str, str | None], source: str, moved_to: str | None) -> str | None:
+    """The typo hint of a missing source, unless its rename hint already names that file."""
+    hint = hints.get(source)
+    return None if hint == moved_to else hint
+
+
+def from_origin(causes: Sequence[Cause], source: str) -> list[Cause]:
+    """The causes among ``causes`` whose origin is ``source``."""
+    if isinstance(causes, Causes):
+        return causes.from_origin(source)
+    return [cause for cause in causes if cause.source == source]
 
 
 _LOOKUPS = 64

@@ -5,13 +5,22 @@ slotted dataclass, a row the stages pass each other a ``NamedTuple``, a kind a `
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import compress, repeat
 from operator import attrgetter, is_not
-from typing import Any, Generic, TypeVar, overload
-from typing import NamedTuple as NamedTuple  # re-exported: some stages still import it from here
+from typing import Any, Generic, NamedTuple, TypeVar, overload
+
+
+def as_text(path: str) -> str:
+    """``path`` as JSON can hold it: itself, or, when the system gave bytes that are not
+    UTF-8 (held as lone surrogates), with each such byte written ``\\xNN``."""
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return path
 
 
 class ProblemKind(enum.StrEnum):
@@ -104,19 +113,6 @@ class SourceState(NamedTuple):
     mtime: float | None = None
 
 
-class Frozen:
-    """A value set once by keyword and then only read, equal only to itself."""
-
-    __slots__ = ()
-
-    def __init__(self, **fields: object) -> None:
-        for name, value in fields.items():
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen: cannot set {name!r}")
-
-
 CacheRow = TypeVar("CacheRow", covariant=True)
 """What a scan remembers about one file for the next scan; the pure stages never read it."""
 
@@ -160,28 +156,12 @@ class Edge:
     """For a missing source: a memory file its name probably meant (``facts.md`` for ``facts``)."""
 
 
-class KnownEdges(NamedTuple):
-    """What a table of edges read from the cache says before its columns are parsed
-    (``EdgeTable.deferred``): enough to report on a large folder after a small change."""
-
-    length: int
-    derived: int
-    """How many files declare at least one source."""
-    broken: tuple[Edge, ...]
-    """The edges that are not clean, in the table's order."""
-    children: Mapping[str, list[str]]
-    """Source -> the files derived from it, sorted (``lineage.children_of``)."""
-    load: Callable[[], tuple[list[Any], ...]]
-    """The table's columns, in ``EDGE_COLUMNS`` order, parsed when first asked for."""
-
-
 class EdgeTable(Sequence[Edge]):
     """Edges kept as columns, one list per field of ``Edge`` (but ``did_you_mean``, never
     stored), an ``Edge`` made only for one asked for: most questions about a large folder
-    look at a field or two of every edge.  A *deferred* table (``KnownEdges``) parses its
-    columns when one is first read.  Equal to the tuple of the same edges, hashed like it."""
+    look at a field or two of every edge.  Equal to the tuple of the same edges, hashed like it."""
 
-    __slots__ = ("source", "derived", "status", "stamped_at", "since", "moved_to", "_made", "_known")
+    __slots__ = ("source", "derived", "status", "stamped_at", "since", "moved_to", "_made")
 
     def __init__(
         self,
@@ -195,35 +175,9 @@ class EdgeTable(Sequence[Edge]):
         self.source, self.derived, self.status = source, derived, status
         self.stamped_at, self.since, self.moved_to = stamped_at, since, moved_to
         self._made: tuple[Edge, ...] | None = None
-        self._known: KnownEdges | None = None
-
-    @classmethod
-    def deferred(cls, known: KnownEdges) -> EdgeTable:
-        """A table whose columns are ``known.load()``, called when a column is first read."""
-        table = cls.__new__(cls)
-        table._made, table._known = None, known
-        return table
-
-    def __getattr__(self, name: str) -> Any:
-        """A column of a deferred table not read yet (slots not set): all are read now."""
-        known = self._known if name in EDGE_COLUMNS else None
-        if known is None:
-            raise AttributeError(name)
-        for column_name, values in zip(EDGE_COLUMNS, known.load(), strict=True):
-            setattr(self, column_name, values)
-        return getattr(self, name)
-
-    @classmethod
-    def joined(cls, parts: Iterable[Sequence[Edge]]) -> EdgeTable:
-        """The edges of ``parts`` one after the other."""
-        table = cls([], [], [], [], [], [])
-        for part in parts:
-            for name in EDGE_COLUMNS:
-                getattr(table, name).extend(column(part, name))
-        return table
 
     def __len__(self) -> int:
-        return self._known.length if self._known is not None else len(self.source)
+        return len(self.source)
 
     @overload
     def __getitem__(self, index: int) -> Edge: ...
@@ -266,29 +220,21 @@ def column(edges: Sequence[Edge], name: str) -> Iterable[Any]:
     return getattr(edges, name) if type(edges) is EdgeTable else map(attrgetter(name), edges)
 
 
-def _known(edges: Sequence[Edge]) -> KnownEdges | None:
-    return edges._known if type(edges) is EdgeTable else None
-
-
 def derived_count(edges: Sequence[Edge]) -> int:
-    """How many files declare at least one source (a deferred table knows it unread)."""
-    known = _known(edges)
-    return known.derived if known is not None else len(set(column(edges, "derived")))
+    """How many files declare at least one source."""
+    return len(set(column(edges, "derived")))
 
 
 def broken_edges(edges: Sequence[Edge]) -> tuple[Edge, ...]:
     """The edges that are not clean, in order: an edge is made only where one is broken."""
-    known = _known(edges)
-    if known is not None:
-        return known.broken
     at = compress(range(len(edges)), map(is_not, column(edges, "status"), repeat(EdgeStatus.CLEAN)))
     return tuple(map(edges.__getitem__, at))
 
 
 def children_known(edges: Sequence[Edge]) -> Mapping[str, list[str]] | None:
-    """What derives from each file, when the table knows it unread (deferred), else None."""
-    known = _known(edges)
-    return None if known is None else known.children
+    """What derives from each file, when a table knew it before its edges were read: no
+    table does, so None (``lineage.propagate`` then computes it)."""
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +277,8 @@ class StaleEntry:
     path: str
     since: float
     direct: bool
-    causes: tuple[Cause, ...]
+    causes: Sequence[Cause]
+    """In order of source and kind; ``propagate`` makes each when asked for (``lineage.Causes``)."""
 
 
 @dataclass(frozen=True, slots=True)

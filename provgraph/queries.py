@@ -14,7 +14,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from .lineage import children_of, node_statuses
+from .lineage import children_of, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
 from .render import LINEAGE_MAX_CHARS, chain_text, clip, moved_text, named, safe_name
 
@@ -259,10 +259,10 @@ def _resting_on(report: Report, path: str) -> list[tuple[str, tuple[str, ...]]]:
 
     Nearest first: the files to update before their own descendants.
     """
-    found = []
+    found, stale = [], {entry.path: entry for entry in report.stale}
     for relative in derived_from(report, path, transitive=True):
-        entry = report.entry(relative.path) if relative.status is NodeStatus.STALE else None
-        chains = [cause.via for cause in entry.causes if cause.source == path] if entry is not None else []
+        entry = stale.get(relative.path)
+        chains = [cause.via for cause in from_origin(entry.causes, path)] if entry is not None else []
         if chains:
             found.append((relative.path, min(chains, key=len)))
     return sorted(found, key=lambda item: (len(item[1]), item[0]))

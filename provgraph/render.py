@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .lineage import node_statuses, to_networkx
+from .lineage import nearest, node_statuses, to_networkx
 from .model import (
     Cause,
     Edge,
@@ -29,6 +29,7 @@ from .model import (
     Relative,
     Report,
     StaleEntry,
+    as_text,
     derived_count,
 )
 
@@ -241,7 +242,7 @@ def repair_order(stale: tuple[StaleEntry, ...]) -> tuple[StaleEntry, ...]:
 
 
 def _repair_key(entry: StaleEntry) -> tuple[int, float, str]:
-    distance = 1 if entry.direct else min((cause.depth for cause in entry.causes), default=1)
+    distance = 1 if entry.direct else nearest(entry.causes)
     return distance, entry.since, entry.path
 
 
@@ -267,7 +268,7 @@ def status_document(report: Report) -> dict[str, Any]:
     """The ``status --json`` object (schema version ``STATUS_SCHEMA``)."""
     return {
         "version": STATUS_SCHEMA,
-        "root": report.root,
+        "root": as_text(report.root),
         "scanned_at": report.scanned_at.isoformat(timespec="seconds"),
         "counts": _counts(report),
         "stale": [
@@ -629,7 +630,7 @@ def graph_json(report: Report) -> str:
     for _, attributes in graph.nodes(data=True):
         if attributes["since"] is not None:
             attributes["since_day"] = day(attributes["since"])
-    graph.graph.update(root=report.root, scanned_at=report.scanned_at.isoformat(timespec="seconds"))
+    graph.graph.update(root=as_text(report.root), scanned_at=report.scanned_at.isoformat(timespec="seconds"))
     data = nx.node_link_data(graph, edges="edges")
     return orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n"
 

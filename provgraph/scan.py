@@ -86,7 +86,8 @@ def scan(
             derived_at[path] = declaration.derived_at
     unsettled.update(_in_unread_folders(remembered, listing, problems))
     needed = sorted({source for sources in (*declarations.values(), *unsettled.values()) for source in sources})
-    states = {source: reader.source(source, listing.get(source)) for source in needed}
+    with _reading(files):  # each source opened through its folder's kept descriptor, like a memory file
+        states = {source: reader.source(source, listing.get(source)) for source in needed}
     if progress is not None:
         progress(len(listing), len(listing))
     withheld = {

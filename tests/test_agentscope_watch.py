@@ -561,22 +561,6 @@ def test_a_middleware_garbage_collected_releases_its_watch() -> None:
         assert _watches() == before
 
 
-def test_the_benchmark_times_calls_the_watch_answered(capsys: pytest.CaptureFixture[str]) -> None:
-    """The benchmark's figure is the watched path: no timed call walked (times are printed, never asserted)."""
-    from tests.bench.watcher import bench_watcher, print_watcher
-
-    with tempfile.TemporaryDirectory() as base:
-        figures = bench_watcher(Path(base), lambda folder: sorted(Path(folder).rglob("*.md")), 2, 3, sizes=(40,))
-    assert not isinstance(figures, str)
-    assert [(figure.files, figure.walks, len(figure.measured), len(figure.floor)) for figure in figures] == [
-        (40, 0, 2, 2)
-    ]
-    print_watcher(figures)
-    printed = capsys.readouterr().out
-    assert "on_system_prompt, local folder unchanged" in printed
-    assert "40  " in printed and "×" in printed
-
-
 # -- through an agent ------------------------------------------------------------------
 
 

@@ -428,14 +428,17 @@ def test_sources_need_not_be_markdown_and_may_live_in_subfolders(memory, clock) 
 
 @pytest.fixture
 def opened(monkeypatch) -> list[str]:
-    """Every path that ``os.open`` is asked to open during the test, resolved."""
+    """Every path that ``os.open`` is asked to open during the test, resolved (a name in a
+    folder's descriptor, in the folder the spy saw opened with that descriptor)."""
     calls: list[str] = []
+    folders: dict[int, str] = {}
     real_open = os.open
 
-    def spy(path, *args, **kwargs):
-        if not isinstance(path, int):
-            calls.append(os.path.realpath(path))
-        return real_open(path, *args, **kwargs)
+    def spy(path, *args, dir_fd=None, **kwargs):
+        calls.append(os.path.realpath(os.path.join(folders[dir_fd], path) if dir_fd in folders else path))
+        descriptor = real_open(path, *args, dir_fd=dir_fd, **kwargs)
+        folders[descriptor] = calls[-1]
+        return descriptor
 
     monkeypatch.setattr(os, "open", spy)
     return calls

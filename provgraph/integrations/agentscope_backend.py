@@ -1,26 +1,10 @@
-"""A memory folder seen through an AgentScope backend (a Docker, E2B or bubblewrap sandbox, a custom store).
+"""A memory folder read through an AgentScope backend (a Docker, E2B or bubblewrap sandbox, a custom store).
 
-Every backend call is a round trip to the sandbox, so the number of calls,
-not the number of files, decides how long a check takes.  When the backend
-runs a POSIX shell (every sandbox AgentScope ships does), one ``find``
-command lists the whole folder with each file's type, size, times and inode,
-and one ``tar`` command reads every file whose metadata moved; an unchanged
-folder costs one call, whatever its size.  A backend without a shell is read
-file by file through its own ``list_dir``/``read_file``, as AgentScope's
-tools read it.
-
-Two rules keep a sandbox from fooling or stalling the agent:
-
-- A listing counts only when it is known to be whole.  The listing command
-  prints an end marker after its last entry; a timeout, a sandbox
-  restarting or an output cut short has none, and the check is abandoned
-  (``BackendError``) instead of taking the folder for empty, which would
-  forget every stamp.  A folder that does not exist is reported as such.
-- Every backend call has a deadline, and only regular files are read: a
-  FIFO, a device or a folder named ``notes.md`` is never opened.
-
-This module imports AgentScope only for its types; it never imports the
-middleware.
+Every backend call is a round trip, so with a POSIX shell one ``find`` lists the whole
+folder with each file's stat, and one ``tar`` reads every file whose stat moved; without
+one, files are read one by one through ``list_dir``/``read_file``.  A listing counts only
+when it ends with its end marker (else ``BackendError``: a folder taken for empty would
+forget every stamp); every call has a deadline; only regular files are read.
 """
 
 from __future__ import annotations
@@ -39,40 +23,37 @@ from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS, NotRegular
 from ..model import FileMeta, Problem, ProblemKind
 
-__all__ = ["DEFAULT_BACKEND_TIMEOUT", "RACY_WINDOW_NS", "BackendError", "BackendFiles", "Companion"]
+__all__ = ["DEFAULT_BACKEND_TIMEOUT", "IDENTITY_FIELDS", "RACY_WINDOW_NS", "BackendError", "BackendFiles", "Companion"]
 
 DEFAULT_BACKEND_TIMEOUT = 10.0
 """Seconds one backend call may take before the check is abandoned (prompt unchanged, a warning)."""
 
 _T = TypeVar("_T")
 _END = "provgraph-end"
-_FIELDS = "%y\\t%s\\t%T@\\t%C@\\t%i\\t%P\\0"
-_LIST_SCRIPT = (
+IDENTITY_FIELDS = "%y\\t%s\\t%T@\\t%C@\\t%i"
+"""How ``find -printf`` prints an entry's type, size, times and inode: what tells one file from another."""
+_FIELDS = IDENTITY_FIELDS + "\\t%P\\0"
+_LIST_SCRIPT = (  # list the folder (hidden entries pruned), then an end marker with find's status
     'cd -- "$1" 2>/dev/null || { [ -e "$1" ] && exit 3; exit 4; }\n'
     f"find . -mindepth 1 -name '.*' -prune -o -printf '{_FIELDS}'\n"
     f"printf '{_END}\\t%s\\0' \"$?\"\n"
 )
-"""List the folder (hidden entries pruned) and end with a marker carrying find's status."""
 _STAT_SCRIPT = f"cd -- \"$1\" && shift && find \"$@\" -maxdepth 0 -printf '{_FIELDS}'; printf '{_END}\\t0\\0'\n"
 _READ_SCRIPT = 'cd -- "$1" && shift && exec tar -cf - "$@"\n'
 _MISSING_FOLDER = 4
 _NO_SHELL = (126, 127)
-_ARGUMENT_BYTES = 100_000
-"""Paths passed to one read command at most: far below any system's argument limit."""
-_CONCURRENCY = 16
-"""Per-file calls in flight at once for a backend without a shell."""
+_ARGUMENT_BYTES = 100_000  # paths passed to one read command at most: far below any system's limit
+_CONCURRENCY = 16  # per-file calls in flight at once for a backend without a shell
 
 
 class Companion(Protocol):
     """Something read with the folder, in the same batch (the lineage lock, see ``agentscope_lock``)."""
 
     def wanted(self) -> list[str]:
-        """Names of the folder to read along with the files that changed, after the listing."""
-        ...
+        """Names to read along with the files that changed, asked after the listing."""
 
     def received(self, asked: list[str]) -> None:
         """Called once ``asked`` (what ``wanted`` returned) was read: see ``content``."""
-        ...
 
 
 class BackendError(ProvgraphError):
@@ -80,22 +61,12 @@ class BackendError(ProvgraphError):
 
 
 class BackendFiles:
-    """A provgraph ``FileSource`` over an AgentScope backend.
-
-    The scan is synchronous and runs in a worker thread; each backend
-    coroutine is scheduled on the agent's event loop (``loop``) and waited
-    for, at most ``timeout`` seconds.  ``calls`` counts the backend calls made.
-
-    With a shell, metadata is as complete as on a local disk (size, mtime,
-    ctime, inode), so an unchanged file is trusted exactly as a local one is
-    (``trusts_stat``).  Without one, a backend only reports an mtime, and
-    every file is read on every scan.
-
-    A missing file, a folder or a refused permission concerns one file and
-    becomes a problem, as on a local disk.  Any other failure raises
-    ``BackendError`` and abandons the whole scan: were it a per-file problem,
-    the files it hit would look as if they declared nothing, and their
-    stamps would be dropped.
+    """A provgraph ``FileSource`` over an AgentScope backend, used from a worker thread: each
+    call runs on the agent's event loop (``loop``) for at most ``timeout`` seconds (``calls``
+    counts them).  With a shell an unchanged file is trusted as on a local disk
+    (``trusts_stat``); without one, every file is read on every scan.  A missing file, a
+    folder or a refused permission is a problem of that file; any other failure raises
+    ``BackendError`` and abandons the scan (else the files it hit would lose their stamps).
     """
 
     def __init__(
@@ -106,29 +77,21 @@ class BackendFiles:
         *,
         timeout: float = DEFAULT_BACKEND_TIMEOUT,
     ) -> None:
-        self.backend = backend
-        self.folder = folder
-        self.loop = loop
-        self.timeout = timeout
-        self.calls = 0
-        self.trusts_stat = True
+        self.backend, self.folder, self.loop, self.timeout = backend, folder, loop, timeout
+        self.calls = self._walk_started_ns = 0
+        self.trusts_stat = self.has_shell = True
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
         self._listed: dict[str, tuple[str, FileMeta]] = {}
         self._previous: dict[str, FileMeta] = {}
-        self._walk_started_ns = 0
-        self._shell = True
         self._records: list[bytes] = []
         self.companion: Companion | None = None
 
-    # -- FileSource ------------------------------------------------------------------
-
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         self.forget()
-        listed = self._run(self._list_with_shell) if self._shell else None
+        listed = self._run(self._list_with_shell) if self.has_shell else None
         if listed is None:
-            self._shell = False
-            self.trusts_stat = False
+            self.has_shell = self.trusts_stat = False
             walked = self._run(self._walk_file_by_file)
             self._read_companion([])
             return walked
@@ -139,16 +102,12 @@ class BackendFiles:
         return found, _undecodable(listed)
 
     def stat(self, path: str) -> FileMeta | None:
-        if self._shell and not _hidden(path):
-            listed = self._listed.get(path)
-        else:
-            listed = self._run(lambda: self._stat_one(path))
-        if listed is None:
-            return None
-        kind, meta = listed
-        if kind != "f":
+        listed = (
+            self._listed.get(path) if self.has_shell and not _hidden(path) else self._run(lambda: self._stat_one(path))
+        )
+        if listed is not None and listed[0] != "f":
             raise NotRegular(path)
-        return meta
+        return None if listed is None else listed[1]
 
     def read(self, path: str, limit: int | None = None) -> bytes:
         content = self._content.get(path)
@@ -165,16 +124,10 @@ class BackendFiles:
         """Drop the bytes kept since the last ``walk``."""
         self._content.clear()
 
-    # -- for the companion ---------------------------------------------------------------
-
-    @property
-    def has_shell(self) -> bool:
-        return self._shell
-
     def listed_identity(self, name: str) -> str | None:
         """A top-level entry's type, size, times and inode as the last listing printed them;
         "" when the listing has no such entry; None without a shell (nothing is known)."""
-        if not self._shell:
+        if not self.has_shell:
             return None
         suffix = b"\t" + name.encode()
         for record in self._records:
@@ -196,9 +149,8 @@ class BackendFiles:
         self._run(lambda: self._call(self.backend.write_file(self._full(name), data)))
 
     def run_script(self, script: str, *arguments: str) -> bytes:
-        """Run a shell script in the backend with the folder as ``$1``; its output, or
-        ``BackendError`` when it failed."""
-        result = self._run(lambda: self._exec(["sh", "-c", script, "sh", self.folder, *arguments]))
+        """The output of a shell script run with the folder as ``$1`` (``BackendError`` if it fails)."""
+        result = self._run(lambda: self._sh(script, *arguments))
         if result.exit_code != 0:
             raise BackendError(f"a command in {self.folder} failed ({_why(result)})")
         return result.stdout
@@ -206,18 +158,16 @@ class BackendFiles:
     def _read_companion(self, changed: list[str]) -> None:
         """Read the files that changed and what the companion asks for, in one batch."""
         asked = self.companion.wanted() if self.companion is not None else []
-        if self._shell:
+        if self.has_shell:
             self._run(lambda: self._read_many(changed + asked))
         elif asked:
             self._run(lambda: self._read_without_shell(asked))
         if self.companion is not None:
             self.companion.received(asked)
 
-    # -- one call for the whole folder ---------------------------------------------------
-
     async def _list_with_shell(self) -> dict[str, tuple[str, FileMeta]] | None:
         """Every entry under the folder by relative path, or None when the backend has no usable shell."""
-        result = await self._exec(["sh", "-c", _LIST_SCRIPT, "sh", self.folder])
+        result = await self._sh(_LIST_SCRIPT)
         if result.exit_code == _MISSING_FOLDER:
             raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
         records = result.stdout.split(b"\0")
@@ -235,15 +185,15 @@ class BackendFiles:
         return entries
 
     async def _stat_one(self, path: str) -> tuple[str, FileMeta] | None:
-        if not self._shell:
-            return await self._stat_without_shell(path)
-        result = await self._exec(["sh", "-c", _STAT_SCRIPT, "sh", self.folder, "./" + path])
-        records = result.stdout.split(b"\0")
-        if _end_status(records) is None:
-            if result.exit_code in _NO_SHELL:
-                return await self._stat_without_shell(path)
-            raise BackendError(f"looking at {path} did not complete ({_why(result)})")
-        return _entries(records[:-2]).get(path)
+        if self.has_shell:
+            result = await self._sh(_STAT_SCRIPT, "./" + path)
+            records = result.stdout.split(b"\0")
+            if _end_status(records) is not None:
+                return _entries(records[:-2]).get(path)
+            if result.exit_code not in _NO_SHELL:
+                raise BackendError(f"looking at {path} did not complete ({_why(result)})")
+        meta = await self._fetch(path)  # without a shell: read it
+        return None if meta is None else ("f", meta)
 
     def _worth_reading(self, found: dict[str, FileMeta]) -> list[str]:
         """Files whose metadata moved since the last walk, or moved so recently that equal metadata proves nothing."""
@@ -258,14 +208,12 @@ class BackendFiles:
     async def _read_many(self, paths: list[str]) -> None:
         """Read files in as few calls as the argument limit allows, keeping regular files only."""
         for batch in _batches(paths):
-            if self._shell:
-                result = await self._exec(["sh", "-c", _READ_SCRIPT, "sh", self.folder, *("./" + p for p in batch)])
+            if self.has_shell:
+                result = await self._sh(_READ_SCRIPT, *("./" + path for path in batch))
                 if result.exit_code not in _NO_SHELL:
                     self._content.update(_regular_members(result, self.folder))
                     continue
             await self._read_without_shell(batch)
-
-    # -- a backend without a shell: file by file -------------------------------------------
 
     async def _walk_file_by_file(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         entries = await self._call(self.backend.list_dir(self.folder, recursive=True))
@@ -289,12 +237,7 @@ class BackendFiles:
         return found, problems
 
     async def _confirm_empty(self) -> None:
-        """An empty listing counts only when the folder exists and a second, plain listing is empty too.
-
-        AgentScope's ``list_dir`` answers a failure with an empty list; two
-        different calls agreeing on a folder that exists is the most such a
-        backend can say.
-        """
+        """An empty listing counts when the folder exists and a plain listing is empty too."""
         if not await self._call(self.backend.is_dir(self.folder)):
             raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
         if await self._call(self.backend.list_dir(self.folder)):
@@ -304,10 +247,6 @@ class BackendFiles:
         for outcome in await _gather_bounded([self._fetch(path) for path in paths]):
             if isinstance(outcome, BackendError):
                 raise outcome
-
-    async def _stat_without_shell(self, path: str) -> tuple[str, FileMeta] | None:
-        meta = await self._fetch(path)
-        return None if meta is None else ("f", meta)
 
     async def _fetch(self, path: str) -> FileMeta | None:
         """Read one file and its mtime; None when it does not exist."""
@@ -319,7 +258,7 @@ class BackendFiles:
             return None
         except IsADirectoryError:
             raise NotRegular(path) from None
-        except (PermissionError, BackendError):
+        except PermissionError:
             raise
         except OSError as error:
             raise BackendError(f"reading {full}: {error}") from error
@@ -328,11 +267,7 @@ class BackendFiles:
         return FileMeta(len(content), mtime_ns, 0, 0)
 
     def _relative(self, entry: str) -> str | None:
-        """A listed entry as a root-relative POSIX path, or None when it is not a visible ``*.md`` file.
-
-        Backends list absolute paths, paths that start with the folder as it
-        was given, or paths relative to it; all three are accepted.
-        """
+        """A listed entry as a root-relative POSIX path; None unless it is a visible ``*.md`` file."""
         path = self.backend.normpath(entry)
         if path.startswith(self._prefix):
             path = path[len(self._prefix) :]
@@ -345,9 +280,9 @@ class BackendFiles:
     def _full(self, path: str) -> str:
         return self.backend.join_path(self.folder, *path.split("/"))
 
-    # -- calls, each with a deadline ---------------------------------------------------------
-
-    async def _exec(self, command: list[str]) -> ExecResult:
+    async def _sh(self, script: str, *arguments: str) -> ExecResult:
+        """Run a shell script in the backend with the folder as ``$1``."""
+        command = ["sh", "-c", script, "sh", self.folder, *arguments]
         return await self._call(self.backend.exec_shell(command, timeout=self.timeout))
 
     async def _call(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
@@ -363,12 +298,13 @@ class BackendFiles:
     def _run(self, make: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         """Run ``make()`` (a coroutine) on the agent's loop from the worker thread, and wait for it."""
         loop = self.loop
-        if loop is None or _running_loop() is loop:
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
             raise RuntimeError("BackendFiles must be used from a worker thread with the agent's event loop set")
         return asyncio.run_coroutine_threadsafe(make(), loop).result()
-
-
-# -- parsing what the shell printed ------------------------------------------------------------
 
 
 def _end_status(records: list[bytes]) -> int | None:
@@ -376,9 +312,7 @@ def _end_status(records: list[bytes]) -> int | None:
     if len(records) < 2 or records[-1] != b"":
         return None
     name, _, status = records[-2].decode("ascii", "replace").partition("\t")
-    if name != _END or not status.isdigit():
-        return None
-    return int(status)
+    return int(status) if name == _END and status.isdigit() else None
 
 
 def _entries(records: Iterable[bytes]) -> dict[str, tuple[str, FileMeta]]:
@@ -404,8 +338,7 @@ def _regular_members(result: Any, folder: str) -> dict[str, bytes]:
         raise BackendError(f"reading files in {folder} did not complete ({_why(result)})")
     try:
         with tarfile.open(fileobj=io.BytesIO(result.stdout), mode="r:") as archive:
-            return {
-                # a regular member always has a file: only other kinds give None
+            return {  # a regular member always has a file: only other kinds give None
                 posixpath.normpath(member.name): archive.extractfile(member).read()  # type: ignore[union-attr]
                 for member in archive
                 if member.isreg()
@@ -465,10 +398,3 @@ async def _gather_bounded(coroutines: list[Coroutine[Any, Any, _T]]) -> list[_T 
             return await coroutine
 
     return await asyncio.gather(*(bounded(coroutine) for coroutine in coroutines), return_exceptions=True)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None

@@ -1,38 +1,14 @@
 """The lineage lock of a sandboxed memory folder lives in the sandbox; only the cache stays on this machine.
 
-Every AgentScope sandbox workspace has the same ``workdir`` (``/workspace``),
-so a state kept on the host and named by the memory folder's path would mix
-the stamps of every workspace, and two replicas of a service would keep two
-diverging sets.  The stamps therefore live where the memory does:
-``<memory folder>/provgraph.lock``, the very file the command line writes,
-so the lock travels with the workspace and every replica reads the same one.
-
-The core reads and writes the lock as a local file, so the host state folder
-holds a **mirror**: a copy of the workspace's lock, next to the disposable
-cache.  Around each transaction (``LockMirror.transaction``):
-
-1. The folder's listing (one ``find``) already shows the workspace lock's
-   type, size, times and inode.  When they are the ones recorded at the last
-   exchange, the mirror is current and the lock costs no call; otherwise the
-   lock is read in the same batch as the files that changed, and the mirror
-   is replaced by it.
-2. The usual transaction runs against the host folder.  Its cache records
-   the mirror's bytes it was made with, and its last result also depends on
-   every memory file's inode and times, so a cache made for one workspace
-   never answers for another.
-3. When the mirror now differs from the workspace's lock, it is written back:
-   a temporary file beside the lock, then one shell command that renames it
-   over the lock only if the lock is still the one the mirror was taken
-   from.  If another replica wrote in between, both locks are merged (the
-   newer stamp of each edge, as for a union merge) and the write is tried
-   again.  Without a shell, the backend's own write call replaces the lock.
-
-A write-back that fails leaves the stamps in the mirror and a warning; the
-next check, finding the workspace lock unchanged, writes them again.  A
-listing or a lock read that fails abandons the check before anything is
-replaced.  Everything here runs in the middleware's worker thread, under an
-exclusive lock on the host folder, so two middlewares sharing that folder
-take turns.
+Every AgentScope sandbox has the same ``workdir``, so stamps kept on the host would mix
+workspaces and diverge between replicas; they live in ``<memory folder>/provgraph.lock``,
+the very file the command line writes.  The core reads and writes a local lock, so the host
+state folder holds a *mirror* of it (``LockMirror``).  Around each transaction: the lock is
+read in the listing's batch unless the listing shows it unchanged since the last exchange;
+the transaction runs on the host folder; a mirror that then differs is written back through
+a temporary file and one command that renames it over the lock only if the lock is still
+the one mirrored (else both are merged, newer stamp of each edge, and tried once more).  A
+failed write-back keeps the stamps in the mirror, with a warning, for the next check.
 """
 
 from __future__ import annotations
@@ -43,7 +19,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -53,7 +29,7 @@ from ..clock import wall_ns
 from ..store.folder import Folders, hold, open_folder, read_file, write_file
 from ..store.lock import LOCK_NAME, LockError, decode_lock, decode_options, encode_lock, merge_reads
 from . import agentscope_backend as backend_files
-from .agentscope_backend import BackendError, BackendFiles
+from .agentscope_backend import IDENTITY_FIELDS, BackendError, BackendFiles
 
 __all__ = ["LockMirror"]
 
@@ -65,10 +41,9 @@ _WAIT = 60.0
 """Seconds a check waits for another one using the same host folder."""
 _WRITTEN = b"provgraph-written\n"
 _MOVED = b"provgraph-moved\n"
-_IDENTITY = "%y\\t%s\\t%T@\\t%C@\\t%i"
 _REPLACE_SCRIPT = (
     'cd -- "$1" || exit 4\n'
-    f"now=$(find {LOCK_NAME} -maxdepth 0 -printf '{_IDENTITY}' 2>/dev/null)\n"
+    f"now=$(find {LOCK_NAME} -maxdepth 0 -printf '{IDENTITY_FIELDS}' 2>/dev/null)\n"
     'if [ "$now" != "$3" ]; then\n'
     '  rm -f -- "$2"\n'
     f"  printf 'provgraph-moved\\n%s\\n' \"$now\"\n"
@@ -77,7 +52,7 @@ _REPLACE_SCRIPT = (
     "fi\n"
     f'mv -f -- "$2" {LOCK_NAME} || exit 6\n'
     "printf 'provgraph-written\\n'\n"
-    f"exec find {LOCK_NAME} -maxdepth 0 -printf '{_IDENTITY}'\n"
+    f"exec find {LOCK_NAME} -maxdepth 0 -printf '{IDENTITY_FIELDS}'\n"
 )
 """Rename the temporary file ($2) over the lock if the lock still has the identity $3
 (empty: no lock); else print the lock's identity and bytes, for a merge."""
@@ -87,9 +62,8 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Exchange:
-    """The workspace's lock as of the last read or write: its listing identity (type, size,
-    times, inode as ``find`` prints them; None without a shell) and the sha256 of its
-    bytes ("" when there was no lock); ``at_ns`` is when this was recorded."""
+    """The workspace's lock as of the last read or write: its ``find`` identity (None without
+    a shell), the sha256 of its bytes ("" for no lock), and when this was recorded."""
 
     identity: str | None
     sha256: str
@@ -111,20 +85,16 @@ class LockMirror:
     """Keeps ``<host state>/provgraph.lock`` equal to the workspace's lock around each transaction."""
 
     def __init__(self, files: BackendFiles, state_path: Path) -> None:
-        self.files = files
-        self.state_path = state_path
-        self._folder = -1
+        self.files, self.state_path, self._folder = files, state_path, -1
         self._unsent: bytes | None = None
         """The stamps of a write-back that failed, merged into the lock at the next check."""
         self._synced = False
         """The mirror was made the workspace's lock in the transaction in progress."""
         files.companion = self
 
-    # -- around a transaction ---------------------------------------------------------
-
     def transaction(self, run: Callable[[], _T]) -> _T:
-        """``run()`` (which walks the folder, so ``wanted`` and ``received`` are called
-        first), then the write-back of what it changed in the mirror."""
+        """``run()`` (which walks the folder: ``wanted`` and ``received`` are called), then the
+        write-back of what it changed, under an exclusive lock on the host folder."""
         self.state_path.mkdir(parents=True, exist_ok=True)
         folder = open_folder(self.state_path.parent, self.state_path.name, create=True)
         assert folder is not None
@@ -140,8 +110,6 @@ class LockMirror:
                 os.close(held)
         finally:
             os.close(folder)
-
-    # -- called by BackendFiles.walk ----------------------------------------------------
 
     def wanted(self) -> list[str]:
         """The lock, unless the listing shows none or shows it unchanged since the last exchange."""
@@ -163,16 +131,9 @@ class LockMirror:
         return newest is not None and newest < exchange.at_ns - backend_files.RACY_WINDOW_NS
 
     def received(self, asked: list[str]) -> None:
-        """Make the mirror the workspace's lock.
-
-        The mirror is kept as it is only when the listing shows the very lock
-        of the last exchange (its inode and times name one file in one
-        workspace): then it may hold stamps still to be written back.
-        Otherwise it becomes the lock just read, merged with the stamps this
-        middleware could not write back, never with anything else the host
-        folder held (another workspace's).  A second walk in one transaction
-        keeps what the first one stamped.
-        """
+        """Make the mirror the workspace's lock: kept as it is when the listing shows the very
+        lock of the last exchange (it may hold stamps still to be written back), else the lock
+        just read, merged with the stamps not written back (never another workspace's)."""
         identity = self.files.listed_identity(LOCK_NAME)
         exchange = self._exchange()
         if not asked and identity:
@@ -190,8 +151,6 @@ class LockMirror:
             self._record(Exchange(identity, _sha256(data), wall_ns()))
         self._synced = True
 
-    # -- writing back -------------------------------------------------------------------
-
     def _write_back(self) -> None:
         exchange = self._exchange()
         data = self._mirror()
@@ -202,11 +161,9 @@ class LockMirror:
             self._unsent = None
         except Exception as error:
             self._unsent = data  # the stamps stay in the mirror; the next check retries
+            folder = self.files.folder
             _log.warning(
-                "provgraph could not write %s in %s (the next check tries again): %s",
-                LOCK_NAME,
-                self.files.folder,
-                error,
+                "provgraph could not write %s in %s (the next check tries again): %s", LOCK_NAME, folder, error
             )
 
     def _replace(self, exchange: Exchange, data: bytes) -> None:
@@ -238,8 +195,6 @@ class LockMirror:
             return _Replaced(False, now, rest if now else None)
         raise BackendError(f"replacing {LOCK_NAME} in {self.files.folder} did not complete")
 
-    # -- the host folder ----------------------------------------------------------------------
-
     def _mirror(self) -> bytes | None:
         return read_file(self._folder, LOCK_NAME, self.state_path)
 
@@ -260,13 +215,7 @@ class LockMirror:
             return None  # unknown: the lock is read again
 
     def _record(self, exchange: Exchange) -> None:
-        fields = {
-            "identity": exchange.identity,
-            "sha256": exchange.sha256,
-            "at_ns": exchange.at_ns,
-            "written": exchange.written,
-        }
-        self._write(_RECORD_NAME, orjson.dumps(fields))
+        self._write(_RECORD_NAME, orjson.dumps(asdict(exchange)))
 
     def _write(self, name: str, data: bytes) -> None:
         folders = Folders(self._folder, self._folder, self.state_path, self.state_path)

@@ -1,16 +1,8 @@
-"""The cache: what a refresh of an unchanged or slightly changed folder reads instead of the files.
-
-One JSON document, ``.provgraph/cache.json``, written whole with orjson and replaced
-atomically.  It is disposable: it means something to this provgraph only, on this
-machine, for this folder read with these settings, and it is keyed by all four (the
-package's version, ``SCHEMA``, the root, the reading settings).  A cache with another
-key is never read, only rebuilt; one that does not decode into valid values raises
-``Damaged`` and is never trusted either.  A full scan always gives the same answer.
-
-It holds, per file, a row (``FileRow``: the stat the file was read with, its sha256, its
-declaration), what the lock was when the cache was written (``LockRecord``), the sources
-outside the listing as they were seen (``Watched``), the walk's problems, and the last
-result without its stale entries (they follow from the edges).
+"""The cache, ``.provgraph/cache.json``: what a refresh of an unchanged or slightly changed
+folder reads instead of the files.  One JSON document, written whole and replaced
+atomically, keyed by the package's version, ``SCHEMA``, the root and the reading settings:
+a cache with another key is rebuilt, never read; one that does not decode into valid
+values raises ``Damaged`` and is never trusted either.
 """
 
 from __future__ import annotations
@@ -26,10 +18,10 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..declarations import NOTHING, Declaration
-from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind
+from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind, as_text
 
 __all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
-__all__ += ["decode", "encode", "encode_row", "memory_of"]
+__all__ += ["checked_date", "decode", "encode", "encode_row", "memory_of"]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
@@ -53,13 +45,11 @@ class FileRow(NamedTuple):
     declaration: Declaration | None = None
     """Only for memory (``*.md``) files."""
     resolved: Resolution | None = None
-    """The declaration's entries resolved (sources, refusals), kept with the declaration:
-    reused while it holds, unless it names a wiki link (``declarations.follows_listing``)."""
+    """The declaration resolved, reused unless it names a wiki link (``declarations.follows_listing``)."""
 
 
 class LockRecord(NamedTuple):
-    """The lock as the cache was written with it: its stat, its sha256, when that was
-    recorded, and whether its bytes are exactly what ``encode_lock`` writes."""
+    """The lock the cache was written with; ``canonical``: its bytes are what ``encode_lock`` writes."""
 
     meta: FileMeta
     sha256: str
@@ -101,12 +91,11 @@ class Cache:
     watched: tuple[Watched, ...]
     last: Last | None
     memory: dict[str, tuple[int, int, int, int]]
-    """The stat of every memory file the rows hold (those with a declaration, even an
-    empty one), equal to the listing a walk gives while none moved (``memory_of``)."""
+    """The stat of every memory file the rows hold (``memory_of``)."""
 
 
 def memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
-    """The stat (size, mtime_ns, ctime_ns, inode) of the memory files among ``rows``."""
+    """The stat of the memory files among ``rows`` (with a declaration, even an empty one)."""
     return {path: _STAT(row) for path, row in rows.items() if row[5] is not None}
 
 
@@ -126,27 +115,22 @@ class Rows(Mapping[str, FileRow]):
         return len(self._rows)
 
 
-# -- writing ---------------------------------------------------------------------------
-
-
 def encode(cache: Cache, version: str) -> list[bytes | memoryview]:
-    """The document written by provgraph ``version``: the key first, the rows, then the
-    checksum of everything before it (``_CHECK``)."""
-    lock = cache.lock
-    last = cache.last
+    """The document written by provgraph ``version``, ending with its checksum (``_CHECK``)."""
+    lock, last = cache.lock, cache.last
     body = orjson.dumps(
         {
             "format": FORMAT,
             "provgraph": version,
             "schema": SCHEMA,
-            "root": cache.root,
+            "root": as_text(cache.root),
             "settings": cache.settings,
             "scan_started_ns": cache.scan_started_ns,
             "walk_problems": [list(problem.row) for problem in cache.walk_problems],
             "lock": None if lock is None else [*lock.meta, lock.sha256, lock.recorded_ns, lock.canonical],
             "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
             "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
-            "last": None if last is None else _encode_last(last),
+            "last": None if last is None else _encoded_last(last),
             "rows": cache.rows,
         }
     )
@@ -155,12 +139,10 @@ def encode(cache: Cache, version: str) -> list[bytes | memoryview]:
 
 
 _CHECK = b',"check":'
-"""The last entry: the CRC-32 of the bytes before it.  A value damaged into another valid
-one (a row that declares nothing, a stat of another file) is caught by it, as much as a
-cache torn by a crash of the machine."""
+"""The last entry: the CRC-32 of the bytes before it (against damage into valid values, and tearing)."""
 
 
-def _encode_last(last: Last) -> dict[str, object]:
+def _encoded_last(last: Last) -> dict[str, object]:
     return {
         "files": last.file_count,
         "edges": [
@@ -173,8 +155,7 @@ def _encode_last(last: Last) -> dict[str, object]:
 
 
 def encode_row(row: FileRow) -> list[Any]:
-    """One file's row: its stat, hash and declaration, and the declaration resolved
-    when it declares something."""
+    """One file's row: its stat, hash, declaration, and that declaration resolved."""
     meta, sha256, declaration, resolved = row
     encoded = _encode_declaration(declaration)
     if resolved is None or declaration is None or not encoded:
@@ -192,21 +173,17 @@ def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
     return [list(entries), derived_at, [[kind.value, detail] for kind, detail in problems]]
 
 
-# -- reading ---------------------------------------------------------------------------
-
-
 def decode(data: bytes, version: str, root: str, settings: str) -> Cache | None:
     """The cache in ``data``; None when it is keyed for another provgraph ``version``,
-    schema, root or settings (rebuilt, never read); ``Damaged`` when it is not a valid
-    cache at all."""
+    schema, root or settings; ``Damaged`` when it is not a valid cache at all."""
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as error:
         raise Damaged("it is not JSON") from error
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise Damaged("it is not a provgraph cache")
-    if _legacy(document):
-        return None
+    if "schema" not in document and document.get("version") in (1, 2, 3):
+        return None  # provgraph's first layout: rebuilt like a cache of another version, not set aside
     key = (document.get("provgraph"), document.get("schema"), document.get("root"), document.get("settings"))
     if key != (version, SCHEMA, root, settings):
         return None
@@ -215,18 +192,8 @@ def decode(data: bytes, version: str, root: str, settings: str) -> Cache | None:
         raise Damaged("its checksum does not match its bytes")
     try:
         return _decode(document)
-    except Damaged:
-        raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
         raise Damaged("its values are not what provgraph writes") from error
-
-
-def _legacy(document: dict[str, Any]) -> bool:
-    """The layout of provgraph's first releases (a ``version`` of 1 to 3, no ``schema``):
-    rebuilt like any cache of another version, never set aside as damaged, since the
-    package wrote it.  This exception can go once no such cache is in use (the lock,
-    never this file, holds what must survive)."""
-    return "schema" not in document and document.get("version") in (1, 2, 3)
 
 
 def _decode(document: dict[str, Any]) -> Cache:
@@ -239,7 +206,7 @@ def _decode(document: dict[str, Any]) -> Cache:
         settings=_text(document["settings"]),
         scan_started_ns=_whole(document["scan_started_ns"]),
         walk_problems=tuple(map(_problem, document["walk_problems"])),
-        lock=_lock(document["lock"]),
+        lock=_lock_record(document["lock"]),
         rows=rows,
         refused={_text(path): ProblemKind(kind) for path, kind in document["refused"].items()},
         watched=tuple(map(_watched, document["watched"])),
@@ -249,13 +216,12 @@ def _decode(document: dict[str, Any]) -> Cache:
 
 
 def _check_rows(rows: dict[str, list[Any]]) -> None:
-    """Every row's values of the types provgraph writes, each column checked in one pass
-    (loops that run in C), and every declaration decoded once."""
+    """Every row's values of the types provgraph writes, a column at a time."""
     if not set(map(type, chain.from_iterable(map(_STAT, rows.values())))) <= {int}:
         raise Damaged("a file's stat must be four whole numbers")
-    if not set(map(type, map(_HASH, rows.values()))) <= {str, type(None)}:
+    if not set(map(type, map(itemgetter(4), rows.values()))) <= {str, type(None)}:
         raise Damaged("a file's sha256 must be text")
-    if not set(map(type, map(_DECLARATION, rows.values()))) <= {list, type(None)}:
+    if not set(map(type, map(itemgetter(5), rows.values()))) <= {list, type(None)}:
         raise Damaged("a file's declaration must be a list")
     for row in rows.values():
         if row[5] or len(row) == 7:
@@ -278,41 +244,32 @@ def _check_declared(row: list[Any]) -> None:
 
 
 _KINDS = frozenset(kind.value for kind in ProblemKind)
-
 _STAT = itemgetter(0, 1, 2, 3)
-_HASH = itemgetter(4)
-_DECLARATION = itemgetter(5)
 
 
 def _decode_row(path: str, row: list[Any]) -> FileRow:
+    """A row as ``FileRow``: its values' types were checked when the cache was read."""
     declaration = row[5]
     if declaration == []:
         declaration = NOTHING
     elif declaration is not None:
         entries, derived_at, problems = declaration
-        declaration = Declaration(
-            tuple(map(_text, entries)),
-            _optional_text(derived_at),
-            tuple((ProblemKind(kind), _text(detail)) for kind, detail in problems),
-        )
+        problems = tuple((ProblemKind(kind), detail) for kind, detail in problems)
+        declaration = Declaration(tuple(entries), derived_at, problems)
     resolved = None
     if len(row) == 7:
         sources, refused = row[6]
-        resolved = (
-            tuple(map(_text, sources)),
-            tuple(Problem(path, ProblemKind(kind), _text(detail)) for kind, detail in refused),
-        )
-    return FileRow(FileMeta._make(row[:4]), _optional_text(row[4]), declaration, resolved)
+        resolved = (tuple(sources), tuple(Problem(path, ProblemKind(kind), detail) for kind, detail in refused))
+    return FileRow(FileMeta._make(row[:4]), row[4], declaration, resolved)
 
 
-def _lock(data: object) -> LockRecord | None:
+def _lock_record(data: object) -> LockRecord | None:
     if data is None:
         return None
     if not isinstance(data, list) or len(data) != 7 or type(data[6]) is not bool:
         raise Damaged("the lock's record must hold its stat, its sha256, a time and a flag")
-    size, mtime_ns, ctime_ns, inode, sha256, recorded_ns, canonical = data
-    meta = FileMeta(_whole(size), _whole(mtime_ns), _whole(ctime_ns), _whole(inode))
-    return LockRecord(meta, _text(sha256), _whole(recorded_ns), canonical)
+    *stat, sha256, recorded_ns, canonical = data
+    return LockRecord(FileMeta(*map(_whole, stat)), _text(sha256), _whole(recorded_ns), canonical)
 
 
 def _watched(data: list[Any]) -> Watched:
@@ -331,9 +288,10 @@ def _last(data: dict[str, Any]) -> Last:
     status_of = {status.value: status for status in EdgeStatus}
     edges = []
     for source, derived, status, at, since, moved_to in data["edges"]:
-        at = None if at is None else _date(at)
-        since = None if since is None else _date(since)
-        edges.append(Edge(_text(source), _text(derived), status_of[status], at, since, _optional_text(moved_to)))
+        at = None if at is None else checked_date(at)
+        since = None if since is None else checked_date(since)
+        moved_to = None if moved_to is None else _text(moved_to)
+        edges.append(Edge(_text(source), _text(derived), status_of[status], at, since, moved_to))
     return Last(
         file_count=_whole(data["files"]),
         edges=tuple(edges),
@@ -347,7 +305,8 @@ def _problem(row: list[Any]) -> Problem:
     return Problem(_text(path), ProblemKind(kind), _text(detail))
 
 
-def _date(value: object) -> float:
+def checked_date(value: object) -> float:
+    """A date in epoch seconds as provgraph writes it; ``Damaged`` for anything else."""
     if type(value) not in (int, float):
         raise Damaged(f"a date must be a number, not {value!r}")
     number = float(value)  # type: ignore[arg-type]
@@ -366,7 +325,3 @@ def _text(value: object) -> str:
     if not isinstance(value, str):
         raise Damaged(f"expected text, found {type(value).__name__}")
     return value
-
-
-def _optional_text(value: object) -> str | None:
-    return None if value is None else _text(value)

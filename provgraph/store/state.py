@@ -1,13 +1,7 @@
-"""The lock and the cache of one memory root, read and written under one exclusive lock.
-
-The **lock** (``provgraph.lock``, see ``store.lock``) holds the stamps: portable facts,
-committed and synced with the memory.  The **cache** (``.provgraph/cache.json``, see
-``store.cache``) holds what makes a refresh cheap; it may be deleted at any time.
-
-Writes are atomic (see ``store.folder``), and every read-modify-write of a root happens
-under an exclusive ``flock``, so concurrent processes never lose each other's stamps.  A
-lock or a cache that cannot be read back is moved aside, never deleted, with one warning,
-and provgraph starts afresh; a cache of another provgraph or another folder is rebuilt.
+"""The lock (the stamps, committed and synced with the memory) and the disposable cache of
+one memory root.  Writes are atomic and every read-modify-write happens under an exclusive
+``flock``, so concurrent processes never lose each other's stamps.  A lock or cache that
+cannot be read is moved aside, never deleted, with one warning.
 """
 
 from __future__ import annotations
@@ -27,10 +21,10 @@ from .. import __version__
 from ..clock import wall_ns
 from ..errors import ProvgraphError, log_warning
 from ..files import RACY_WINDOW_NS
-from ..model import LATEST_DATE, FileMeta, Stamp
+from ..model import FileMeta, Stamp, as_text
 from ..paths import normalized
 from ..stamps import Derivation
-from .cache import CACHE_NAME, Cache, Damaged, LockRecord, decode, encode
+from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
 from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
 from .lock import (
     LOCK_NAME,
@@ -47,18 +41,12 @@ from .lock import (
 __all__ = ["LOCK_NAME", "STATE_DIR", "OptionsDiffer", "StateError", "StateStore", "lock_bytes"]
 
 STATE_DIR = ".provgraph"
-FLOCK_NAME = "flock"
-"""The file whose ``flock`` is the root's exclusive lock (it holds no data)."""
-ROOT_NAME = "root"
-"""In a ``--state`` folder: the memory root it belongs to."""
+FLOCK_NAME = "flock"  # the file whose flock is the root's exclusive lock (it holds no data)
+ROOT_NAME = "root"  # in a --state folder: the memory root it belongs to
 
 
 class StateError(ProvgraphError):
-    """The state cannot be read or written (permissions, full disk, ...).
-
-    ``path`` is the file or folder concerned; the message is one sentence
-    that names it and says what to do.
-    """
+    """The state cannot be read or written (permissions, full disk, ...) at ``path``."""
 
     def __init__(self, path: str | os.PathLike[str], message: str) -> None:
         super().__init__(message)
@@ -83,25 +71,17 @@ class _Transaction(threading.local):
 
     folders: Folders | None = None
     exclusive = False
-    lock_bytes: bytes | None = None
-    """The lock as this transaction read it: it is rewritten only when it changes."""
-    as_locked: dict[str, Derivation] | None = None
-    """The stamps as loaded, when the lock holds exactly their encoding."""
-    migrating = False
-    """A ``state.json`` of the first releases was read: set it aside once the lock is written."""
-    recorded: dict[str, str] | None = None
-    """The reading options the lock records (None: there is no lock)."""
-    options: dict[str, str]
-    """The reading options this transaction reads the folder with, written into the lock."""
+    lock_bytes: bytes | None = None  # the lock as read: it is rewritten only when it changes
+    as_locked: dict[str, Derivation] | None = None  # the stamps as loaded, when the lock is their encoding
+    migrating = False  # a first-layout state.json was read: set it aside once the lock is written
+    recorded: dict[str, str] | None = None  # the reading options the lock records (None: no lock)
+    options: dict[str, str]  # the reading options this transaction reads with, written into the lock
 
 
 class StateStore:
-    """The lock and the cache of one root, with the exclusive lock that guards them.
-
-    By default the lock is ``ROOT/provgraph.lock`` and the cache folder ``ROOT/.provgraph/``;
-    with ``folder`` (``--state``) both live in that folder, which then records the root it
-    belongs to.  ``settings`` are the reading settings, part of the cache's key.
-    """
+    """The lock (``ROOT/provgraph.lock``) and the cache (in ``ROOT/.provgraph/``) of one root;
+    with ``folder`` (``--state``) both live there, and it records its root.  ``settings``
+    are the reading settings, part of the cache's key."""
 
     def __init__(
         self,
@@ -117,26 +97,21 @@ class StateStore:
         self.settings = settings
         self._warn = warn or log_warning
         self._tx = _Transaction()
-        self._kept: tuple[tuple[int, ...], Cache] | None = None
-        """The cache last read or written, with the stat of its file: read again only when that changed."""
-        self._proven: tuple[FileMeta, str] | None = None
-        """A lock's stat and the sha256 its bytes were found to have once its times were
-        older than the racy window: while its stat is the same, so are its bytes."""
-
-    # -- the folders and the exclusive lock --
+        self._kept: tuple[tuple[int, ...], Cache] | None = None  # the cache last read or written, by its stat
+        self._proven: tuple[FileMeta, str] | None = None  # a lock's stat and sha256, hashed once settled
 
     @contextlib.contextmanager
     def locked(self, wait: float = 3600.0) -> Iterator[None]:
-        """Hold the root's exclusive lock for one read-modify-write, waiting at most
-        ``wait`` seconds (``LockBusy`` then)."""
+        """Hold the root's exclusive lock for one read-modify-write (``LockBusy`` after ``wait`` s)."""
         folders = self._open(create=True)
         assert folders is not None
-        try:
+        with contextlib.closing(folders):
             try:
                 descriptor = hold(folders.state, FLOCK_NAME, wait)
             except OSError as error:
-                path = os.path.join(self.state_path, FLOCK_NAME)
-                raise StateError(self.state_path, _cannot("lock", path, error)) from error
+                raise StateError(
+                    self.state_path, _cannot("lock", os.path.join(self.state_path, FLOCK_NAME), error)
+                ) from error
             try:
                 self._check_root(folders, write=True)
                 remove_temporaries(folders)
@@ -145,13 +120,10 @@ class StateStore:
             finally:
                 self._begin(None, exclusive=False)
                 os.close(descriptor)
-        finally:
-            folders.close()
 
     @contextlib.contextmanager
     def unlocked(self) -> Iterator[None]:
-        """Read what is there without the lock (another process holds it): files are
-        replaced whole, so what is read is whole; nothing is written or set aside."""
+        """Read without the lock (files are replaced whole); nothing is written or set aside."""
         folders = self._open(create=False)
         try:
             if folders is not None:
@@ -198,8 +170,7 @@ class StateStore:
             raise StateError(self.state_path, _cannot("use the state folder", self.state_path, error)) from error
 
     def _refuse_memory_tree(self) -> None:
-        """A ``--state`` folder inside the memory folder must be ``.provgraph`` or below it:
-        anywhere else provgraph could overwrite a memory file."""
+        """A ``--state`` folder in the memory folder must be in ``.provgraph`` (not over memory files)."""
         assert self.folder is not None
         if in_memory_tree(self.folder, self.root, STATE_DIR):
             raise StateError(
@@ -215,7 +186,7 @@ class StateStore:
         recorded = self._read(folders.state, ROOT_NAME, self.state_path)
         if recorded is None:
             if write:
-                self._write(folders, folders.state, ROOT_NAME, os.fsencode(self.root), "record the root in")
+                self._write(folders, folders.state, ROOT_NAME, [os.fsencode(self.root)], "record the root in")
             return
         other = os.fsdecode(recorded)
         if os.path.realpath(other) != os.path.realpath(self.root):
@@ -226,16 +197,11 @@ class StateStore:
             )
 
     def absent(self) -> bool:
-        """Whether the folder holds nothing of provgraph's (no state folder, no lock): a
-        refresh that finds nothing derived then writes nothing in it."""
+        """Whether nothing of provgraph's is in the folder (no state folder, no lock)."""
         return self.folder is None and not os.path.lexists(self.state_path) and not os.path.lexists(self.lock_path)
 
-    # -- the cache --
-
     def cache(self) -> Cache | None:
-        """The cache for this root and these settings, or None: there is none, it is
-        another provgraph's or another folder's, or it is damaged (then set aside, with
-        one warning).  Read again only when its file changed since it was last read."""
+        """The cache for this root and settings (read again only when its file changed), or None."""
         folders = self._tx.folders
         if folders is None or folders.state < 0:
             return None
@@ -251,7 +217,7 @@ class StateStore:
         if data is None:
             return None
         try:
-            cache = decode(data, __version__, os.fsdecode(self.root), self.settings)
+            cache = decode(data, __version__, as_text(os.fsdecode(self.root)), self.settings)
         except Damaged as error:
             self._set_aside(folders, folders.state, CACHE_NAME, str(error))
             return None
@@ -259,32 +225,28 @@ class StateStore:
         return cache
 
     def lock_unchanged(self, record: LockRecord | None) -> bool:
-        """Whether the lock on disk is the one ``record`` records: the same stat, old enough
-        that equal stat proves equal bytes, or else the same sha256; and no sync tool's
-        conflict copy beside it (merging one changes the stamps)."""
+        """Whether the lock on disk is ``record``'s (same settled stat, or same sha256), with no sync copy."""
         folders = self._tx.folders
         if folders is None or any(map(is_sync_copy, _names(folders.lock))):
             return False
         meta = _lock_meta(folders)
         if meta is None or record is None:
             return meta is None and record is None
-        if meta == record.meta and max(meta.mtime_ns, meta.ctime_ns) < record.recorded_ns - RACY_WINDOW_NS:
-            return True
-        if self._proven == (meta, record.sha256):
+        settled = meta == record.meta and max(meta.mtime_ns, meta.ctime_ns) < record.recorded_ns - RACY_WINDOW_NS
+        if settled or self._proven == (meta, record.sha256):
             return True
         looked_ns = wall_ns()
-        self._tx.lock_bytes = data = self._lock_bytes_or_none(folders)
+        self._tx.lock_bytes = None
+        data = self.lock_data()
         if data is None or hashlib.sha256(data).hexdigest() != record.sha256:
             return False
         if max(meta.mtime_ns, meta.ctime_ns) < looked_ns - RACY_WINDOW_NS:
             self._proven = (meta, record.sha256)  # hashed once it was old enough: its stat proves it from now on
         return True
 
-    # -- the lock --
-
     def reading_options(self, asked: Mapping[str, str], known: Collection[str]) -> dict[str, str]:
-        """The options to read the folder with: those the lock records, and those ``asked``
-        that it records none of; ``OptionsDiffer`` when one asked differs from the lock's."""
+        """The lock's reading options with the ``asked`` ones it records none of; ``OptionsDiffer``
+        when one asked differs from the lock's."""
         tx = self._tx
         folders = tx.folders
         data = None if folders is None else self._read(folders.lock, LOCK_NAME, folders.lock_path, 1 << 16)  # its head
@@ -307,12 +269,11 @@ class StateStore:
         return self._tx.recorded is None or self._tx.recorded == self._tx.options
 
     def stamps(self) -> dict[str, Derivation]:
-        """The stamps in the lock (or in a ``state.json`` of the first releases, converted
-        once), merged with any conflict copy a sync tool left; damage is set aside."""
-        folders = self._tx.folders
+        """The stamps in the lock (or a first-layout ``state.json``) and its sync copies; damage set aside."""
+        tx = self._tx
+        folders = tx.folders
         if folders is None:
             return {}
-        tx = self._tx
         tx.as_locked = None
         tx.lock_bytes = data = self._read(folders.lock, LOCK_NAME, folders.lock_path)
         if data is None:
@@ -338,14 +299,14 @@ class StateStore:
 
     def lock_data(self) -> bytes | None:
         """The lock's bytes as ``stamps`` or ``lock_unchanged`` last read them, else read now."""
-        folders = self._tx.folders
-        if self._tx.lock_bytes is None and folders is not None:
-            self._tx.lock_bytes = self._lock_bytes_or_none(folders)
-        return self._tx.lock_bytes
+        tx = self._tx
+        if tx.lock_bytes is None and tx.folders is not None:
+            with contextlib.suppress(StateError):
+                tx.lock_bytes = self._read(tx.folders.lock, LOCK_NAME, tx.folders.lock_path)
+        return tx.lock_bytes
 
     def _sync_copies(self, folders: Folders) -> list[LockRead]:
-        """The conflict copies a sync tool left beside the lock, read like the lock and
-        merged into it; each is then moved into the state folder, kept."""
+        """The conflict copies a sync tool left beside the lock, read; each then kept aside."""
         copies = []
         for name in sorted(filter(is_sync_copy, _names(folders.lock))):
             data = self._read(folders.lock, name, folders.lock_path)
@@ -361,13 +322,9 @@ class StateStore:
                 )
         return copies
 
-    # -- the layout of the first releases: one ``state.json`` held the stamps, before the lock.
-    # Read once and converted into the lock; this can go once no such folder is in use.
-
     def _load_legacy(self, folders: Folders) -> dict[str, Derivation]:
-        if folders.state < 0:
-            return {}
-        data = self._read(folders.state, LEGACY_NAME, self.state_path)
+        """The stamps of a ``state.json`` of the first layout, converted into the lock once."""
+        data = None if folders.state < 0 else self._read(folders.state, LEGACY_NAME, self.state_path)
         if data is None:
             return {}
         try:
@@ -379,20 +336,9 @@ class StateStore:
         self._tx.migrating = self._tx.exclusive
         return derivations
 
-    def _migrated(self, folders: Folders) -> None:
-        self._tx.migrating = False
-        aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
-        self._warn(
-            f"converted {os.path.join(self.state_path, LEGACY_NAME)} into {self.lock_path}; "
-            f"the old file is {os.path.basename(aside)}"
-        )
-
-    # -- writing --
-
     def save(self, derivations: Mapping[str, Derivation] | None, cache: Cache, lock: bytes | None = None) -> Cache:
-        """Write the lock when its stamps changed (``derivations``, the stamps now, or
-        ``lock``, the new bytes of a patch; both None: unchanged), then ``cache``, with
-        the lock it was written with; the cache as written."""
+        """Write the lock when its stamps changed (``derivations``, the stamps now, or ``lock``,
+        a patch's bytes), then ``cache`` with the lock it was written with; the cache as written."""
         folders, tx = self._tx.folders, self._tx
         if folders is None or not tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
@@ -402,7 +348,7 @@ class StateStore:
             lock = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
         if lock is not None:
             if lock != tx.lock_bytes:
-                self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
+                self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
                 tx.lock_bytes = lock
             canonical = True
         cache = replace(cache, lock=self._lock_record(folders, canonical))
@@ -414,9 +360,16 @@ class StateStore:
             self._migrated(folders)
         return cache
 
+    def _migrated(self, folders: Folders) -> None:
+        self._tx.migrating = False
+        aside = self._move_aside(folders, folders.state, LEGACY_NAME, "migrated")
+        self._warn(
+            f"converted {os.path.join(self.state_path, LEGACY_NAME)} into {self.lock_path}; "
+            f"the old file is {os.path.basename(aside)}"
+        )
+
     def _lock_record(self, folders: Folders, canonical: bool) -> LockRecord | None:
-        """The lock as written or read now; known to be as ``encode_lock`` writes it when it
-        was written so, or when it holds the very bytes the last cache knew to be."""
+        """The lock as written or read now; canonical when written so, or as the last cache knew it."""
         meta = _lock_meta(folders)
         data = self._tx.lock_bytes
         if meta is None or data is None or meta.size != len(data):
@@ -425,12 +378,6 @@ class StateStore:
         before = None if self._kept is None else self._kept[1].lock
         canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
         return LockRecord(meta, sha256, wall_ns(), canonical)
-
-    def _lock_bytes_or_none(self, folders: Folders) -> bytes | None:
-        try:
-            return self._read(folders.lock, LOCK_NAME, folders.lock_path)
-        except StateError:
-            return None
 
     def _read(self, folder: int, name: str, where: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
         try:
@@ -455,15 +402,11 @@ class StateStore:
         except OSError as error:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
-    def _write(
-        self, folders: Folders, target: int, name: str, data: bytes | list[bytes | memoryview], what: str
-    ) -> None:
-        """Every file is replaced atomically; only the cache is not synced to the disk: it is
-        derived again from the memory files and the lock, and a torn one (after a crash of
-        the machine) fails to parse and gives the full scan."""
+    def _write(self, folders: Folders, target: int, name: str, data: list[bytes | memoryview], what: str) -> None:
+        """Replace a file atomically, synced to the disk but for the cache (torn, it is not trusted)."""
         where = folders.path_of(target, name)
         try:
-            write_file(folders, target, name, data if isinstance(data, list) else [data], durable=name != CACHE_NAME)
+            write_file(folders, target, name, data, durable=name != CACHE_NAME)
         except OSError as error:
             raise StateError(where, _cannot(what, where, error)) from error
 
@@ -473,7 +416,7 @@ LEGACY_FORMAT = "provgraph-state"
 
 
 def _decode_legacy(data: Any) -> dict[str, Derivation]:
-    """The stamps of a ``state.json`` of the first releases (schema 1)."""
+    """The stamps of a ``state.json`` of the first layout (schema 1)."""
     if not isinstance(data, dict) or data.get("format") != LEGACY_FORMAT or data.get("version") != 1:
         raise Damaged(f"it is not a {LEGACY_FORMAT} file of version 1")
     derivations = {}
@@ -485,23 +428,15 @@ def _decode_legacy(data: Any) -> dict[str, Derivation]:
         for source, (sha, at, since) in record["stamps"].items():
             if not isinstance(source, str) or not (sha is None or isinstance(sha, str)):
                 raise Damaged("a source and its sha256 must be text")
-            stamps[source] = Stamp(sha, _date(at), None if since is None else _date(since))
+            stamps[source] = Stamp(sha, checked_date(at), None if since is None else checked_date(since))
         derivations[path] = Derivation(derived_at, stamps)
     return derivations
-
-
-def _date(value: object) -> float:
-    number = float(value)  # type: ignore[arg-type]
-    if not 0 <= number <= LATEST_DATE:
-        raise Damaged(f"a date out of range: {value!r}")
-    return number
 
 
 def lock_bytes(
     derivations: Mapping[str, Derivation], exists: bool, options: Mapping[str, str] | None = None
 ) -> bytes | None:
-    """The lock for these stamps, recording the reading ``options``; None when there is
-    none and nothing to put in it (a folder without derived files gets no lock)."""
+    """The lock for these stamps, recording ``options``; None when there is none and nothing to put in it."""
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
     rows = (

@@ -210,7 +210,7 @@ def test_a_file_swapped_for_a_link_outside_just_before_its_open_is_not_followed(
     swapped, opened_secret = [], []
 
     def racing_open(path: str | os.PathLike[str], *args: object, **options: object) -> int:
-        if os.fspath(path) == victim and not swapped:
+        if os.fspath(path) in (victim, "d.md") and not swapped:  # by its path, or by its name in its folder
             swapped.append(path)
             _replace_by_link_outside(Path(victim))
         descriptor = open_(path, *args, **options)  # type: ignore[arg-type]

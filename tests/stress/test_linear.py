@@ -11,9 +11,15 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
+import pytest
+
+from provgraph import Memory, lineage
+from provgraph.integrations import claude_code
 from provgraph.lineage import propagate
-from provgraph.model import Edge, EdgeStatus, Report
+from provgraph.model import Cause, Edge, EdgeStatus, Report
+from provgraph.queries import EditContext
 from provgraph.render import json_chain, prompt_block, status_document, status_json, status_text
 
 NOW = datetime(2026, 11, 20, tzinfo=UTC)
@@ -81,3 +87,50 @@ def test_the_text_outputs_spell_out_only_what_they_print() -> None:
     assert "f4000.md  since 1970-01-01  via f3999.md <- f3998.md <- f3997.md <- f3996.md <- … <- f0.md" in text
     block = prompt_block(report)
     assert len(block) < 12_000 and "- f1.md: source(s) changed since derived (1970-01-01): f0.md changed" in block
+
+
+def _hub(root: Path, sources: int, below: int) -> Memory:
+    """``hub.md`` derived from ``sources`` files since deleted, and ``below`` files derived from it."""
+    names = [f"gone{i:04}.md" for i in range(sources)]
+    for name in names:
+        (root / name).write_text(name)
+    (root / "hub.md").write_text(f"---\nderived_from: [{', '.join(names)}]\n---\nhub\n")
+    for i in range(below):
+        (root / f"d{i:04}.md").write_text("---\nderived_from: hub.md\n---\nd\n")
+    memory = Memory(root)
+    memory.refresh(now=NOW)
+    for name in names:
+        (root / name).unlink()
+    return memory
+
+
+def test_the_prompt_and_status_text_cost_what_they_show_not_sources_times_descendants(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = _hub(root, 300, 300)
+    built: list[Cause] = []
+    monkeypatch.setattr(lineage, "Cause", lambda *args, **fields: built.append(Cause(*args, **fields)) or built[-1])
+    report = memory.refresh(now=NOW)
+    block = prompt_block(report)
+    text = status_text(report)
+    hook = claude_code.session_start_output(report)
+    notes = claude_code.post_tool_use_output(report, EditContext("gone0000.md", frozenset()))
+    assert len(built) <= 4 * 301 + 200, len(built)  # three causes a line, one a note; 90,300 when made all
+    assert len(report.stale) == 301 and all(len(entry.causes) == 300 for entry in report.stale)
+    hub = "hub.md: source(s) changed since derived (2026-11-20): gone0000.md missing; gone0001.md missing; "
+    assert f"- {hub}gone0002.md missing; and 297 more" in block.splitlines()
+    via = "via hub.md <- gone0000.md (missing); via hub.md <- gone0001.md (missing); via hub.md <- gone0002.md"
+    assert f"- d0000.md: source(s) changed since derived (2026-11-20): {via} (missing); and 297 more" in block
+    assert f"  d0299.md  since 2026-11-20  {via} (missing); and 297 more" in text.splitlines()
+    assert "- … and 281 more stale derived files" in block and hub in hook
+    assert "d0000.md, via gone0000.md -> hub.md -> d0000.md" in notes
+    document = status_document(report)  # lists every cause, as its schema says
+    assert sum(len(entry["causes"]) for entry in document["stale"]) == 301 * 300
+    (last,) = [entry for entry in document["stale"] if entry["path"] == "d0299.md"]
+    assert last["causes"][299] == {
+        "source": "gone0299.md",
+        "kind": "missing",
+        "changed_on": "2026-11-20",
+        "via": "hub.md",
+        "depth": 2,
+    }
