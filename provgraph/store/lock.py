@@ -15,6 +15,7 @@ must report the same one).  Pure: bytes in, records out.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -164,8 +165,13 @@ def records_start(data: bytes) -> int:
 
 def decode_options(data: bytes) -> dict[str, str]:
     """The reading options a lock records (none for a lock without an options line);
-    ``LockError`` when its options line is not a JSON object of text values."""
+    ``LockError`` when its options line is not a JSON object of text values, ``NewerLock``
+    when a newer provgraph wrote it."""
     start, end = data.find(b"\n") + 1, records_start(data)
+    header = data[: start - 1 if start else None].removeprefix(_BOM)
+    if header.startswith(_HEADER_PREFIX.encode()):
+        with contextlib.suppress(LockError, UnicodeDecodeError):  # damage: the reading of the stamps sets it aside
+            _check_version(header.decode())
     if not start or not data.startswith(_OPTIONS, start):
         return {}
     try:

@@ -131,3 +131,13 @@ def test_the_options_line_reads_back_in_a_clean_lock_and_in_a_merged_one() -> No
     conflicted = b"\n".join([*lines[:2], b"<<<<<<< ours", lines[2], b"=======", lines[3], b">>>>>>> theirs", b""])
     read = decode_lock(conflicted)
     assert (len(read.records), read.damaged) == (2, 0)
+
+
+def test_a_lock_of_a_newer_provgraph_is_refused_for_its_version_not_its_options(memory, run) -> None:
+    digest_folder(memory)
+    Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
+    lock = memory.root / "provgraph.lock"
+    data = lock.read_bytes().replace(b"# provgraph lock 1:", b"# provgraph lock 2:")
+    lock.write_bytes(data.replace(b'{"sources_heading"', b'{"index_files":"INDEX.md","sources_heading"'))
+    code, _, err = run("status", cwd=memory.root)
+    assert code == 2 and "newer provgraph" in err and "index_files" not in err
