@@ -8,10 +8,10 @@ regenerates, hides or deletes a memory file.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 """Defined before the imports below: the cache is keyed by it (``store.cache``)."""
 
-from .api import Memory, NotDerived, RootError, find_root  # noqa: E402
+from .api import Memory, NotDerived, OptionsDiffer, RootError, find_root  # noqa: E402
 from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, ProblemKind, Relative, Report, StaleEntry  # noqa: E402
 from .store.lock import NewerLock  # noqa: E402
 from .store.state import StateError  # noqa: E402
@@ -25,6 +25,7 @@ __all__ = [
     "NewerLock",
     "NodeStatus",
     "NotDerived",
+    "OptionsDiffer",
     "Problem",
     "ProblemKind",
     "Relative",

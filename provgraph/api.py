@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 
@@ -40,18 +40,18 @@ from .model import (
     as_text,
     broken_edges,
 )
-from .render import safe_name
+from .render import lineage_hints, safe_name
 from .scan import Rescan, scan
-from .stamps import reconcile_as_table
+from .stamps import Derivation, reconcile_as_table
 from .store.cache import Cache, FileRow, Rows, Watched
 from .store.folder import LockBusy
-from .store.state import LOCK_NAME, STATE_DIR, StateError, StateStore
+from .store.state import LOCK_NAME, STATE_DIR, OptionsDiffer, StateError, StateStore
 
 if TYPE_CHECKING:
     import networkx as nx
 
 
-__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "RootError", "find_root"]
+__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "OptionsDiffer", "RootError", "find_root"]
 
 DEFAULT_SOURCES_HEADING = "## Sources"
 """The heading whose links declare sources when the setting is asked for without one
@@ -60,6 +60,8 @@ READ_WAIT = 2.0
 """Seconds a refresh waits for another process's exclusive lock before it answers from
 a scan it does not save: a provgraph suspended while holding the lock (Ctrl-Z) must not
 hang every agent start."""
+READING_OPTIONS = ("sources_heading",)
+"""The options that change what is read, recorded in the lock by the run that writes it."""
 WRITE_WAIT = 10.0
 """Seconds a stamp waits for the lock before it reports it held, as one error line."""
 
@@ -105,7 +107,9 @@ class Memory:
         (the no-change path reads none and never calls it).
 
         ``sources_heading`` (``"## Sources"``) makes the links under that heading
-        of a memory file declare its sources; off by default.  ``also_known_as``
+        of a memory file declare its sources.  A reading option is recorded in the
+        lock, and a ``Memory`` given none reads the folder as the lock says; one
+        that differs from the lock's raises ``OptionsDiffer``.  ``also_known_as``
         are other absolute paths of this folder (where a sandboxed agent sees
         it): an entry starting with one of them, or with the root's own absolute
         path, means the file under the root.  ``trust_cache`` False reads and
@@ -113,8 +117,10 @@ class Memory:
         without moving a file's metadata (a write through ``mmap``)."""
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
+        self._asked = {} if sources_heading is None else {"sources_heading": sources_heading}
         self.sources_heading = sources_heading
-        self._settings = orjson.dumps([sources_heading, [as_text(path) for path in self.roots]]).decode()
+        """The heading the last refresh read with: the one asked for, else the lock's."""
+        self._settings = _settings(sources_heading, self.roots)
         if files is None:
             if not os.path.isdir(self._root):
                 raise RootError(self._root)
@@ -126,6 +132,9 @@ class Memory:
         self._warn = warn or log_warning
         self._progress = progress
         self._known: _Known | None = None
+        self._unsaved: _Unsaved | None = None
+        """The last scan of a folder where nothing of provgraph's is written yet: kept in
+        this process only, and saved as it is once something derived is found."""
 
     @property
     def root(self) -> Path:
@@ -188,9 +197,16 @@ class Memory:
         """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
         answers without it and saves nothing, a stamp reports it held."""
         wait = WRITE_WAIT if restamp else READ_WAIT
+        pending = None
+        if not restamp and self._store.absent():  # none of provgraph's files: none written until a file derives
+            with self._store.unlocked():
+                report = self._run(now, restamp, save=False)
+            if not report.edges:
+                return report
+            pending = self._unsaved
         try:
             with self._store.locked(wait):
-                return self._run(now, restamp, save=True)
+                return self._run(now, restamp, save=True, pending=pending)
         except LockBusy as busy:
             if restamp:
                 raise StateError(
@@ -202,14 +218,22 @@ class Memory:
         with self._store.unlocked():
             return self._run(now, restamp, save=False)
 
-    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool) -> Report:
+    def _run(self, now: datetime, restamp: frozenset[str], *, save: bool, pending: _Unsaved | None = None) -> Report:
         """Walk and stat; then the last result when nothing changed, the last result
         patched after a small change, or a full scan."""
         started_ns = wall_ns()
+        options = self._store.reading_options(self._asked, READING_OPTIONS)
+        self.sources_heading = options.get("sources_heading")
+        self._store.settings = self._settings = _settings(self.sources_heading, self.roots)
+        if pending is not None and self._store.cache() is None and self._store.lock_data() is None:
+            return self._saved(pending)  # the scan that found something derived, saved under the lock
         listing, found = self.files.walk()
         walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
         cache = self._store.cache()
-        if cache is not None and not restamp and self.files.trusts_stat:
+        unsaved = self._unsaved
+        if cache is None and unsaved is not None and not save and unsaved.cache.settings == self._settings:
+            cache = unsaved.cache  # its no-change path only: a change reads every file again
+        if cache is not None and not restamp and self.files.trusts_stat and self._store.options_recorded():
             known = self._known_of(cache)
             if incremental.unchanged(
                 cache,
@@ -225,7 +249,14 @@ class Memory:
                 patched = self._patched(known, listing, started_ns, now)
                 if patched is not None:
                     return patched
-        return self._rescan(cache, listing, walk_problems, started_ns, now, restamp, save=save)
+        previous = None if unsaved is not None and cache is unsaved.cache else cache
+        return self._rescan(previous, listing, walk_problems, started_ns, now, restamp, save=save)
+
+    def _saved(self, unsaved: _Unsaved) -> Report:
+        self._unsaved = None
+        saved = self._store.save(unsaved.derivations, unsaved.cache)
+        self._known = _Known(saved, incremental.newest(saved.memory), unsaved.report)
+        return unsaved.report
 
     def _known_of(self, cache: Cache) -> _Known:
         """What this ``Memory`` worked out of ``cache`` before, while the store gives the same one."""
@@ -243,8 +274,9 @@ class Memory:
         if changed is None or cache.refused or not self._store.lock_unchanged(cache.lock):
             return None
         changed |= incremental.others_changed(cache, self._look, racy_mark)
-        lock = incremental.LockLines.of(self._store.lock_data(), cache.lock is not None and cache.lock.canonical)
-        if lock is None:
+        data = self._store.lock_data()
+        lock = incremental.LockLines.of(data, cache.lock is not None and cache.lock.canonical)
+        if lock is None or (data is None and self._asked):  # a first lock records the options: the full scan writes it
             return None
         rows = Rows(cache.rows)
         rescan = Rescan(self.files, rows, racy_mark, listing, roots=self.roots, sources_heading=self.sources_heading)
@@ -288,21 +320,23 @@ class Memory:
             stale=propagate(edges, children),
             cycles=find_cycles(edges, children),
             problems=snapshot.problems,
+            hints=() if edges else lineage_hints(snapshot.lineage_like),
         )
-        if save:
-            scanned = incremental.scanned_cache(
-                os.fsdecode(self._store.root),
-                self._settings,
-                started_ns,
-                walk_problems,
-                snapshot.seen,
-                snapshot.refused,
-                report,
-            )
-            del snapshot  # what only the scan needed goes before the cache is encoded
-            saved = self._store.save(derivations, scanned)
-            self._known = _Known(saved, incremental.newest(saved.memory), report)
-        return _with_hints(report, listing)
+        scanned = incremental.scanned_cache(
+            os.fsdecode(self._store.root),
+            self._settings,
+            started_ns,
+            walk_problems,
+            snapshot.seen,
+            snapshot.refused,
+            report,
+        )
+        del snapshot  # what only the scan needed goes before the cache is encoded
+        report = _with_hints(report, listing)
+        saved = self._store.save(derivations, scanned) if save else scanned
+        self._unsaved = None if save else _Unsaved(scanned, derivations, report)
+        self._known = _Known(saved, incremental.newest(saved.memory), report)
+        return report
 
     def _scan(
         self,
@@ -333,6 +367,14 @@ class Memory:
         except OSError:
             return None
         return Watched(path, "missing") if meta is None else Watched(path, "file", meta)
+
+
+class _Unsaved(NamedTuple):
+    """A scan not saved: its cache, its stamps and its report."""
+
+    cache: Cache
+    derivations: dict[str, Derivation]
+    report: Report
 
 
 @dataclass(slots=True, eq=False)
@@ -373,6 +415,11 @@ def _exists(files: FileSource, path: str) -> bool:
         return files.stat(path) is not None
     except (NotRegular, OutsideRoot):
         return True
+
+
+def _settings(sources_heading: str | None, roots: tuple[str, ...]) -> str:
+    """The reading settings, part of the cache's key."""
+    return orjson.dumps([sources_heading, [as_text(path) for path in roots]]).decode()
 
 
 def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ from .lineage import children_of, find_cycles, propagate
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges
 from .stamps import Derivation, reconcile
 from .store.cache import Cache, FileRow, Last, Watched, encode_row, memory_of
-from .store.lock import HEADER, Record, decode_stamps, encode_lock
+from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = [
     "Declared",
@@ -388,6 +388,8 @@ class LockLines:
 
     def __init__(self, data: bytes, canonical: bool) -> None:
         self.data = data
+        self.start = records_start(data)
+        """Where the record lines start, after the header and its options line."""
         self.canonical = canonical
         """Whether the lines are known to be exactly what ``encode_lock`` makes of their
         stamps; else they are checked before any line is replaced."""
@@ -404,7 +406,7 @@ class LockLines:
     def _first_at_or_after(self, prefix: bytes) -> int:
         """Where the first line not sorted before ``prefix`` starts (the end when none)."""
         data = self.data
-        low, high = len(_HEADER), len(data)
+        low, high = self.start, len(data)
         while low < high:
             middle = (low + high) // 2
             start = max(low, data.rfind(b"\n", low, middle) + 1)
@@ -429,7 +431,7 @@ class LockLines:
 
     def derivations(self, paths: Collection[str]) -> dict[str, Derivation] | None:
         """The stamps of ``paths`` (those the lock holds), read as ``decode_stamps`` reads a lock."""
-        chunks = [_HEADER]
+        chunks = [self.data[: self.start]]
         for path in sorted(paths):
             start, end = self._block(path)
             chunks.append(self.data[start:end])
@@ -458,7 +460,7 @@ class LockLines:
     def _is_canonical(self) -> bool:
         """Sorted, each line as orjson writes its values, and each file's ``derived_at``
         the same on all its lines (as ``encode_lock`` writes them)."""
-        lines = self.data[len(_HEADER) :].split(b"\n")[:-1]
+        lines = self.data[self.start :].split(b"\n")[:-1]
         if lines != sorted(lines):
             return False
         joined = b"[" + b",".join(lines) + b"]"

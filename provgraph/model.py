@@ -134,6 +134,9 @@ class Snapshot(NamedTuple, Generic[CacheRow]):
     withheld: Mapping[str, tuple[str, ...]] = {}
     """Derived file -> the sources it declares that this scan refused: their stamps are kept."""
     unsettled: Mapping[str, tuple[str, ...]] = {}
+    lineage_like: Mapping[str, int] = {}
+    """Lineage written in forms provgraph does not read (``sources:``, ``## Sources``) ->
+    how many files write it; looked for only while no stamp is recorded."""
     """A remembered derived file whose declaration cannot be read now -> the sources it last declared."""
 
 
@@ -291,6 +294,9 @@ class Report:
     stale: tuple[StaleEntry, ...]
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
+    hints: tuple[str, ...] = ()
+    """When nothing is declared: which form or option would read the lineage the folder
+    writes in other words."""
 
     @property
     def derived(self) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ file a path means (relative, absolute, or through a symlinked folder such as mac
 
 A printed command works pasted from any folder: it names the root in full, shell-quotes
 every word, and repeats ``--state`` and ``--sources-heading``, which decide what a scan
-reads (without the heading, its sources would read as removed).
+reads (the lock records the heading too: repeating it is harmless).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ newline, an escape sequence or ``</system-reminder>`` cannot break out.
 
 from __future__ import annotations
 
+import shlex
 import unicodedata
 from collections.abc import Mapping
 from datetime import datetime
@@ -281,7 +282,23 @@ def status_document(report: Report) -> dict[str, Any]:
         ],
         "cycles": [list(cycle) for cycle in report.cycles],
         "problems": [_problem_document(problem) for problem in report.problems],
+        "hints": list(report.hints),
     }
+
+
+def lineage_hints(forms: Mapping[str, int]) -> tuple[str, ...]:
+    """One hint per form of lineage provgraph does not read, saying what would read it."""
+    hints = []
+    for form, count in sorted(forms.items()):
+        files, one = _plural(count, "file"), count == 1
+        if form.startswith("#"):
+            option = "--sources-heading" if form == "## Sources" else f"--sources-heading={shlex.quote(form)}"
+            hints.append(f'{files} list{"s" * one} sources under "{form}": run with {option} to read them')
+            continue
+        kind, read = ("field", "derived_from::") if form.endswith("::") else ("key", "derived_from:")
+        verb = "has" if one else "have"
+        hints.append(f"{files} {verb} a {form} {kind}; provgraph reads {read} (rename the {kind} to read them)")
+    return tuple(hints)
 
 
 def json_chain(document: dict[str, Any], path: str, cause: dict[str, Any]) -> list[str]:
@@ -334,6 +351,8 @@ def status_text(report: Report) -> str:
     if report.problems:
         lines += ["", "Problems (declarations that could not be honoured):"]
         lines += [f"  {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}" for p in report.problems]
+    if report.hints:
+        lines += ["", *(f"hint: {hint}" for hint in report.hints)]
     return "\n".join(lines) + "\n"
 
 

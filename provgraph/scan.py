@@ -12,6 +12,7 @@ out to be some derived file's source.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
@@ -69,6 +70,7 @@ def scan(
     lookup = Lookup(listing, roots)
     reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
     reader.names = {path: path for path in listing}
+    reader.lineage_like = None if remembered else {}
     declarations: dict[str, tuple[str, ...]] = {}
     derived_at: dict[str, str | None] = {}
     ordered = sorted(listing)
@@ -106,6 +108,7 @@ def scan(
         contents=reader.contents(listing) if missing else {},
         withheld=withheld,
         unsettled=unsettled,
+        lineage_like=reader.lineage_like or {},
     )
 
 
@@ -259,6 +262,8 @@ class _Reader:
         bytes until then would hold the whole folder in memory (a first scan of 10,000 files
         touched 20 MB more for them), while reading the sources again would read them twice.
         Hashing a small file costs about what keeping it costs, and the floor does it too."""
+        self.lineage_like: dict[str, int] | None = None
+        """Counted while no stamp is recorded and nothing is declared: see ``Snapshot.lineage_like``."""
         self.names: dict[str, str] = {}
         """Each listed path, as the listing holds it: a source resolved anew is kept as that
         very string, not as a copy per declaration naming it (a large folder's sources are
@@ -282,7 +287,9 @@ class _Reader:
         if old is not None and old.declaration is not None and self._trusted(old, meta):
             self.seen[path] = old
             return old.declaration
-        digest, declaration, unreadable, incomplete = read_one(self.files, path, self.sources_heading, remembered)
+        digest, declaration, unreadable, incomplete = read_one(
+            self.files, path, self.sources_heading, remembered, self.lineage_like
+        )
         if unreadable is not None:
             self._unreadable.add(path)
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, unreadable))
@@ -291,6 +298,8 @@ class _Reader:
             return NOTHING
         if digest is not None:
             self._digests[path] = digest
+        if declaration.entries:
+            self.lineage_like = None  # something is declared: no hint will be given
         if remembered and not declaration.entries and (declaration.problems or incomplete):
             self.unsettled.add(path)
             if not declaration.problems:
@@ -375,6 +384,7 @@ _new_row = tuple.__new__
 _INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
 
 
+Counts = dict[str, int]
 Reading = tuple[bytes | None, Declaration, str | None, bool | None]
 """What reading one file for its declaration gave (``read_one``): the sha256 of a file read
 whole (None for one longer than the frontmatter's limit), its declaration, why it could not
@@ -382,21 +392,48 @@ be read (None when it could), and whether a frontmatter that declares nothing lo
 (None when that was not worked out)."""
 
 
-def read_one(files: FileSource, path: str, sources_heading: str | None, remembered: bool) -> Reading:
+def read_one(files: FileSource, path: str, heading: str | None, remembered: bool, forms: Counts | None) -> Reading:
     """Read ``path`` for its declaration and its hash, changing nothing: the one way a file
     is read for a scan.  Whether a frontmatter that declares nothing looks cut short is worked out only for a
     ``remembered`` derived file, the one reading that needs it (it costs a search of the
-    frontmatter's end in every memory file that declares nothing, most of them)."""
+    frontmatter's end in every memory file that declares nothing, most of them).  ``forms``
+    counts the lineage written in other words of a file that declares nothing."""
     try:
         head = files.read(path, FRONTMATTER_LIMIT + 1)
     except (OSError, NotRegular, OutsideRoot) as error:
         return None, NOTHING, describe(error), None
     truncated = len(head) > FRONTMATTER_LIMIT
     digest = None if truncated else hashlib.sha256(head).digest()
-    declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, sources_heading)
+    declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, heading)
+    if forms is not None and not declaration.entries and (b"ource" in head or b"erive" in head):
+        _count_lineage_like(head, forms, heading)
     if remembered and not declaration.entries and not declaration.problems:
         return digest, declaration, None, frontmatter_incomplete(head)
     return digest, declaration, None, None
+
+
+_LINEAGE_LIKE = re.compile(
+    rb"[ \t]*(?:(sources|source_files|derives_from|derived-from)[ \t]*:(?!:)"
+    rb"|.*?\b(sources|derives_from|derived-from)::|(#{1,6}[ \t]+Sources)[ \t]*\r?$)"
+)
+"""A line of lineage in forms provgraph does not read: a frontmatter key, a Dataview field, a Sources heading."""
+
+
+def _count_lineage_like(head: bytes, forms: Counts, heading: str | None) -> None:
+    """Count each form of lineage in other words that ``head`` writes, looking only at the
+    lines that hold ``ource`` or ``erive`` (a byte search, where a pattern would try every byte)."""
+    found = set()
+    for word in (b"ource", b"erive"):
+        at = head.find(word)
+        while at >= 0:
+            end = head.find(b"\n", at) % (len(head) + 1)
+            line = _LINEAGE_LIKE.match(head, head.rfind(b"\n", 0, at) + 1, end)
+            if line is not None:
+                key, field, title = line.groups()
+                found.add(f"{key.decode()}:" if key else f"{field.decode()}::" if field else title.decode())
+            at = head.find(word, end)
+    for form in found - {heading}:
+        forms[form] = forms.get(form, 0) + 1
 
 
 def describe(error: Exception) -> str:

@@ -237,8 +237,8 @@ class FolderWatch:
         try:
             descriptor = self._inotify.add_watch(folder, _FOLDER_MASK)
         except FileNotFoundError:
-            if in_tree and folder != self.targets.root:
-                return  # gone meanwhile: its parent's event says so
+            if in_tree and folder != self.targets.root or os.path.dirname(folder) == self.targets.root:
+                return  # gone meanwhile, or a state folder not made yet: its parent's event says so
             raise _Refused(Doubt.MISSING) from None
         except OSError as error:
             if error.errno in (errno.ENOTDIR, errno.ENOENT, errno.EACCES):

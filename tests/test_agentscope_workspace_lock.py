@@ -19,7 +19,8 @@ import pytest
 from extras import needs
 from test_agentscope import ADOPTED, CHECKED, EDITED, FILES, MARKER, MOVED, OLD, write
 
-from provgraph.store.lock import LOCK_NAME, decode_lock
+from provgraph.model import Stamp
+from provgraph.store.lock import LOCK_NAME, Record, decode_lock, decode_options, encode_lock
 
 pytestmark = needs("agentscope")
 
@@ -27,10 +28,11 @@ pytestmark = needs("agentscope")
 @pytest.fixture(autouse=True, scope="module")
 def agentscope_loaded() -> None:
     """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
-    global ProvenanceMiddleware, WORKDIR, Workspace
+    global ProvenanceMiddleware, WORKDIR, Workspace, merged_locks
     from scripted_agent import WORKDIR, Workspace
 
     from provgraph.integrations.agentscope import ProvenanceMiddleware
+    from provgraph.integrations.agentscope_lock import _merged as merged_locks
 
 
 WORKDIR = "/workspace"
@@ -201,3 +203,11 @@ def test_a_lock_that_cannot_be_read_leaves_the_prompt_and_loses_nothing(
     assert "provgraph.lock" in caplog.text and "not a regular file" in caplog.text
     assert (tmp_path / "host" / LOCK_NAME).read_bytes() == mirror
     assert MARKER in check(provenance, monkeypatch).splitlines()
+
+
+def test_a_merged_write_back_keeps_the_reading_options_the_lock_records() -> None:
+    stamp = Stamp("a" * 64, 1_700_000_000.0, None)
+    ours = encode_lock([Record("digest.md", "daily.md", stamp, None)], {"sources_heading": "## Sources"})
+    theirs = encode_lock([Record("notes.md", "daily.md", stamp, None)])
+    merged = merged_locks(theirs, ours)
+    assert decode_options(merged) == {"sources_heading": "## Sources"} and len(decode_lock(merged).records) == 2

@@ -66,7 +66,7 @@ def test_status_json_follows_the_schema(lineage, run) -> None:
     code, out, err = run("status", "--json", cwd=lineage.root, now="2024-03-05T09:30:00+00:00")
     assert (code, err) == (0, "")
     document = json.loads(out)
-    assert list(document) == ["version", "root", "scanned_at", "counts", "stale", "cycles", "problems"]
+    assert list(document) == ["version", "root", "scanned_at", "counts", "stale", "cycles", "problems", "hints"]
     assert document["version"] == 2
     assert document["root"] == str(lineage.root)
     assert document["scanned_at"] == "2024-03-05T09:30:00+00:00"

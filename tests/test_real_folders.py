@@ -270,7 +270,6 @@ def test_no_status_line_is_longer_than_400_characters(name: str, tmp_path: Path,
     assert not long, f"{len(long)} lines, the longest {max(map(len, long))} characters: {long[0][:200]}"
 
 
-@issue_25("status names the option that would read lineage written in other words")
 def test_status_names_the_option_that_reads_a_vault_whose_lineage_is_a_sources_heading(
     tmp_path: Path, run: Runner
 ) -> None:
@@ -281,7 +280,6 @@ def test_status_names_the_option_that_reads_a_vault_whose_lineage_is_a_sources_h
     assert truth.read_by and truth.read_by in out + err, out
 
 
-@issue_25("a run without the option that wrote the lock never loses a stamp")
 def test_a_run_without_the_option_that_wrote_the_lock_never_loses_a_stamp(tmp_path: Path, run: Runner) -> None:
     truth = Truth.of(REME)
     root, _ = refreshed(truth, tmp_path)

@@ -27,7 +27,7 @@ import orjson
 
 from ..clock import wall_ns
 from ..store.folder import Folders, hold, open_folder, read_file, write_file
-from ..store.lock import LOCK_NAME, LockError, decode_lock, encode_lock, merge_reads
+from ..store.lock import LOCK_NAME, LockError, decode_lock, decode_options, encode_lock, merge_reads
 from . import agentscope_backend as backend_files
 from .agentscope_backend import IDENTITY_FIELDS, BackendError, BackendFiles
 
@@ -236,4 +236,4 @@ def _merged(theirs: bytes | None, ours: bytes) -> bytes:
     except LockError:
         return ours
     merged = merge_reads(decode_lock(ours), [read])
-    return encode_lock(merged.records.values())
+    return encode_lock(merged.records.values(), decode_options(ours))

@@ -93,9 +93,10 @@ def open_folder(parent: str | os.PathLike[str], name: str, *, create: bool) -> i
         os.close(parent_descriptor)
 
 
-def read_file(folder: int, name: str, where: str | os.PathLike[str]) -> bytes | None:
-    """The bytes of the regular file ``name``; None when there is none.  A symlink or
-    anything but a regular file there is an error, found without reading it.
+def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
+    """The bytes of the regular file ``name`` (its first ``limit`` bytes at most); None
+    when there is none.  A symlink or anything but a regular file there is an error,
+    found without reading it.
 
     Read in one call of the size the open file has, as it nearly always gives it all (a
     large read allocates its buffer once, and nothing is joined); a read that gives less,
@@ -114,8 +115,8 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str]) -> bytes | 
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
-        first = os.read(descriptor, info.st_size + 1)
-        if len(first) == info.st_size or not first:
+        first = os.read(descriptor, info.st_size + 1 if limit is None else min(limit, info.st_size + 1))
+        if limit is not None or len(first) == info.st_size or not first:
             return first
         chunks = [first]
         while chunk := os.read(descriptor, 1 << 20):

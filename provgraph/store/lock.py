@@ -15,6 +15,7 @@ must report the same one).  Pure: bytes in, records out.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -34,10 +35,12 @@ __all__ = [
     "NewerLock",
     "Record",
     "decode_lock",
+    "decode_options",
     "decode_stamps",
     "encode_lock",
     "encode_rows",
     "is_sync_copy",
+    "records_start",
     "merge_reads",
 ]
 
@@ -47,6 +50,9 @@ HEADER = (
     " per line; commit it\n"
 )
 _HEADER_PREFIX = "# provgraph lock "
+OPTIONS_PREFIX = "# options: "
+"""The line after the header that records the reading options the lock was written with
+(a JSON object; no such line: none recorded)."""
 _BOM = b"\xef\xbb\xbf"
 _CONFLICT_MARKER = re.compile(r"^(<{7}|={7}|>{7}|\|{7})( |$)")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -117,17 +123,17 @@ class LockRead(NamedTuple):
         return {derived: (latest[derived].derived_at, table) for derived, table in stamps.items()}
 
 
-def encode_lock(records: Iterable[Record]) -> bytes:
-    """The lock's bytes: the header, then one sorted line per edge.  Equal records give
-    equal bytes, so an unchanged lock is never rewritten."""
-    return encode_rows((r.derived, r.source, *r.stamp, r.derived_at) for r in records)
+def encode_lock(records: Iterable[Record], options: Mapping[str, str] | None = None) -> bytes:
+    """The lock's bytes: the header, the ``options`` line, then one sorted line per edge.
+    Equal records give equal bytes, so an unchanged lock is never rewritten."""
+    return encode_rows(((r.derived, r.source, *r.stamp, r.derived_at) for r in records), options)
 
 
 LockRow = tuple[str, str, str | None, float, float | None, str | None]
 """One line's values, in the order the header names them."""
 
 
-def encode_rows(rows: Iterable[LockRow]) -> bytes:
+def encode_rows(rows: Iterable[LockRow], options: Mapping[str, str] | None = None) -> bytes:
     """``encode_lock`` of the records these rows hold: a full save has its stamps at hand,
     and builds no record for each.  Rows are encoded a batch at a time, and each batch is
     kept as the one buffer of its lines: a large lock is never held as an object per line.
@@ -144,9 +150,40 @@ def encode_rows(rows: Iterable[LockRow]) -> bytes:
         batches.append(encoded)
     if not in_order:
         batches = sorted(b"\n".join(batches).split(b"\n"))
-    return b"\n".join([_HEADER_LINE, *batches, b""])
+    recorded = [_OPTIONS + orjson.dumps(options, option=orjson.OPT_SORT_KEYS)] if options else []
+    return b"\n".join([_HEADER_LINE, *recorded, *batches, b""])
 
 
+def records_start(data: bytes) -> int:
+    """Where a lock's first record line starts: after the header and its options line."""
+    start = data.find(b"\n") + 1
+    if start and data.startswith(_OPTIONS, start):
+        end = data.find(b"\n", start)
+        return len(data) if end < 0 else end + 1
+    return start or len(data)
+
+
+def decode_options(data: bytes) -> dict[str, str]:
+    """The reading options a lock records (none for a lock without an options line);
+    ``LockError`` when its options line is not a JSON object of text values, ``NewerLock``
+    when a newer provgraph wrote it."""
+    start, end = data.find(b"\n") + 1, records_start(data)
+    header = data[: start - 1 if start else None].removeprefix(_BOM)
+    if header.startswith(_HEADER_PREFIX.encode()):
+        with contextlib.suppress(LockError, UnicodeDecodeError):  # damage: the reading of the stamps sets it aside
+            _check_version(header.decode())
+    if not start or not data.startswith(_OPTIONS, start):
+        return {}
+    try:
+        options = orjson.loads(data[start + len(_OPTIONS) : end])
+    except orjson.JSONDecodeError:
+        options = None
+    if not isinstance(options, dict) or not all(type(value) is str for value in options.values()):
+        raise LockError(f"its {OPTIONS_PREFIX.strip()} line is not a JSON object of text values")
+    return options
+
+
+_OPTIONS = OPTIONS_PREFIX.encode()
 _HEADER_LINE = HEADER.encode().removesuffix(b"\n")
 
 
@@ -189,6 +226,8 @@ def _decode_lines(text: str) -> LockRead:
             headers += 1
         elif _CONFLICT_MARKER.match(line):
             merged += 1
+        elif line.startswith(OPTIONS_PREFIX):
+            continue
         elif line.strip():
             record = _record(line)
             if record is None:
@@ -219,7 +258,7 @@ def _clean_records(data: bytes) -> Iterator[Record]:
         _check_version(data[:end].decode("utf-8"))
     except UnicodeDecodeError as error:
         raise _NotClean from error
-    for rows in _row_batches(data, end + 1):
+    for rows in _row_batches(data, records_start(data)):
         if rows is None:
             raise _NotClean
         for row in rows:

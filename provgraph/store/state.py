@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,19 @@ from ..paths import normalized
 from ..stamps import Derivation
 from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
 from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
-from .lock import LOCK_NAME, LockError, LockRead, decode_lock, decode_stamps, encode_rows, is_sync_copy, merge_reads
+from .lock import (
+    LOCK_NAME,
+    LockError,
+    LockRead,
+    decode_lock,
+    decode_options,
+    decode_stamps,
+    encode_rows,
+    is_sync_copy,
+    merge_reads,
+)
 
-__all__ = ["LOCK_NAME", "STATE_DIR", "StateError", "StateStore", "lock_bytes"]
+__all__ = ["LOCK_NAME", "STATE_DIR", "OptionsDiffer", "StateError", "StateStore", "lock_bytes"]
 
 STATE_DIR = ".provgraph"
 FLOCK_NAME = "flock"  # the file whose flock is the root's exclusive lock (it holds no data)
@@ -43,6 +53,19 @@ class StateError(ProvgraphError):
         self.path = Path(path)
 
 
+class OptionsDiffer(ProvgraphError):
+    """A run asked for reading options other than those the lock was written with: read
+    so, the folder would lose the stamps of what the lock's options read."""
+
+    def __init__(self, lock: str, recorded: Mapping[str, str], asked: Mapping[str, str]) -> None:
+        self.recorded, self.asked = dict(recorded), dict(asked)
+        name, value = next((name, value) for name, value in recorded.items() if asked.get(name, value) != value)
+        super().__init__(
+            f"{lock} was written with --{name.replace('_', '-')}={value!r}, not {asked[name]!r}: run without the "
+            "option (the lock's applies), or change the lock's options line to read the folder otherwise"
+        )
+
+
 class _Transaction(threading.local):
     """What this thread's transaction opened and read: a ``Memory`` may be used from several threads."""
 
@@ -51,6 +74,8 @@ class _Transaction(threading.local):
     lock_bytes: bytes | None = None  # the lock as read: it is rewritten only when it changes
     as_locked: dict[str, Derivation] | None = None  # the stamps as loaded, when the lock is their encoding
     migrating = False  # a first-layout state.json was read: set it aside once the lock is written
+    recorded: dict[str, str] | None = None  # the reading options the lock records (None: no lock)
+    options: dict[str, str]  # the reading options this transaction reads with, written into the lock
 
 
 class StateStore:
@@ -113,6 +138,7 @@ class StateStore:
     def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
         tx = self._tx
         tx.folders, tx.exclusive, tx.lock_bytes, tx.as_locked, tx.migrating = folders, exclusive, None, None, False
+        tx.recorded, tx.options = None, {}
 
     def _open(self, *, create: bool) -> Folders | None:
         """The state folder and the lock's folder, each checked to be a real folder."""
@@ -170,6 +196,10 @@ class StateStore:
                 "pass another --state folder",
             )
 
+    def absent(self) -> bool:
+        """Whether nothing of provgraph's is in the folder (no state folder, no lock)."""
+        return self.folder is None and not os.path.lexists(self.state_path) and not os.path.lexists(self.lock_path)
+
     def cache(self) -> Cache | None:
         """The cache for this root and settings (read again only when its file changed), or None."""
         folders = self._tx.folders
@@ -181,7 +211,7 @@ class StateStore:
             return None
         identity = _identity(info)
         kept = self._kept
-        if kept is not None and kept[0] == identity:
+        if kept is not None and kept[0] == identity and kept[1].settings == self.settings:
             return kept[1]
         data = self._read(folders.state, CACHE_NAME, self.state_path)
         if data is None:
@@ -213,6 +243,30 @@ class StateStore:
         if max(meta.mtime_ns, meta.ctime_ns) < looked_ns - RACY_WINDOW_NS:
             self._proven = (meta, record.sha256)  # hashed once it was old enough: its stat proves it from now on
         return True
+
+    def reading_options(self, asked: Mapping[str, str], known: Collection[str]) -> dict[str, str]:
+        """The lock's reading options with the ``asked`` ones it records none of; ``OptionsDiffer``
+        when one asked differs from the lock's."""
+        tx = self._tx
+        folders = tx.folders
+        data = None if folders is None else self._read(folders.lock, LOCK_NAME, folders.lock_path, 1 << 16)  # its head
+        try:
+            recorded = None if data is None else decode_options(data)
+        except LockError as error:
+            raise StateError(self.lock_path, f"cannot read {self.lock_path}: {error}; mend or remove it") from None
+        unknown = sorted((recorded or {}).keys() - set(known))
+        if unknown:
+            raise StateError(
+                self.lock_path, f"{self.lock_path} records the option {unknown[0]!r}, unknown here: upgrade provgraph"
+            )
+        if any((recorded or {}).get(name, value) != value for name, value in asked.items()):
+            raise OptionsDiffer(self.lock_path, recorded or {}, asked)
+        tx.recorded, tx.options = recorded, {**(recorded or {}), **asked}
+        return tx.options
+
+    def options_recorded(self) -> bool:
+        """Whether the lock records the options this transaction reads with (or there is no lock)."""
+        return self._tx.recorded is None or self._tx.recorded == self._tx.options
 
     def stamps(self) -> dict[str, Derivation]:
         """The stamps in the lock (or a first-layout ``state.json``) and its sync copies; damage set aside."""
@@ -290,8 +344,8 @@ class StateStore:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
         canonical = cache.lock is not None and cache.lock.canonical
         if derivations is not None:
-            canonical = tx.as_locked is None or derivations != tx.as_locked
-            lock = lock_bytes(derivations, tx.lock_bytes is not None) if canonical else None
+            canonical = tx.as_locked is None or derivations != tx.as_locked or not self.options_recorded()
+            lock = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
         if lock is not None:
             if lock != tx.lock_bytes:
                 self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
@@ -325,9 +379,9 @@ class StateStore:
         canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
         return LockRecord(meta, sha256, wall_ns(), canonical)
 
-    def _read(self, folder: int, name: str, where: str | os.PathLike[str]) -> bytes | None:
+    def _read(self, folder: int, name: str, where: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
         try:
-            return read_file(folder, name, where)
+            return read_file(folder, name, where, limit)
         except OSError as error:
             path = os.path.join(where, name)
             raise StateError(path, _cannot("read", path, error)) from error
@@ -379,15 +433,18 @@ def _decode_legacy(data: Any) -> dict[str, Derivation]:
     return derivations
 
 
-def lock_bytes(derivations: Mapping[str, Derivation], exists: bool) -> bytes | None:
-    """The lock for these stamps; None when there is none and nothing to put in it."""
+def lock_bytes(
+    derivations: Mapping[str, Derivation], exists: bool, options: Mapping[str, str] | None = None
+) -> bytes | None:
+    """The lock for these stamps, recording ``options``; None when there is none and nothing to put in it."""
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
-    return encode_rows(
+    rows = (
         (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
         for derived, derivation in derivations.items()
         for source, stamp in derivation.stamps.items()
     )
+    return encode_rows(rows, options)
 
 
 def _derivations(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:

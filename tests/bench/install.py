@@ -17,6 +17,7 @@ import base64
 import hashlib
 import importlib.util
 import os
+import re
 import site
 import subprocess
 import sys
@@ -75,7 +76,7 @@ def build_wheel(source: Path, folder: Path) -> Path:
     from which pip writes the ``provgraph`` command, as for the wheel setuptools builds."""
     configuration = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))
     project = configuration["project"]
-    name, version = project["name"], project["version"]
+    name, version = project["name"], _version(source / PACKAGE / "__init__.py")
     info = f"{name}-{version}.dist-info"
     members = {
         path.relative_to(source).as_posix(): path.read_bytes()
@@ -95,6 +96,14 @@ def build_wheel(source: Path, folder: Path) -> Path:
         for member, data in members.items():
             archive.writestr(member, data)
     return wheel
+
+
+def _version(init: Path) -> str:
+    """The package's ``__version__``, which the build reads too (``[tool.setuptools.dynamic]``)."""
+    found = re.search(r'^__version__ = "([^"]+)"$', init.read_text(encoding="utf-8"), re.M)
+    if found is None:
+        raise RuntimeError(f"no __version__ in {init}")
+    return found.group(1)
 
 
 def _record(members: dict[str, bytes], record: str) -> bytes:

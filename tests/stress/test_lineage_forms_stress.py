@@ -28,6 +28,9 @@ def test_switching_the_sources_heading_reads_the_files_again(memory) -> None:
     assert Memory(memory.root, state=state, files=files).refresh(now=NOW).derived == ()
     with_heading = Memory(memory.root, state=state, files=files, sources_heading="## Sources")
     assert with_heading.refresh(now=NOW).derived == ("digest.md",)
+    assert Memory(memory.root, state=state, files=files).refresh(now=NOW).derived == ("digest.md",)  # the lock's
+    lock = state / "provgraph.lock"
+    lock.write_text("".join(line for line in lock.read_text().splitlines(True) if not line.startswith("# options:")))
     assert Memory(memory.root, state=state, files=files).refresh(now=NOW).derived == ()
 
 
