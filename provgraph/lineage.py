@@ -19,7 +19,7 @@ from itertools import islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple, overload
 
-from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, children_known, column
+from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, column
 
 if TYPE_CHECKING:  # networkx is heavy: imported where a graph is built
     import networkx as nx
@@ -65,8 +65,7 @@ def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = 
     if not groups:
         return ()
     if children is None:
-        known = children_known(edges)
-        children = _Children(edges) if known is None else known
+        children = _Children(edges)
     trees: dict[tuple[str, ...], _Tree] = {}
     reached: dict[str, list[_Tree]] = defaultdict(list)
     for (origin, kind), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
