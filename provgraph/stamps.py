@@ -78,8 +78,7 @@ def reconcile_as_table(
     return updated, _table(edges)
 
 
-_Row = tuple[str, str, EdgeStatus, float | None, float | None, str | None]
-"""An edge's fields in ``EDGE_COLUMNS`` order."""
+_Row = tuple[str, str, EdgeStatus, float | None, float | None, str | None]  # in ``EDGE_COLUMNS`` order
 _BY_DERIVED = itemgetter(1, 0)
 
 
@@ -89,8 +88,7 @@ def _table(rows: list[_Row]) -> EdgeTable:
     return EdgeTable(*map(list, zip(*rows, strict=True)))
 
 
-_ABSENT = SourceState(None)
-"""How a source refused for now compares: like a missing one, its stamp kept."""
+_ABSENT = SourceState(None)  # a source refused for now compares as missing, its stamp kept
 
 
 class _Declared(NamedTuple):
@@ -116,7 +114,6 @@ def _declared(path: str, old: Derivation | None, snapshot: Snapshot[object]) -> 
 
 
 def _same(compared: Mapping[str, Stamp], stamps: Mapping[str, Stamp]) -> bool:
-    """Whether comparing left every stamp as it was (the same objects)."""
     return all(stamp is stamps[source] for source, stamp in compared.items())
 
 
