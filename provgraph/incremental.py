@@ -39,8 +39,7 @@ _HEADER = HEADER.encode()
 
 
 def newest(listing: Mapping[str, tuple[int, int, int, int]]) -> int:
-    """The latest mtime or ctime of the files (size, mtime_ns, ctime_ns, inode), in
-    nanoseconds (0 for none): loops that run in C."""
+    """The latest mtime or ctime of the files (size, mtime_ns, ctime_ns, inode), in ns (0 for none)."""
     return max(map(max, map(_TIMES, listing.values())), default=0)
 
 
@@ -56,9 +55,8 @@ def unchanged(
     lock_unchanged: Callable[[], bool],
     look: Look,
 ) -> bool:
-    """Whether nothing the last result depends on can have changed.  ``racy_mark`` is
-    the cache's scan start less the racy window; ``newest_listed``, ``newest(listing)``.
-    The cheap comparisons come first, the lock and the sources outside the listing last."""
+    """Whether nothing the last result depends on can have changed.  ``racy_mark`` is the
+    cache's scan start less the racy window; ``newest_listed``, ``newest(listing)``."""
     if cache.last is None or newest_listed >= racy_mark or walk_problems != cache.walk_problems:
         return False
     if listing != cache.memory or not lock_unchanged():
@@ -301,8 +299,7 @@ def _known_source(row: list[Any] | None) -> SourceState | None:
 
 
 def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str]) -> dict[str, tuple[str, ...]] | None:
-    """Memory files by content hash, as a full scan finds them when a source is missing
-    (``Snapshot.contents``): from the rows, each file hashed once and then kept."""
+    """Memory files by content hash (``Snapshot.contents``), from the rows where they hold it."""
     holders: dict[str, list[str]] = {}
     for path in sorted(rescan.listing):
         sha = None if path in changed else rows[path][4]
@@ -318,8 +315,7 @@ def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str
 
 
 def _joined(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
-    """The last result's edges with those of the compared files replaced, in the result's
-    order (by derived file, then source)."""
+    """The last result's edges with those of the compared files replaced, in the result's order."""
     kept = [edge for edge in before if edge.derived not in compared]
     return tuple(sorted([*kept, *new_edges], key=_order))
 
@@ -415,8 +411,7 @@ class LockLines:
         return b"".join(chunks)
 
     def _is_canonical(self) -> bool:
-        """Sorted, each line as orjson writes its values, and each file's ``derived_at``
-        the same on all its lines (as ``encode_lock`` writes them)."""
+        """Sorted, as orjson writes them, one ``derived_at`` per file: as ``encode_lock`` writes."""
         lines = self.data[len(_HEADER) :].split(b"\n")[:-1]
         if lines != sorted(lines):
             return False
