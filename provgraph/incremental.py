@@ -1,21 +1,12 @@
 """When the last result still holds, and how to patch it after a small change.
 
-Whether a derived file is stale depends only on the content of the memory files and of
-the sources they declare, and on the stamps in the lock.  The cache records what the last
-scan saw of each, so a refresh decides with the walk's stat alone:
-
-**Nothing changed** (``unchanged``) when the walk meets the same problems, every memory
-file listed has exactly the stat its row holds (none added, removed, renamed or written),
-none was written within ``RACY_WINDOW_NS`` of that scan's start (where equal stat proves
-nothing: git's racy-clean rule), the lock is the one the result was computed with, and
-every declared source outside the listing looks as it did.  The last result is then the
-answer a full scan would give.
-
-**A small change** (``Patch``) when the same memory files are listed and nothing refused
-is involved: only the files whose stat moved (or that are racy) are read again, only the
-derived files they reach are compared with their stamps again, every other edge is the
-last result's, and the lock keeps every other line byte for byte.  Anything else returns
-None, and the full scan answers.
+Staleness depends only on the content of the memory files and their sources, and on the
+lock's stamps; the cache holds what the last scan saw of each.  **Nothing changed**
+(``unchanged``) when the walk meets the same problems, every memory file has the stat its
+row holds and none is racy (git's racy-clean rule), the lock is the same, and every source
+outside the listing looks as it did.  **A small change** (``Patch``) when the same memory
+files are listed and nothing refused is involved: only the changed files are read again and
+only the derived files they reach compared again.  Anything else: the full scan answers.
 
 Pure: how a file is looked at or read again is passed in.
 """
@@ -24,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Set
 from datetime import datetime
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol
 
 import orjson
@@ -35,20 +26,8 @@ from .stamps import Derivation, reconcile
 from .store.cache import Cache, FileRow, Last, Watched, encode_row, memory_of
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
-__all__ = [
-    "Declared",
-    "Index",
-    "LockLines",
-    "Patch",
-    "Rereading",
-    "changed_files",
-    "newest",
-    "patch",
-    "patched_cache",
-    "scanned_cache",
-    "unchanged",
-    "watched_sources",
-]
+__all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
+__all__ += ["scanned_cache", "unchanged", "watched_sources"]
 
 Declared = tuple[tuple[str, ...], str | None]
 """What a derived file declares: its resolved sources (empty: it declares none) and ``derived_at``."""
@@ -60,8 +39,7 @@ _HEADER = HEADER.encode()
 
 
 def newest(listing: Mapping[str, tuple[int, int, int, int]]) -> int:
-    """The latest mtime or ctime of the files (size, mtime_ns, ctime_ns, inode), in
-    nanoseconds (0 for none): loops that run in C."""
+    """The latest mtime or ctime of the files (size, mtime_ns, ctime_ns, inode), in ns (0 for none)."""
     return max(map(max, map(_TIMES, listing.values())), default=0)
 
 
@@ -77,9 +55,8 @@ def unchanged(
     lock_unchanged: Callable[[], bool],
     look: Look,
 ) -> bool:
-    """Whether nothing the last result depends on can have changed.  ``racy_mark`` is
-    the cache's scan start less the racy window; ``newest_listed``, ``newest(listing)``.
-    The cheap comparisons come first, the lock and the sources outside the listing last."""
+    """Whether nothing the last result depends on can have changed.  ``racy_mark`` is the
+    cache's scan start less the racy window; ``newest_listed``, ``newest(listing)``."""
     if cache.last is None or newest_listed >= racy_mark or walk_problems != cache.walk_problems:
         return False
     if listing != cache.memory or not lock_unchanged():
@@ -102,10 +79,7 @@ def changed_files(cache: Cache, listing: Mapping[str, FileMeta], racy_mark: int)
 
 
 def watched_sources(
-    sources: Collection[str],
-    listing: Collection[str],
-    refused: Mapping[str, ProblemKind],
-    rows: Mapping[str, FileMeta],
+    sources: Collection[str], listing: Collection[str], refused: Mapping[str, ProblemKind], rows: Mapping[str, FileMeta]
 ) -> tuple[Watched, ...]:
     """What to look at again outside the listing: every declared or refused source that is
     not a memory file listed, with what it was (``rows`` holds the stat of those that were files)."""
@@ -132,12 +106,16 @@ def scanned_cache(
     encoded = {path: encode_row(row) for path, row in sorted(rows.items())}
     memory = memory_of(encoded)
     others = {path: row.meta for path, row in rows.items() if path not in memory}
-    watched = watched_sources({edge.source for edge in report.edges}, memory, refused, others)
-    last = Last(report.file_count, tuple(report.edges), report.cycles, report.problems)
+    watched, last = _last(report, memory, refused, others)
     return Cache(root, settings, started_ns, walk_problems, None, encoded, dict(refused), watched, last, memory)
 
 
-# -- the patch after a small change -----------------------------------------------------------
+def _last(
+    report: Report, listing: Collection[str], refused: Mapping[str, ProblemKind], others: Mapping[str, FileMeta]
+) -> tuple[tuple[Watched, ...], Last]:
+    """What a cache holds of ``report``: the sources to watch and the last result."""
+    watched = watched_sources({edge.source for edge in report.edges}, listing, refused, others)
+    return watched, Last(report.file_count, tuple(report.edges), report.cycles, report.problems)
 
 
 class Index(NamedTuple):
@@ -183,13 +161,7 @@ class Patch(NamedTuple):
 
 
 def patch(
-    cache: Cache,
-    index: Index,
-    lock: LockLines,
-    rescan: Rereading,
-    changed: set[str],
-    now: datetime,
-    root: str,
+    cache: Cache, index: Index, lock: LockLines, rescan: Rereading, changed: set[str], now: datetime, root: str
 ) -> Patch | None:
     """The last result with the ``changed`` files read again (``rescan``), or None when the
     change is not one a patch handles (the full scan answers then)."""
@@ -260,10 +232,8 @@ def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: Mapping[
             rows.pop(path, None)
         else:
             rows[path] = encode_row(row)
-    report = found.report
     others = {path: FileMeta._make(row[:4]) for path, row in rows.items() if row[5] is None}
-    watched = watched_sources({edge.source for edge in report.edges}, listing, {}, others)
-    last = Last(report.file_count, tuple(report.edges), report.cycles, report.problems)
+    watched, last = _last(found.report, listing, {}, others)
     return Cache(
         cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, dict(listing)
     )
@@ -282,10 +252,8 @@ def others_changed(cache: Cache, look: Look, racy_mark: int) -> set[str]:
 
 
 def _affected(index: Index, changed: Set[str], declaring: Collection[str]) -> set[str]:
-    """The derived files to compare again: those among ``declaring`` (changed files that
-    declare now or held stamps), the changed files that were derived, those derived from
-    a changed file, and those with a missing source (where its content went may be a file
-    that changed)."""
+    """The derived files to compare again: ``declaring``, the changed files that were derived,
+    their children, and those with a missing source (its content may have moved)."""
     found = set(declaring)
     found.update(path for path in changed if path in index.by_derived)
     for path in changed:
@@ -331,8 +299,7 @@ def _known_source(row: list[Any] | None) -> SourceState | None:
 
 
 def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str]) -> dict[str, tuple[str, ...]] | None:
-    """Memory files by content hash, as a full scan finds them when a source is missing
-    (``Snapshot.contents``): from the rows, each file hashed once and then kept."""
+    """Memory files by content hash (``Snapshot.contents``), from the rows where they hold it."""
     holders: dict[str, list[str]] = {}
     for path in sorted(rescan.listing):
         sha = None if path in changed else rows[path][4]
@@ -348,16 +315,14 @@ def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str
 
 
 def _joined(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
-    """The last result's edges with those of the compared files replaced, in the result's
-    order (by derived file, then source)."""
+    """The last result's edges with those of the compared files replaced, in the result's order."""
     kept = [edge for edge in before if edge.derived not in compared]
     return tuple(sorted([*kept, *new_edges], key=_order))
 
 
 def _still_declared(problem: Problem, rows: Mapping[str, list[Any]], changed: Set[str]) -> bool:
     """Whether a problem of the last scan is one an unchanged file's row holds (of its
-    declaration, or an entry refused): a full scan finds it again.  The others (a source
-    that could not be read) a full scan reports only if it meets them again."""
+    declaration, or an entry refused), so that a full scan would find it again."""
     row = rows.get(problem.path)
     if row is None or problem.path in changed or not row[5]:
         return False
@@ -365,34 +330,23 @@ def _still_declared(problem: Problem, rows: Mapping[str, list[Any]], changed: Se
     return found in row[5][2] or (len(row) > 6 and found in row[6][1])
 
 
-def _order(edge: Edge) -> tuple[str, str]:
-    return edge.derived, edge.source
-
-
-def _problem_order(problem: Problem) -> tuple[str, str, str]:
-    return problem.row
+_order = attrgetter("derived", "source")
+_problem_order = attrgetter("row")
 
 
 def _pairs(edges: Collection[Edge]) -> set[tuple[str, str]]:
     return {(edge.source, edge.derived) for edge in edges}
 
 
-# -- the lock's lines ------------------------------------------------------------------------
-
-
 class LockLines:
-    """The lock's lines as provgraph writes them (header, then one sorted line per edge),
-    kept as the bytes read: a derived file's lines are found by the beginning they share
-    (a binary search), decoded only for the files a change reaches, and the others are
-    written back as they were."""
+    """The lock's lines (header, then one sorted line per edge) as the bytes read: a derived
+    file's lines are found by binary search, and only those a change reaches are decoded
+    and rewritten."""
 
     def __init__(self, data: bytes, canonical: bool) -> None:
         self.data = data
-        self.start = records_start(data)
-        """Where the record lines start, after the header and its options line."""
-        self.canonical = canonical
-        """Whether the lines are known to be exactly what ``encode_lock`` makes of their
-        stamps; else they are checked before any line is replaced."""
+        self.start = records_start(data)  # after the header and its options line
+        self.canonical = canonical  # known to be what ``encode_lock`` writes, else checked before a replace
 
     @classmethod
     def of(cls, data: bytes | None, canonical: bool) -> LockLines | None:
@@ -458,8 +412,7 @@ class LockLines:
         return b"".join(chunks)
 
     def _is_canonical(self) -> bool:
-        """Sorted, each line as orjson writes its values, and each file's ``derived_at``
-        the same on all its lines (as ``encode_lock`` writes them)."""
+        """Sorted, as orjson writes them, one ``derived_at`` per file: as ``encode_lock`` writes."""
         lines = self.data[self.start :].split(b"\n")[:-1]
         if lines != sorted(lines):
             return False

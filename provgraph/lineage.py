@@ -1,10 +1,7 @@
 """The lineage graph: cycles, and how staleness flows from changed edges.
 
-Pure: edges in, stale entries and cycles out.  Walks are iterative (no
-recursion limit on a deep chain) and visit neighbours in sorted order, so the
-chains reported never depend on the order of files on disk.  networkx is
-loaded only to analyse cycles once a cheap check found one, and to hand out
-the graph itself (``to_networkx``).
+Pure: edges in, stale entries and cycles out.  Walks are iterative and visit neighbours in
+sorted order, so the chains reported never depend on the order of files on disk.
 """
 
 from __future__ import annotations
@@ -19,23 +16,13 @@ from itertools import islice
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple, overload
 
-from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, children_known, column
+from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges, column
 
 if TYPE_CHECKING:  # networkx is heavy: imported where a graph is built
     import networkx as nx
 
-__all__ = [
-    "Causes",
-    "children_of",
-    "find_cycles",
-    "from_origin",
-    "hinted",
-    "nearest",
-    "node_statuses",
-    "propagate",
-    "to_networkx",
-    "typo_hint",
-]
+__all__ = ["Causes", "children_of", "find_cycles", "from_origin", "hinted", "nearest", "node_statuses", "propagate"]
+__all__ += ["to_networkx", "typo_hint"]
 
 
 def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
@@ -50,13 +37,10 @@ def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
 def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = None) -> tuple[StaleEntry, ...]:
     """Every file reachable from a changed or missing edge, with its root causes.
 
-    Causes are grouped by (origin, kind), and the groups whose broken edges lead to the
-    same files share one BFS (``_Tree``): its parent links give every cause of those
-    groups its shortest chain.  Each file's causes are made only when asked for
-    (``Causes``): a file below a hub of many missing sources costs one entry per tree that
-    reaches it, not one cause per source.  One pass in order of date gives each file the
-    earliest change that reaches it.  ``children`` is ``children_of(edges)`` when the
-    caller has it.
+    The (origin, kind) groups whose broken edges lead to the same files share one BFS
+    (``_Tree``), and each file's causes are made only when asked for (``Causes``): a file
+    below a hub of many missing sources costs one entry per tree, not one per source.
+    ``children`` is ``children_of(edges)`` when the caller has it.
     """
     groups: dict[tuple[str, EdgeStatus], list[Edge]] = defaultdict(list)
     broken = broken_edges(edges)  # an edge made only where one is broken
@@ -65,8 +49,7 @@ def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = 
     if not groups:
         return ()
     if children is None:
-        known = children_known(edges)
-        children = _Children(edges) if known is None else known
+        children = _Children(edges)
     trees: dict[tuple[str, ...], _Tree] = {}
     reached: dict[str, list[_Tree]] = defaultdict(list)
     for (origin, kind), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
@@ -207,9 +190,7 @@ def from_origin(causes: Sequence[Cause], source: str) -> list[Cause]:
     return [cause for cause in causes if cause.source == source]
 
 
-_LOOKUPS = 64
-"""Children looked up one by one before ``_Children`` indexes them all: a lookup scans the
-list of sources, a whole index loops over every edge."""
+_LOOKUPS = 64  # lookups before ``_Children`` indexes every edge rather than scan the sources
 
 
 class _Children(Mapping[str, list[str]]):
@@ -223,10 +204,8 @@ class _Children(Mapping[str, list[str]]):
         self._all: dict[str, list[str]] | None = None
 
     def __getitem__(self, source: str) -> list[str]:
-        if self._all is None and len(self._found) >= _LOOKUPS:
-            self._all = children_of(self._edges)
-        if self._all is not None:
-            return self._all[source]
+        if self._all is not None or len(self._found) >= _LOOKUPS:
+            return self._every()[source]
         kids = self._found.get(source)
         if kids is None:
             kids = self._found[source] = self._scanned(source)
@@ -247,13 +226,15 @@ class _Children(Mapping[str, list[str]]):
                 return sorted(found)
             found.add(self._edges[at].derived)
 
-    def __iter__(self) -> Iterator[str]:
+    def _every(self) -> dict[str, list[str]]:
         self._all = self._all or children_of(self._edges)
-        return iter(self._all)
+        return self._all
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._every())
 
     def __len__(self) -> int:
-        self._all = self._all or children_of(self._edges)
-        return len(self._all)
+        return len(self._every())
 
 
 def _shortest_parents(
@@ -291,13 +272,9 @@ def _earliest(children: Mapping[str, list[str]], broken: list[Edge]) -> dict[str
 
 
 def find_cycles(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = None) -> tuple[tuple[str, ...], ...]:
-    """One cycle per knot of mutually derived files, in derivation order.
-
-    Each cycle starts at its alphabetically first file and is the shortest
-    way back to it, so the report is small, real and deterministic.  A file
-    naming itself is a cycle of one.  ``children`` is ``children_of(edges)`` when
-    the caller has it.
-    """
+    """One cycle per knot of mutually derived files, in derivation order: from its
+    alphabetically first file, the shortest way back to it.  A file naming itself is a
+    cycle of one.  ``children`` is ``children_of(edges)`` when the caller has it."""
     children = children_of(edges) if children is None else children
     knotted = _not_peelable(children)
     if not knotted:
@@ -365,12 +342,8 @@ def node_statuses(edges: Sequence[Edge], stale: Iterable[StaleEntry]) -> dict[st
 def to_networkx(
     edges: Sequence[Edge], stale: tuple[StaleEntry, ...], cycles: tuple[tuple[str, ...], ...]
 ) -> nx.DiGraph:
-    """The lineage as a networkx DiGraph, source -> derived, with attributes.
-
-    Nodes carry ``status`` (a ``NodeStatus`` value), ``since`` (epoch seconds
-    or None), ``in_cycle`` and ``changed`` (the origin of a broken edge);
-    edges carry ``status``, ``stamped_at`` and ``since``.
-    """
+    """The lineage as a networkx DiGraph, source -> derived.  Nodes carry ``status``,
+    ``since``, ``in_cycle`` and ``changed``; edges ``status``, ``stamped_at`` and ``since``."""
     import networkx as nx  # heavy: only when the graph itself is asked for
 
     graph = nx.DiGraph()

@@ -231,12 +231,6 @@ def broken_edges(edges: Sequence[Edge]) -> tuple[Edge, ...]:
     return tuple(map(edges.__getitem__, at))
 
 
-def children_known(edges: Sequence[Edge]) -> Mapping[str, list[str]] | None:
-    """What derives from each file, when a table knew it before its edges were read: no
-    table does, so None (``lineage.propagate`` then computes it)."""
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class Cause:
     """Why a stale file is stale: a changed or missing origin and the chain from it (not

@@ -1,10 +1,8 @@
-"""Questions an agent or a program asks the lineage at the moment they matter.
+"""Questions asked of the lineage: why a file is stale, what it is derived from, what
+derives from it, and what an agent should hear right after it writes a memory file.
 
-Pure functions over a ``Report``: why a file is stale (``explain``), what it is
-derived from, what derives from it, what to re-check after editing a source,
-and what an agent should hear right after it writes a memory file
-(``edit_notes``).  Every answer is plain data, sorted, with the chain that
-connects the two files.
+Pure functions over a ``Report``; every answer is sorted, with the chain that connects
+the two files.
 """
 
 from __future__ import annotations
@@ -18,22 +16,9 @@ from .lineage import children_of, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
 from .render import LINEAGE_MAX_CHARS, chain_text, clip, moved_text, named, safe_name
 
-__all__ = [
-    "EDIT_NOTES_MAX_CHARS",
-    "Advice",
-    "EditContext",
-    "FileLineage",
-    "Relative",
-    "derived_from",
-    "edit_notes",
-    "explain",
-    "file_lineage",
-    "missing_sources",
-    "refusal_text",
-    "sources_of",
-    "stale_after_editing",
-    "suggested_line",
-]
+__all__ = ["EDIT_NOTES_MAX_CHARS", "Advice", "EditContext", "FileLineage", "Relative", "derived_from", "edit_notes"]
+__all__ += ["explain", "file_lineage", "missing_sources", "refusal_text", "sources_of", "stale_after_editing"]
+__all__ += ["suggested_line"]
 
 
 def explain(report: Report, path: str) -> Explanation:
@@ -75,21 +60,20 @@ def _walk(neighbours: Mapping[str, list[str]], start: str, transitive: bool) -> 
 
 def sources_of(report: Report, path: str, *, transitive: bool = False) -> tuple[Relative, ...]:
     """What ``path`` is derived from: its declared sources, or every ancestor."""
-    statuses = node_statuses(report.edges, report.stale)
-    found = _walk(_parents_of(report), path, transitive)
-    return tuple(
-        Relative(ancestor, statuses[ancestor], tuple(reversed(chain)))
-        for ancestor, chain in sorted(found.items(), key=lambda item: (len(item[1]), item[0]))
-    )
+    return _relatives(report, _walk(_parents_of(report), path, transitive), upstream=True)
 
 
 def derived_from(report: Report, path: str, *, transitive: bool = False) -> tuple[Relative, ...]:
     """What is derived from ``path``: directly, or through any number of levels."""
+    return _relatives(report, _walk(children_of(report.edges), path, transitive), upstream=False)
+
+
+def _relatives(report: Report, found: dict[str, tuple[str, ...]], *, upstream: bool) -> tuple[Relative, ...]:
+    """The files ``_walk`` found, nearest first, each chain read from source to derived file."""
     statuses = node_statuses(report.edges, report.stale)
-    found = _walk(children_of(report.edges), path, transitive)
     return tuple(
-        Relative(descendant, statuses[descendant], chain)
-        for descendant, chain in sorted(found.items(), key=lambda item: (len(item[1]), item[0]))
+        Relative(path, statuses[path], tuple(reversed(chain)) if upstream else chain)
+        for path, chain in sorted(found.items(), key=lambda item: (len(item[1]), item[0]))
     )
 
 
@@ -126,34 +110,17 @@ def refusal_text(path: str, missing: tuple[Edge, ...], again: str) -> str:
 
 
 def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> FileLineage:
-    """The lineage of ``explanation.path`` in ``report``.
-
-    Whether the file exists is asked of the folder by the caller: a file that
-    takes no part in any derivation is in no report.
-    """
+    """The lineage of ``explanation.path`` in ``report``; ``exists`` comes from the folder,
+    since a file that takes no part in any derivation is in no report."""
     descendants = derived_from(report, explanation.path, transitive=True)
     paths = {relative.path for relative in descendants}
     stale = {entry.path: entry for entry in report.stale if entry.path in paths}
     return FileLineage(explanation, descendants, stale, exists)
 
 
-# -- the notes after a write ---------------------------------------------------------------
-# What an agent should hear right after it writes a memory file.
-#
-# The prompt block comes at the next model call, when the edit is long done; these
-# notes go into the result of the write itself, while the sources are in mind:
-# - the impact: which derived files now rest on the old content of the file
-#   just edited, with the chain for the indirect ones;
-# - a suggested ``derived_from`` line, when the agent read memory files and then
-#   wrote a file whole (a new one, or all of it again) that declares none of
-#   them: only the files read since its previous write, never for an edit of
-#   part of a file (agents forget to declare; provgraph never writes the line);
-# - the re-derivation hint, when the agent rewrote a stale file after reading
-#   every source that changed under it: recording stays its decision.
-#
-# Pure: a report taken right after the write, the write and the files read, in; a bounded
-# text out, empty when nothing applies (a reply that touches no lineage sees what it would
-# see without provgraph).  Both agent integrations render through here.
+# -- the notes after a write: they go into the result of the write itself, while the sources
+# are in mind (the prompt block comes only at the next model call).  Both agent integrations
+# render through here; a write that touches no lineage gets no notes.
 
 EDIT_NOTES_MAX_CHARS = 4000
 """Characters of the notes on one write at most, whatever the names and the folder's size."""
@@ -201,17 +168,12 @@ class EditContext:
 
 
 def edit_notes(
-    report: Report,
-    edit: EditContext,
-    advice: Advice,
-    *,
-    max_lines: int = 20,
-    max_chars: int = EDIT_NOTES_MAX_CHARS,
+    report: Report, edit: EditContext, advice: Advice, *, max_lines: int = 20, max_chars: int = EDIT_NOTES_MAX_CHARS
 ) -> str:
-    """The notes to append to the result of a write, or "" when nothing applies.
+    """The notes to append to the result of a write, or "" when nothing applies: the files
+    now resting on the old content, a suggested ``derived_from`` line, the re-derivation hint.
 
-    ``report`` must be taken after the write: it then holds the new
-    declaration (adopted at once, with its sources as they are now) and marks
+    ``report`` must be taken after the write: it then holds the new declaration and marks
     what the write left resting on old content.
     """
     budget = max_chars - len(HEADING) - 1
@@ -227,9 +189,6 @@ def edit_notes(
             sections += lines
             budget -= cost
     return "\n".join([HEADING, *sections]) if sections else ""
-
-
-# -- the impact of an edit -------------------------------------------------------------------
 
 
 def _impact(report: Report, path: str, advice: Advice, max_lines: int, budget: int) -> list[str]:
@@ -255,10 +214,8 @@ def _impact(report: Report, path: str, advice: Advice, max_lines: int, budget: i
 
 
 def _resting_on(report: Report, path: str) -> list[tuple[str, tuple[str, ...]]]:
-    """(derived file, chain from ``path``) for each stale file with a cause that starts at ``path``.
-
-    Nearest first: the files to update before their own descendants.
-    """
+    """(derived file, chain from ``path``) for each stale file with a cause that starts at
+    ``path``, nearest first: the files to update before their own descendants."""
     found, stale = [], {entry.path: entry for entry in report.stale}
     for relative in derived_from(report, path, transitive=True):
         entry = stale.get(relative.path)
@@ -266,9 +223,6 @@ def _resting_on(report: Report, path: str) -> list[tuple[str, tuple[str, ...]]]:
         if chains:
             found.append((relative.path, min(chains, key=len)))
     return sorted(found, key=lambda item: (len(item[1]), item[0]))
-
-
-# -- a traced derivation, suggested -----------------------------------------------------------
 
 
 def _suggestion(report: Report, edit: EditContext, when: str) -> list[str]:
@@ -302,21 +256,14 @@ def _suggestion(report: Report, edit: EditContext, when: str) -> list[str]:
 
 
 def suggested_line(path: str, sources: Iterable[str]) -> str:
-    """The frontmatter line that declares ``sources`` (root-relative) for the file at ``path``.
-
-    Entries are written relative to the declaring file's folder, as the
-    declaration reads them; one that would climb out with ``..`` is written
-    from the root instead (a leading ``/``).
-    """
+    """The frontmatter line that declares ``sources`` (root-relative) for the file at ``path``:
+    each relative to the file's folder, or from the root (``/``) where it would climb out."""
     folder = posixpath.dirname(path)
     entries = []
     for source in sources:
         relative = posixpath.relpath(source, folder or ".")
         entries.append("/" + source if relative.startswith("../") else relative)
     return "derived_from: " + ", ".join(entries)
-
-
-# -- a re-derivation in one step ---------------------------------------------------------------
 
 
 def _rederivation(report: Report, edit: EditContext, advice: Advice) -> list[str]:

@@ -1,10 +1,7 @@
 """Compare what each derived file stamped with what its sources hold now.
 
-Pure: records and a snapshot in, new records and the edges out.  This is
-where the contract's rules about stamps live: adoption on first sight,
-re-derivation (an explicit stamp or a new ``derived_at``), forgetting a
-source that is no longer declared, and the originating change date that is
-fixed at the first scan that sees a mismatch.
+Pure: records and a snapshot in, new records and the edges out.  The contract's rules
+about stamps live here: adoption, re-derivation, forgetting, and the change date.
 """
 
 from __future__ import annotations
@@ -43,17 +40,13 @@ def reconcile_as_table(
     now: float,
     restamp: Set[str] = frozenset(),
 ) -> tuple[dict[str, Derivation], EdgeTable]:
-    """Stamp what needs stamping, then compare every edge with its stamp.
+    """Stamp what needs stamping, then compare every edge (sorted by derived file, then
+    source) with its stamp.
 
-    The edges come as a table of columns (``EdgeTable``) sorted by derived file, then
-    source: an ``Edge`` is made only for an edge asked for.
-
-    A stamp is forgotten only by a re-derivation or by a readable declaration
-    that no longer names its source, never because a scan could not see a
-    file: a derived file that cannot be read now keeps its last declaration, a
-    source refused for now keeps its stamp (and counts as missing), and the
-    records of a derived file that is gone stay dormant until a file of that
-    name declares again.
+    A stamp is forgotten only by a re-derivation or by a readable declaration that no
+    longer names its source, never because a scan could not see a file: an unreadable
+    derived file keeps its last declaration, a refused source keeps its stamp (and counts
+    as missing), and the records of a vanished derived file stay dormant.
     """
     updated: dict[str, Derivation] = {}
     edges: list[_Row] = []
@@ -85,20 +78,17 @@ def reconcile_as_table(
     return updated, _table(edges)
 
 
-_Row = tuple[str, str, EdgeStatus, float | None, float | None, str | None]
-"""An edge's fields in ``EDGE_COLUMNS`` order."""
+_Row = tuple[str, str, EdgeStatus, float | None, float | None, str | None]  # in ``EDGE_COLUMNS`` order
 _BY_DERIVED = itemgetter(1, 0)
 
 
 def _table(rows: list[_Row]) -> EdgeTable:
-    """The rows as the columns of an ``EdgeTable``."""
     if not rows:
         return EdgeTable([], [], [], [], [], [])
     return EdgeTable(*map(list, zip(*rows, strict=True)))
 
 
-_ABSENT = SourceState(None)
-"""How a source refused for now compares: like a missing one, its stamp kept."""
+_ABSENT = SourceState(None)  # a source refused for now compares as missing, its stamp kept
 
 
 class _Declared(NamedTuple):
@@ -124,7 +114,6 @@ def _declared(path: str, old: Derivation | None, snapshot: Snapshot[object]) -> 
 
 
 def _same(compared: Mapping[str, Stamp], stamps: Mapping[str, Stamp]) -> bool:
-    """Whether comparing left every stamp as it was (the same objects)."""
     return all(stamp is stamps[source] for source, stamp in compared.items())
 
 
@@ -196,18 +185,12 @@ def _as_before(old: Derivation, declared: _Declared) -> bool:
 def _compare(
     source: str, derived: str, stamp: Stamp, state: SourceState, now: float, contents: Mapping[str, tuple[str, ...]]
 ) -> tuple[Stamp, _Row]:
-    if state.sha256 is None:
-        status = EdgeStatus.MISSING
-    elif state.sha256 == stamp.sha256:
+    since: float | None = None
+    if state.sha256 is not None and state.sha256 == stamp.sha256:
         status = EdgeStatus.CLEAN
     else:
-        status = EdgeStatus.CHANGED
-    if status is EdgeStatus.CLEAN:
-        since = None
-    elif stamp.mismatch_since is not None:
-        since = stamp.mismatch_since
-    else:
-        since = _first_observed(status, stamp, state, now)
+        status = EdgeStatus.MISSING if state.sha256 is None else EdgeStatus.CHANGED
+        since = stamp.mismatch_since if stamp.mismatch_since is not None else _first_observed(status, stamp, state, now)
     if stamp.mismatch_since != since:
         stamp = Stamp(stamp.sha256, stamp.stamped_at, since)
     moved_to = _moved_to(stamp, contents) if status is EdgeStatus.MISSING else None
