@@ -51,8 +51,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "OptionsDiffer", "RootError", "find_root"]
 
 DEFAULT_SOURCES_HEADING = "## Sources"
-"""The heading whose links declare sources when the setting is asked for without one
-(the command line's ``--sources-heading`` alone)."""
+"""The heading ``--sources-heading`` reads when it names none."""
 READ_WAIT = 2.0
 """Seconds a refresh waits for another process's lock before it answers from a scan it does
 not save: a provgraph suspended while holding the lock must not hang every agent start."""
@@ -146,13 +145,9 @@ class Memory:
         return self._transaction(current(now), frozenset())
 
     def stamp(self, paths: Iterable[str], *, now: datetime | None = None) -> Report:
-        """Record that each derived file in ``paths`` was just re-derived from its sources.
-
-        Paths are root-relative.  Raises ``NotDerived`` (and stamps nothing)
-        when one of them declares no sources.
-        """
-        wanted = frozenset(paths)
-        return self._transaction(current(now), wanted)
+        """Record that each derived file in ``paths`` (root-relative) was just re-derived from
+        its sources; ``NotDerived``, and nothing stamped, when one declares no sources."""
+        return self._transaction(current(now), frozenset(paths))
 
     def explain(self, path: str, report: Report) -> Explanation:
         """What ``why`` prints: the file's sources, its causes and what derives from it, from
@@ -184,7 +179,6 @@ class Memory:
     def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:
         """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
         answers without it and saves nothing, a stamp reports it held."""
-        wait = WRITE_WAIT if restamp else READ_WAIT
         pending = None
         if not restamp and self._store.absent():  # none of provgraph's files: none written until a file derives
             with self._store.unlocked():
@@ -192,23 +186,19 @@ class Memory:
             if not report.edges:
                 return report
             pending = self._unsaved
+        where = self._store.state_path
         try:
-            with self._store.locked(wait):
+            with self._store.locked(WRITE_WAIT if restamp else READ_WAIT):
                 return self._run(now, restamp, save=True, pending=pending)
         except LockBusy as busy:
             if restamp:
-                raise StateError(
-                    self._store.state_path, f"cannot stamp: the state in {self._store.state_path} is {busy}; try again"
-                ) from None
-        self._warn(
-            f"the state in {self._store.state_path} is locked by another provgraph process; this answer is not saved"
-        )
+                raise StateError(where, f"cannot stamp: the state in {where} is {busy}; try again") from None
+        self._warn(f"the state in {where} is locked by another provgraph process; this answer is not saved")
         with self._store.unlocked():
             return self._run(now, restamp, save=False)
 
     def _run(self, now: datetime, restamp: frozenset[str], *, save: bool, pending: _Unsaved | None = None) -> Report:
-        """Walk and stat; then the last result when nothing changed, the last result
-        patched after a small change, or a full scan."""
+        """Walk and stat; then the last result, the last result patched, or a full scan."""
         started_ns = wall_ns()
         options = self._store.reading_options(self._asked, READING_OPTIONS)
         self.sources_heading = options.get("sources_heading")
@@ -358,8 +348,7 @@ class _Unsaved(NamedTuple):
 
 @dataclass(slots=True, eq=False)
 class _Known:
-    """What a ``Memory`` keeps of the cache it last read or wrote: the newest time of its
-    memory files, and the last result and its index once made."""
+    """What a ``Memory`` keeps of the cache it last read or wrote, and what it made of it."""
 
     cache: Cache
     newest: int
@@ -412,10 +401,8 @@ def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:
 
 
 def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
-    """``report`` with a "did you mean" on each missing source that is probably a typo.
-
-    Hints depend on which files exist, so they are worked out from the current
-    listing on every refresh, the no-change path included, never stored."""
+    """``report`` with a "did you mean" on each missing source that is probably a typo: worked
+    out from the current listing on every refresh, never stored, as it depends on which files exist."""
     missing = [edge.source for edge in broken_edges(report.edges) if edge.status is EdgeStatus.MISSING]
     if not missing:
         return report
