@@ -401,7 +401,7 @@ def _headline(explanation: Explanation) -> str:
     stale = explanation.stale
     if stale is not None:
         how = "a source of its own changed" if stale.direct else "a file it is derived from is stale"
-        return f"stale: source(s) changed since derived ({day(stale.since)}); {how}"
+        return f"stale: {stale_phrase(stale)}; {how}"
     return status_phrase(explanation.status)
 
 
