@@ -1,17 +1,15 @@
 """The Python API: open a memory root, refresh, stamp, explain.
 
-``Memory`` ties the pipeline together, under the store's lock, along one path: walk
-and stat; then the last result when nothing changed (``incremental.unchanged``), the
-last result patched after a small change (``incremental.patch``), or a full scan that
-reconciles the stamps, propagates and saves.  A ``Memory`` keeps the cache it last read
-or wrote, so a refresh in a long-lived process reads the cache file again only when it
-changed.  Every method that reads the clock takes ``now=``.
+``Memory`` ties the pipeline together under the store's lock: walk and stat; then the
+last result when nothing changed, the last result patched after a small change, or a full
+scan that reconciles the stamps, propagates and saves.  Every method that reads the clock
+takes ``now=``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -35,7 +33,6 @@ from .model import (
     ProblemKind,
     Relative,
     Report,
-    Snapshot,
     StaleEntry,
     as_text,
     broken_edges,
@@ -43,7 +40,7 @@ from .model import (
 from .render import lineage_hints, safe_name
 from .scan import Rescan, scan
 from .stamps import Derivation, reconcile_as_table
-from .store.cache import Cache, FileRow, Rows, Watched
+from .store.cache import Cache, Rows, Watched
 from .store.folder import LockBusy
 from .store.state import LOCK_NAME, STATE_DIR, OptionsDiffer, StateError, StateStore
 
@@ -54,12 +51,10 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "OptionsDiffer", "RootError", "find_root"]
 
 DEFAULT_SOURCES_HEADING = "## Sources"
-"""The heading whose links declare sources when the setting is asked for without one
-(the command line's ``--sources-heading`` alone)."""
+"""The heading ``--sources-heading`` reads when it names none."""
 READ_WAIT = 2.0
-"""Seconds a refresh waits for another process's exclusive lock before it answers from
-a scan it does not save: a provgraph suspended while holding the lock (Ctrl-Z) must not
-hang every agent start."""
+"""Seconds a refresh waits for another process's lock before it answers from a scan it does
+not save: a provgraph suspended while holding the lock must not hang every agent start."""
 READING_OPTIONS = ("sources_heading",)
 """The options that change what is read, recorded in the lock by the run that writes it."""
 WRITE_WAIT = 10.0
@@ -103,18 +98,12 @@ class Memory:
         also_known_as: Iterable[str] = (),
         trust_cache: bool = True,
     ) -> None:
-        """``progress(done, total)`` hears how far a scan that reads files has got
-        (the no-change path reads none and never calls it).
-
-        ``sources_heading`` (``"## Sources"``) makes the links under that heading
-        of a memory file declare its sources.  A reading option is recorded in the
-        lock, and a ``Memory`` given none reads the folder as the lock says; one
-        that differs from the lock's raises ``OptionsDiffer``.  ``also_known_as``
-        are other absolute paths of this folder (where a sandboxed agent sees
-        it): an entry starting with one of them, or with the root's own absolute
-        path, means the file under the root.  ``trust_cache`` False reads and
-        hashes every file on every refresh, for folders where content can change
-        without moving a file's metadata (a write through ``mmap``)."""
+        """``progress(done, total)`` hears how far a scan that reads files has got.
+        ``sources_heading`` (``"## Sources"``) makes the links under that heading declare
+        sources; it is recorded in the lock, and one that differs from the lock's raises
+        ``OptionsDiffer``.  ``also_known_as`` are other absolute paths of this folder (where
+        a sandboxed agent sees it).  ``trust_cache`` False reads and hashes every file on
+        every refresh, for content that changes without moving metadata (``mmap``)."""
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
         self._asked = {} if sources_heading is None else {"sources_heading": sources_heading}
@@ -133,8 +122,8 @@ class Memory:
         self._progress = progress
         self._known: _Known | None = None
         self._unsaved: _Unsaved | None = None
-        """The last scan of a folder where nothing of provgraph's is written yet: kept in
-        this process only, and saved as it is once something derived is found."""
+        """The last scan of a folder where nothing of provgraph's is written yet, saved as it
+        is once something derived is found."""
 
     @property
     def root(self) -> Path:
@@ -156,19 +145,13 @@ class Memory:
         return self._transaction(current(now), frozenset())
 
     def stamp(self, paths: Iterable[str], *, now: datetime | None = None) -> Report:
-        """Record that each derived file in ``paths`` was just re-derived from its sources.
-
-        Paths are root-relative.  Raises ``NotDerived`` (and stamps nothing)
-        when one of them declares no sources.
-        """
-        wanted = frozenset(paths)
-        return self._transaction(current(now), wanted)
+        """Record that each derived file in ``paths`` (root-relative) was just re-derived from
+        its sources; ``NotDerived``, and nothing stamped, when one declares no sources."""
+        return self._transaction(current(now), frozenset(paths))
 
     def explain(self, path: str, report: Report) -> Explanation:
-        """What ``why`` prints: the file's sources, its causes and what derives from it.
-
-        A query answers from the ``report`` it is given (``refresh()``'s) and never scans
-        or writes the state itself: the one call that may rewrite it is ``refresh``."""
+        """What ``why`` prints: the file's sources, its causes and what derives from it, from
+        the ``report`` given; a query never scans or writes the state."""
         return queries.explain(report, path)
 
     def sources_of(self, path: str, *, report: Report, transitive: bool = False) -> tuple[Relative, ...]:
@@ -196,7 +179,6 @@ class Memory:
     def _transaction(self, now: datetime, restamp: frozenset[str]) -> Report:
         """Under the exclusive lock; a refresh that cannot get it in ``READ_WAIT`` seconds
         answers without it and saves nothing, a stamp reports it held."""
-        wait = WRITE_WAIT if restamp else READ_WAIT
         pending = None
         if not restamp and self._store.absent():  # none of provgraph's files: none written until a file derives
             with self._store.unlocked():
@@ -204,23 +186,19 @@ class Memory:
             if not report.edges:
                 return report
             pending = self._unsaved
+        where = self._store.state_path
         try:
-            with self._store.locked(wait):
+            with self._store.locked(WRITE_WAIT if restamp else READ_WAIT):
                 return self._run(now, restamp, save=True, pending=pending)
         except LockBusy as busy:
             if restamp:
-                raise StateError(
-                    self._store.state_path, f"cannot stamp: the state in {self._store.state_path} is {busy}; try again"
-                ) from None
-        self._warn(
-            f"the state in {self._store.state_path} is locked by another provgraph process; this answer is not saved"
-        )
+                raise StateError(where, f"cannot stamp: the state in {where} is {busy}; try again") from None
+        self._warn(f"the state in {where} is locked by another provgraph process; this answer is not saved")
         with self._store.unlocked():
             return self._run(now, restamp, save=False)
 
     def _run(self, now: datetime, restamp: frozenset[str], *, save: bool, pending: _Unsaved | None = None) -> Report:
-        """Walk and stat; then the last result when nothing changed, the last result
-        patched after a small change, or a full scan."""
+        """Walk and stat; then the last result, the last result patched, or a full scan."""
         started_ns = wall_ns()
         options = self._store.reading_options(self._asked, READING_OPTIONS)
         self.sources_heading = options.get("sources_heading")
@@ -304,9 +282,18 @@ class Memory:
         """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
         derivations = self._store.stamps()
         remembered = {path: tuple(derivation.stamps) for path, derivation in derivations.items()}
+        previous, racy_ns = ({}, 0) if cache is None else (Rows(cache.rows), cache.scan_started_ns)
         walked = (listing, list(walk_problems))
-        racy_mark = (0 if cache is None else cache.scan_started_ns) - RACY_WINDOW_NS
-        snapshot = self._scan({} if cache is None else Rows(cache.rows), racy_mark, walked, remembered)
+        snapshot = scan(
+            self.files,
+            previous,
+            racy_ns - RACY_WINDOW_NS,
+            walked,
+            self._progress,
+            remembered,
+            roots=self.roots,
+            sources_heading=self.sources_heading,
+        )
         not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
         if not_derived:
             raise NotDerived(not_derived)
@@ -338,24 +325,6 @@ class Memory:
         self._known = _Known(saved, incremental.newest(saved.memory), report)
         return report
 
-    def _scan(
-        self,
-        previous: Mapping[str, FileRow],
-        racy_mark: int,
-        walked: tuple[dict[str, FileMeta], list[Problem]],
-        remembered: Mapping[str, tuple[str, ...]],
-    ) -> Snapshot[FileRow]:
-        return scan(
-            self.files,
-            previous,
-            racy_mark,
-            walked,
-            self._progress,
-            remembered,
-            roots=self.roots,
-            sources_heading=self.sources_heading,
-        )
-
     def _look(self, path: str) -> Watched | None:
         """How a source outside the listing looks now (``incremental.Look``)."""
         try:
@@ -379,8 +348,7 @@ class _Unsaved(NamedTuple):
 
 @dataclass(slots=True, eq=False)
 class _Known:
-    """What a ``Memory`` keeps of the cache it last read or wrote: the newest time of its
-    memory files, and the last result and its index once made."""
+    """What a ``Memory`` keeps of the cache it last read or wrote, and what it made of it."""
 
     cache: Cache
     newest: int
@@ -433,10 +401,8 @@ def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:
 
 
 def _with_hints(report: Report, listing: dict[str, FileMeta]) -> Report:
-    """``report`` with a "did you mean" on each missing source that is probably a typo.
-
-    Hints depend on which files exist, so they are worked out from the current
-    listing on every refresh, the no-change path included, never stored."""
+    """``report`` with a "did you mean" on each missing source that is probably a typo: worked
+    out from the current listing on every refresh, never stored, as it depends on which files exist."""
     missing = [edge.source for edge in broken_edges(report.edges) if edge.status is EdgeStatus.MISSING]
     if not missing:
         return report

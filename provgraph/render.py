@@ -1,10 +1,8 @@
-"""Every text a person or an agent reads: a report as text for people, JSON for machines,
-a block for agents, one file's ``why`` and lineage, and pictures of the lineage (dot,
-mermaid, node-link JSON).
+"""Every text a person or an agent reads: status text and JSON, the prompt block, ``why``
+and lineage, and the dot, Mermaid and node-link JSON pictures.
 
-Pure: data in, strings out.  Every file name that reaches a terminal, a
-prompt or a picture goes through ``safe_name`` first, so a name holding a
-newline, an escape sequence or ``</system-reminder>`` cannot break out.
+Pure: data in, strings out.  Every file name shown goes through ``safe_name`` first, so a
+name holding a newline, an escape sequence or ``</system-reminder>`` cannot break out.
 """
 
 from __future__ import annotations
@@ -38,9 +36,7 @@ __all__ = [
     "LIST_TOOL",
     "MORE_RESERVE",
     "NAME_SHOWN",
-    "PROMPT_HEADING",
     "RECORD_TOOL",
-    "STATUS_COLOURS",
     "causes_text",
     "chain_text",
     "clip",
@@ -49,7 +45,6 @@ __all__ = [
     "explanation_text",
     "fit_lines",
     "graph_json",
-    "hint_text",
     "json_chain",
     "lineage_document",
     "lineage_text",
@@ -61,7 +56,6 @@ __all__ = [
     "stale_phrase",
     "uninvolved_text",
     "status_json",
-    "status_phrase",
     "status_text",
 ]
 
@@ -92,12 +86,10 @@ _RECOMMENDED_SCRIPTS = (
     (0xAC00, 0xD7A3),  # Hangul Syllables
     (0x20000, 0x323AF),  # CJK Extensions B to H
 )
-"""Blocks of the scripts Unicode recommends for identifiers (UAX #31, table 5): a name
-in any language reads as itself, while letters of scripts kept for limited use, such as
+"""Scripts recommended for identifiers (UAX #31, table 5); letters of others, such as
 Canadian syllabics ``ᐸ`` and ``ᐳ`` that pass for angle brackets, are escaped."""
 _BRACKET_LIKE = frozenset({"Ps", "Pe", "Pi", "Pf", "Sm", "Sk"})
-"""Brackets, quotation marks, mathematical and modifier symbols: where every lookalike of
-an angle bracket that is not a letter lives (``‹``, ``〈``, ``❮``, ``＜``, ``˂``, ``≮``)."""
+"""Where every lookalike of an angle bracket that is not a letter lives (``‹``, ``〈``, ``＜``)."""
 
 
 def _shown(char: str) -> bool:
@@ -121,16 +113,8 @@ def day(timestamp: float) -> str:
 
 def safe_name(name: str) -> str:
     """``name`` with every character that could pass for markup, break a line or hide
-    itself written as ``\\uXXXX`` (``\\UXXXXXXXX`` beyond the first plane, ``\\\\``
-    for a backslash), so the result can be read back exactly.
-
-    Decided by a rule, not a list of examples: printable ASCII but ``<``, ``>`` and
-    ``\\`` is shown; so are letters, marks and digits of the scripts recommended for
-    identifiers, and any other printable punctuation or symbol (an em dash, an emoji)
-    but brackets, quotation marks and mathematical symbols, where the lookalikes of an
-    angle bracket are.  Everything else (controls, bidi and format characters, other
-    spaces, line separators) is escaped.
-    """
+    itself written as ``\\uXXXX`` (``\\UXXXXXXXX``, ``\\\\``), so it reads back exactly.
+    What is shown is decided by a rule (``_shown``), not a list of examples."""
     if name.isascii() and name.isprintable() and "<" not in name and ">" not in name and "\\" not in name:
         return name
     return "".join(char if _shown(char) else _escaped(char) for char in name)
@@ -153,28 +137,33 @@ def hint_text(did_you_mean: str | None) -> str:
     return "" if did_you_mean is None else f"did you mean {safe_name(did_you_mean)}?"
 
 
-def _missing_notes(cause: Cause) -> str:
-    """The rename and typo hints of a cause, joined: "" when there are none."""
-    return "; ".join(text for text in (moved_text(cause.moved_to), hint_text(cause.did_you_mean)) if text)
+def _notes(moved_to: str | None, did_you_mean: str | None) -> list[str]:
+    """The rename and typo hints of a missing source, those there are."""
+    return [text for text in (moved_text(moved_to), hint_text(did_you_mean)) if text]
+
+
+def _cut_chain(names: list[str]) -> list[str]:
+    """A long chain keeps its first names and its last."""
+    return names if len(names) <= _CHAIN_LIMIT else names[: _CHAIN_LIMIT - 2] + ["…"] + names[-1:]
+
+
+def _cycle_text(cycle: tuple[str, ...]) -> str:
+    return " -> ".join(safe_name(path) for path in (*cycle, cycle[0]))
 
 
 def _cause_text(cause: Cause) -> str:
-    notes = _missing_notes(cause)
+    notes = "; ".join(_notes(cause.moved_to, cause.did_you_mean))
     if len(cause.via) <= 2:
         return f"{safe_name(cause.source)} {cause.kind.value}" + (f" ({notes})" if notes else "")
-    chain = list(reversed(cause.via[:-1]))
-    if len(chain) > _CHAIN_LIMIT:
-        chain = chain[: _CHAIN_LIMIT - 2] + ["…"] + chain[-1:]
-    text = "via " + " <- ".join(name if name == "…" else safe_name(name) for name in chain)
+    text = "via " + " <- ".join(_cut_chain([safe_name(name) for name in reversed(cause.via[:-1])]))
     if cause.kind is EdgeStatus.MISSING:
         text += f" (missing; {notes})" if notes else " (missing)"
     return text
 
 
 def _cause_document(cause: Cause, *, whole_chain: bool = True) -> dict[str, Any]:
-    """One cause as JSON.  ``why`` spells out the chain of its one file; ``status``
-    gives the next hop and the chain's length, which keeps its output linear in
-    the number of causes (the hop's own cause of the same origin goes on)."""
+    """One cause as JSON: ``why`` spells out the whole chain; ``status`` gives the next hop
+    and the chain's length, which keeps its output linear in the number of causes."""
     document: dict[str, Any] = {
         "source": cause.source,
         "kind": cause.kind.value,
@@ -207,11 +196,8 @@ def prompt_block(
 ) -> str:
     """The block appended to an agent's system prompt; empty when nothing is stale.
 
-    Files are listed in repair order (``repair_order``), so that when the line
-    cap cuts the list, what is cut is what derives from the files shown.
-    ``advice`` is one more instruction line (an integration names its tool
-    there); ``more_hint`` says how to list what the line cap left out.
-    """
+    Files come in repair order, so the line cap cuts what derives from the files shown.
+    ``advice`` is one more instruction line; ``more_hint`` says how to list the rest."""
     if not report.stale:
         return ""
     lines = [
@@ -235,9 +221,8 @@ def prompt_block(
 
 
 def repair_order(stale: tuple[StaleEntry, ...]) -> tuple[StaleEntry, ...]:
-    """Stale files in the order to repair them: first those whose own sources changed
-    (earliest change first), then what derives from them, nearest first (by chain
-    length, then date).  Path breaks ties, so the order never depends on the disk."""
+    """Stale files in the order to repair them: nearest to a changed source first, then
+    earliest change, then path, so the order never depends on the disk."""
     return tuple(sorted(stale, key=_repair_key))
 
 
@@ -260,8 +245,7 @@ def _counts(report: Report) -> dict[str, int]:
 
 
 STATUS_SCHEMA = 2
-"""Version 2: a cause's ``via`` is its next hop upstream, with the chain's ``depth``
-(version 1 spelt out every chain, which grows with the square of a chain's length)."""
+"""A cause's ``via`` is its next hop upstream, with the chain's ``depth``."""
 
 
 def status_document(report: Report) -> dict[str, Any]:
@@ -302,9 +286,8 @@ def lineage_hints(forms: Mapping[str, int]) -> tuple[str, ...]:
 
 
 def json_chain(document: dict[str, Any], path: str, cause: dict[str, Any]) -> list[str]:
-    """The whole chain ``[origin, ..., path]`` of one cause of a ``status --json``
-    document: ``depth - 1`` times, the hop's own cause of the same origin gives the
-    next hop.  What a reader of schema version 2 does to spell out a chain."""
+    """The whole chain ``[origin, ..., path]`` of one cause of a ``status --json`` document:
+    ``depth - 1`` times, the hop's own cause of the same origin gives the next hop."""
     entries = {entry["path"]: entry for entry in document["stale"]}
     chain = [path]
     for _ in range(cause["depth"] - 1):
@@ -347,7 +330,7 @@ def status_text(report: Report) -> str:
         lines.append("Nothing is stale: every derived file's sources hold what they were derived from.")
     if report.cycles:
         lines += ["", "Cycles (files derived from each other):"]
-        lines += ["  " + " -> ".join(safe_name(path) for path in (*cycle, cycle[0])) for cycle in report.cycles]
+        lines += ["  " + _cycle_text(cycle) for cycle in report.cycles]
     if report.problems:
         lines += ["", "Problems (declarations that could not be honoured):"]
         lines += [f"  {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}" for p in report.problems]
@@ -385,7 +368,7 @@ def explanation_text(explanation: Explanation) -> str:
         lines += ["", "Derived from it:"]
         lines += [f"  {safe_name(path)}" for path in explanation.derived_from_it]
     for cycle in explanation.in_cycles:
-        lines += ["", "In a cycle: " + " -> ".join(safe_name(path) for path in (*cycle, cycle[0]))]
+        lines += ["", "In a cycle: " + _cycle_text(cycle)]
     return "\n".join(lines) + "\n"
 
 
@@ -397,8 +380,8 @@ def _edge_text(edge: Edge, source_is_stale: bool) -> str:
     stamped = "" if edge.stamped_at is None else f" (stamped {day(edge.stamped_at)})"
     if edge.status is EdgeStatus.CLEAN:
         return f"unchanged{stamped}" + ("; itself stale" if source_is_stale else "")
-    notes = [text for text in (moved_text(edge.moved_to), hint_text(edge.did_you_mean)) if text]
-    return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}" + "".join(f"; {note}" for note in notes)
+    notes = "".join(f"; {note}" for note in _notes(edge.moved_to, edge.did_you_mean))
+    return f"{edge.status.value} since {day(edge.since or 0.0)}{stamped}{notes}"
 
 
 _STATUS_PHRASES = {
@@ -418,7 +401,7 @@ def _headline(explanation: Explanation) -> str:
     stale = explanation.stale
     if stale is not None:
         how = "a source of its own changed" if stale.direct else "a file it is derived from is stale"
-        return f"stale: source(s) changed since derived ({day(stale.since)}); {how}"
+        return f"stale: {stale_phrase(stale)}; {how}"
     return status_phrase(explanation.status)
 
 
@@ -450,10 +433,6 @@ def explanation_document(explanation: Explanation) -> dict[str, Any]:
 
 
 # -- lineage -------------------------------------------------------------------
-# The lineage answer is read by an agent in a tool result, and printed by ``provgraph
-# lineage`` word for word: it is bounded in files listed (``max_lines``) and in characters
-# (``LINEAGE_MAX_CHARS``), so that a source with thousands of derived files, or names
-# thousands of characters long, still gets a few lines the agent can act on.
 
 RECORD_TOOL = "record_memory_rederivation"
 """The tool an agent calls to record a re-derivation; the answers name it."""
@@ -466,8 +445,7 @@ MORE_RESERVE = 200
 NAME_SHOWN = 200
 """Characters of a name echoed in an answer at most: an answer never repeats a huge argument whole."""
 _TAIL_RESERVE = PROMPT_LINE_LIMIT + 1
-"""Characters kept for the closing instruction, whatever its words: the command line and the
-agent's tool list the same files."""
+"""Characters kept for the closing instruction, whatever its words."""
 
 
 def named(name: str) -> str:
@@ -498,11 +476,8 @@ def lineage_text(
     record: str = f"call `{RECORD_TOOL}` with its path",
     list_stale: str = f"call `{LIST_TOOL}`",
 ) -> str:
-    """The file's status and sources, then what derives from it, stale first: a few lines the agent can act on.
-
-    ``record`` says how to record a re-derivation and ``list_stale`` how to list every stale
-    file: the agent's tools by default, ``provgraph`` commands on the command line.
-    """
+    """The file's status and sources, then what derives from it, stale first, bounded in
+    lines and characters.  ``record`` and ``list_stale`` name the agent's tools or commands."""
     explanation = found.explanation
     if explanation.status is None:
         return uninvolved_text(explanation.path, found.exists)
@@ -523,12 +498,8 @@ def lineage_text(
 
 
 def lineage_document(found: FileLineage) -> dict[str, Any]:
-    """The same facts as data: ``why --json``'s object, whether the file exists, and every derived file.
-
-    Unbounded: a program pages for itself.  Derived files come in the text's
-    order, stale first, each with its status, the day its sources changed
-    when stale, and its chain (upstream first).
-    """
+    """The same facts as data, unbounded: ``why --json``'s object, whether the file exists,
+    and every derived file in the text's order with its status, day and chain."""
     return {
         **explanation_document(found.explanation),
         "exists": found.exists,
@@ -589,10 +560,7 @@ def _descendant_text(relative: Relative, stale: Mapping[str, StaleEntry]) -> str
 
 def chain_text(chain: tuple[str, ...]) -> str:
     """``a -> b -> c``, names escaped; a long chain keeps its first files and its last."""
-    names = [safe_name(name) for name in chain]
-    if len(names) > _CHAIN_LIMIT:
-        names = names[: _CHAIN_LIMIT - 2] + ["…"] + names[-1:]
-    return " -> ".join(names)
+    return " -> ".join(_cut_chain([safe_name(name) for name in chain]))
 
 
 def _more_text(hidden: list[Relative], list_stale: str) -> list[str]:
@@ -668,9 +636,8 @@ def dot(report: Report) -> str:
 
 
 _MERMAID_ENTITIES = {"#": "#35;", '"': "#quot;", "&": "#38;", "%": "#37;", "`": "#96;"}
-"""Characters a quoted Mermaid label cannot hold as they are, written as Mermaid entity codes:
-a quote would end the label, ``%%{`` start a directive, a leading backtick a Markdown string,
-``&`` an HTML entity.  ``safe_name`` has already escaped ``<``, ``>`` and line breaks."""
+"""Characters a quoted Mermaid label cannot hold as they are (a quote would end it, ``%%{``
+start a directive), as Mermaid entity codes; ``safe_name`` has escaped ``<``, ``>``, breaks."""
 
 
 def _mermaid_label(text: str) -> str:
@@ -678,12 +645,8 @@ def _mermaid_label(text: str) -> str:
 
 
 def mermaid(report: Report) -> str:
-    """A Mermaid flowchart, top to bottom, one class per status.
-
-    Every node gets the class of its status, plus ``changed`` (the origin of a
-    changed or missing edge) and ``cycle``.  ``linkStyle`` indices count links
-    in the order they are written, so they point at the broken edges.
-    """
+    """A Mermaid flowchart, top to bottom: each node has the class of its status, plus
+    ``changed`` and ``cycle``; ``linkStyle`` indices count links in the order written."""
     statuses = node_statuses(report.edges, report.stale)
     ids = {path: f"n{index}" for index, path in enumerate(statuses)}
     lines = ["flowchart TD"]

@@ -1,12 +1,8 @@
-"""Scan a memory folder: list the files, read declarations, hash the sources.
+"""Scan a memory folder: read declarations and hash the sources into a ``Snapshot``.
 
-The result, a ``Snapshot``, is everything the pure stages need.  What the
-previous scan learned (``FileRow``) is reused for every file whose metadata is
-unchanged, so an unchanged folder costs one stat per file and no reads.
-
-Memory files are read only as far as their frontmatter (the first 64 KiB); one
-read whole is hashed as it is read, and the hash is kept for the files that turn
-out to be some derived file's source.
+What the previous scan learned (``FileRow``) is reused for every file whose metadata is
+unchanged.  Memory files are read only as far as their frontmatter; one read whole is
+hashed as it is read, and the hash kept for the files that turn out to be sources.
 """
 
 from __future__ import annotations
@@ -50,19 +46,11 @@ def scan(
 ) -> Snapshot[FileRow]:
     """Scan ``files``, trusting ``previous`` for files unchanged before ``racy_from_ns``.
 
-    ``walked`` is the result of ``files.walk()`` when the caller already has it;
-    ``progress(done, total)`` is told every so often how many memory files were
-    looked at, and once more at the end.  ``remembered`` holds the sources each
-    derived file declared when last stamped: a file among them whose declaration
-    cannot be read now is ``unsettled``, and those sources are hashed for it.
-    ``roots`` are the absolute paths the folder is known by; ``sources_heading``
-    turns on the links under that heading (``previous`` must have been read with
-    the same setting).
-
-    Declarations and their resolved entries come from the cache while a file is
-    unchanged, but a declaration with a wiki link is resolved again on every
-    scan, against the files listed now: where a wiki link points depends on
-    which files exist.
+    ``walked`` is ``files.walk()``'s result when the caller has it; ``progress(done,
+    total)`` hears how far the scan got.  ``remembered`` holds the sources each derived
+    file declared when last stamped: one whose declaration cannot be read now is
+    ``unsettled``, and those sources are hashed for it.  A declaration with a wiki link is
+    resolved again on every scan: where it points depends on which files exist.
     """
     listing, problems = walked if walked is not None else files.walk()
     problems = list(problems)
@@ -76,8 +64,6 @@ def scan(
     ordered = sorted(listing)
     with _reading(files):
         declared, unsettled = _declared(reader, ordered, listing, remembered, progress)
-    # resolved once every file is read, in a loop of its own: between two reads of a file
-    # its code and data are no longer in the processor's caches, and it took twice as long
     for path, declaration in declared:
         sources, refused = reader.resolution(path, declaration, lookup)
         problems.extend(refused)
@@ -113,8 +99,7 @@ def scan(
 
 
 class Rescan:
-    """Reads again only the files a small change touched, as a full scan reads them
-    (``incremental`` patches the last result with what it finds)."""
+    """Reads again only the files a small change touched, as a full scan reads them."""
 
     def __init__(
         self,
@@ -138,8 +123,7 @@ class Rescan:
 
     def declaration(self, path: str, remembered: bool) -> tuple[tuple[str, ...], str | None] | None:
         """The sources ``path`` declares (resolved, none refused) and its ``derived_at``;
-        None when its declaration cannot be settled by this reading (unreadable, cut short,
-        a source refused): a full scan sorts that out."""
+        None when this reading cannot settle it: a full scan sorts that out."""
         reader = self._reader
         declaration = reader.declaration(path, self.listing[path], remembered)
         self.problems.extend(Problem(path, kind, detail) for kind, detail in declaration.problems)
@@ -190,8 +174,7 @@ def _declared(
 
 
 def _reading(files: FileSource) -> AbstractContextManager[object]:
-    """``files.reading()`` where the source has it (``LocalFiles``): reading every file in
-    order, it keeps what it can from one file to the next."""
+    """``files.reading()`` where the source has it (``LocalFiles``)."""
     reading = getattr(files, "reading", None)
     return reading() if reading is not None else nullcontext()
 
@@ -225,12 +208,8 @@ def _drop_refused(
         return declarations
     kept = {}
     for path, sources in declarations.items():
-        for source in sources:
-            if source in refused:
-                kind, detail = refused[source]
-                problems.append(Problem(path, kind, detail))
-        remaining = tuple(source for source in sources if source not in refused)
-        if remaining:
+        problems.extend(Problem(path, *refused[source]) for source in sources if source in refused)
+        if remaining := tuple(source for source in sources if source not in refused):
             kept[path] = remaining
     return kept
 
@@ -257,17 +236,14 @@ class _Reader:
         self.unsettled: set[str] = set()
         """Remembered derived files whose declaration could not be read this time."""
         self._digests: dict[str, bytes] = {}
-        """The sha256 of each file read whole for its frontmatter, taken as it was read: which
-        files are sources is known only once every declaration is read, and keeping their
-        bytes until then would hold the whole folder in memory (a first scan of 10,000 files
-        touched 20 MB more for them), while reading the sources again would read them twice.
-        Hashing a small file costs about what keeping it costs, and the floor does it too."""
+        """The sha256 of each file read whole, taken as it was read: which files are sources
+        is known only once every declaration is read, and keeping their bytes would hold
+        the whole folder in memory."""
         self.lineage_like: dict[str, int] | None = None
         """Counted while no stamp is recorded and nothing is declared: see ``Snapshot.lineage_like``."""
         self.names: dict[str, str] = {}
-        """Each listed path, as the listing holds it: a source resolved anew is kept as that
-        very string, not as a copy per declaration naming it (a large folder's sources are
-        named tens of thousands of times, and every edge, stamp and row holds its name)."""
+        """Each listed path, as the listing holds it: a resolved source is kept as that very
+        string, not as a copy per declaration naming it."""
 
     def _trusted(self, seen: FileRow | None, meta: FileMeta) -> bool:
         return (
@@ -279,10 +255,9 @@ class _Reader:
         )
 
     def declaration(self, path: str, meta: FileMeta, remembered: bool = False) -> Declaration:
-        """What ``path`` declares: from the cache while it vouches for the file, else read
-        now.  A ``remembered`` derived file whose declaration cannot be read now (unreadable,
-        empty or cut short mid-write, broken frontmatter) is marked unsettled and not cached,
-        so the next scan reads it again rather than trusting a reading that said nothing."""
+        """What ``path`` declares: from the cache while it vouches for the file, else read now.
+        A ``remembered`` derived file whose declaration cannot be read now is unsettled and
+        not cached, so the next scan reads it again."""
         old = self.previous.get(path)
         if old is not None and old.declaration is not None and self._trusted(old, meta):
             self.seen[path] = old
@@ -345,8 +320,7 @@ class _Reader:
         return SourceState(sha, meta.mtime)
 
     def contents(self, listing: Mapping[str, FileMeta]) -> dict[str, tuple[str, ...]]:
-        """Memory files by content hash.  Hashes are cached like any other, so a
-        source that stays missing costs one hash per memory file once."""
+        """Memory files by content hash (cached like any other hash)."""
         holders: dict[str, list[str]] = {}
         for path in sorted(listing):
             if path in self._unreadable:
@@ -377,27 +351,23 @@ class _Reader:
 
 
 _new_row = tuple.__new__
-"""How the reader makes a ``FileRow``: with every field given, ``FileRow(...)`` would run a Python
-``__new__`` per call, and a first scan makes one per file, and another per source (as
-``files`` makes a ``FileMeta``, and ``namedtuple``'s own ``_make`` builds them)."""
+"""Makes a ``FileRow`` from every field without a Python ``__new__`` per call, as
+``namedtuple``'s own ``_make`` does."""
 
 _INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
 
 
-Counts = dict[str, int]
 Reading = tuple[bytes | None, Declaration, str | None, bool | None]
-"""What reading one file for its declaration gave (``read_one``): the sha256 of a file read
-whole (None for one longer than the frontmatter's limit), its declaration, why it could not
-be read (None when it could), and whether a frontmatter that declares nothing looks cut short
-(None when that was not worked out)."""
+"""The sha256 of a file read whole (None past the frontmatter's limit), its declaration,
+why it could not be read, and whether a frontmatter declaring nothing looks cut short."""
 
 
-def read_one(files: FileSource, path: str, heading: str | None, remembered: bool, forms: Counts | None) -> Reading:
-    """Read ``path`` for its declaration and its hash, changing nothing: the one way a file
-    is read for a scan.  Whether a frontmatter that declares nothing looks cut short is worked out only for a
-    ``remembered`` derived file, the one reading that needs it (it costs a search of the
-    frontmatter's end in every memory file that declares nothing, most of them).  ``forms``
-    counts the lineage written in other words of a file that declares nothing."""
+def read_one(
+    files: FileSource, path: str, heading: str | None, remembered: bool, forms: dict[str, int] | None
+) -> Reading:
+    """Read ``path`` for its declaration and its hash, changing nothing.  Whether a
+    frontmatter looks cut short is worked out only for a ``remembered`` derived file;
+    ``forms`` counts the lineage written in other words of a file that declares nothing."""
     try:
         head = files.read(path, FRONTMATTER_LIMIT + 1)
     except (OSError, NotRegular, OutsideRoot) as error:
@@ -419,9 +389,9 @@ _LINEAGE_LIKE = re.compile(
 """A line of lineage in forms provgraph does not read: a frontmatter key, a Dataview field, a Sources heading."""
 
 
-def _count_lineage_like(head: bytes, forms: Counts, heading: str | None) -> None:
-    """Count each form of lineage in other words that ``head`` writes, looking only at the
-    lines that hold ``ource`` or ``erive`` (a byte search, where a pattern would try every byte)."""
+def _count_lineage_like(head: bytes, forms: dict[str, int], heading: str | None) -> None:
+    """Count each form of lineage in other words that ``head`` writes, on the lines that
+    hold ``ource`` or ``erive``."""
     found = set()
     for word in (b"ource", b"erive"):
         at = head.find(word)

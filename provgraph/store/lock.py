@@ -1,16 +1,10 @@
 """The portable lock: every stamp as one line of text, for git, sync tools and CI.
 
-``provgraph.lock`` holds only facts that mean the same on every machine: for
-each derived file and each declared source, the sha256 the file was derived
-from, when, and (while the source differs) the originating change date.  One
-edge per line, sorted, so two machines that stamp different files produce
-lines that a line-wise union merges without conflict.
-
-Reading is forgiving in the one way merges need: a line may appear twice, in
-two versions (a union merge, a sync copy), and conflict markers may sit
-between lines (a merge without the attributes).  For each edge the later
-stamp wins; among equal stamps the earliest originating date (every machine
-must report the same one).  Pure: bytes in, records out.
+``provgraph.lock`` holds only facts that mean the same on every machine: for each edge,
+the sha256 the derived file was derived from, when, and (while the source differs) the
+originating change date.  One edge per line, sorted, so a line-wise union merges two
+machines' stamps without conflict.  Reading forgives what merges leave (an edge twice,
+conflict markers): the later stamp wins, then the earliest originating date.  Pure.
 """
 
 from __future__ import annotations
@@ -51,23 +45,16 @@ HEADER = (
 )
 _HEADER_PREFIX = "# provgraph lock "
 OPTIONS_PREFIX = "# options: "
-"""The line after the header that records the reading options the lock was written with
-(a JSON object; no such line: none recorded)."""
+"""Starts the line after the header that records the reading options, a JSON object."""
 _BOM = b"\xef\xbb\xbf"
 _CONFLICT_MARKER = re.compile(r"^(<{7}|={7}|>{7}|\|{7})( |$)")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
 LOCK_NAME = "provgraph.lock"
-"""The portable lock's file name."""
 
 
 def is_sync_copy(name: str) -> bool:
-    """A copy of the lock that a sync tool made when two machines changed it at once:
-    ``provgraph.sync-conflict-<when>-<device>.lock`` (Syncthing), ``provgraph (conflicted
-    copy ...).lock`` and ``provgraph (Case Conflict).lock`` (Dropbox), ``provgraph (SFConflict
-    ...).lock`` (Seafile) and the like, or ``provgraph-DESKTOP-1234.lock`` (OneDrive adds the
-    machine's name, which Windows spells in capitals)."""
+    """A copy of the lock a sync tool made when two machines changed it at once: a name with
+    ``conflict`` in it (Syncthing, Dropbox, Seafile) or ``provgraph-DESKTOP-1234.lock`` (OneDrive)."""
     if name == LOCK_NAME or not (name.startswith("provgraph") and name.endswith(".lock")):
         return False
     return "conflict" in name.lower() or _MACHINE_COPY.fullmatch(name) is not None
@@ -78,12 +65,11 @@ _MACHINE_COPY = re.compile(r"provgraph-[A-Z0-9][A-Z0-9-]{0,14}\.lock")
 
 
 class LockError(ProvgraphError):
-    """The bytes are not a provgraph lock at all (another program's file, a damaged header)."""
+    """The bytes are not a provgraph lock (another program's file, a damaged header)."""
 
 
 class NewerLock(ProvgraphError):
-    """The lock was written by a newer provgraph: its stamps cannot be read whole here, and
-    rewriting it from less would lose them, so nothing is read or written."""
+    """The lock was written by a newer provgraph: rewriting it from less would lose stamps."""
 
     def __init__(self, version: int) -> None:
         super().__init__(f"{LOCK_NAME} was written by a newer provgraph (lock format {version}); upgrade provgraph")
@@ -91,9 +77,7 @@ class NewerLock(ProvgraphError):
 
 
 class Record(NamedTuple):
-    """One line: a derived file's stamp of one source, and its ``derived_at`` then.
-
-    A tuple: a large lock holds one per edge, all built at every change."""
+    """One line: a derived file's stamp of one source, and its ``derived_at`` then."""
 
     derived: str
     source: str
@@ -111,16 +95,8 @@ class LockRead(NamedTuple):
     """Lines that are not a valid record; they are skipped."""
 
     def derivations(self) -> dict[str, tuple[str | None, dict[str, Stamp]]]:
-        """Derived file -> (its ``derived_at``, source -> stamp); the ``derived_at`` is the
-        one written with the file's latest stamp."""
-        stamps: dict[str, dict[str, Stamp]] = {}
-        latest: dict[str, Record] = {}
-        for (derived, source), record in sorted(self.records.items()):
-            stamps.setdefault(derived, {})[source] = record.stamp
-            best = latest.get(derived)
-            if best is None or _derived_later(record, best):
-                latest[derived] = record
-        return {derived: (latest[derived].derived_at, table) for derived, table in stamps.items()}
+        """Derived file -> (its ``derived_at``, source -> stamp)."""
+        return _stamps_of(record for _, record in sorted(self.records.items())) or {}
 
 
 def encode_lock(records: Iterable[Record], options: Mapping[str, str] | None = None) -> bytes:
@@ -134,11 +110,8 @@ LockRow = tuple[str, str, str | None, float, float | None, str | None]
 
 
 def encode_rows(rows: Iterable[LockRow], options: Mapping[str, str] | None = None) -> bytes:
-    """``encode_lock`` of the records these rows hold: a full save has its stamps at hand,
-    and builds no record for each.  Rows are encoded a batch at a time, and each batch is
-    kept as the one buffer of its lines: a large lock is never held as an object per line.
-    Lines in order already (what stamps sorted by derived file, then source, nearly always
-    give) are not sorted again."""
+    """``encode_lock`` of the records these rows hold, without a record built for each: rows
+    are encoded a batch at a time into one buffer each, and sorted only when out of order."""
     remaining = iter(rows)
     batches: list[bytes] = []
     last, in_order = b"", True
@@ -164,9 +137,8 @@ def records_start(data: bytes) -> int:
 
 
 def decode_options(data: bytes) -> dict[str, str]:
-    """The reading options a lock records (none for a lock without an options line);
-    ``LockError`` when its options line is not a JSON object of text values, ``NewerLock``
-    when a newer provgraph wrote it."""
+    """The reading options a lock records; ``LockError`` when its options line is not a JSON
+    object of text values, ``NewerLock`` when a newer provgraph wrote it."""
     start, end = data.find(b"\n") + 1, records_start(data)
     header = data[: start - 1 if start else None].removeprefix(_BOM)
     if header.startswith(_HEADER_PREFIX.encode()):
@@ -188,9 +160,8 @@ _HEADER_LINE = HEADER.encode().removesuffix(b"\n")
 
 
 def _lines(rows: list[LockRow]) -> bytes:
-    """The rows as lines, encoded in one call: every row is a flat array that starts with
-    a string, and inside a string orjson escapes each quote and each line break, so
-    ``],["`` occurs only between two rows and a line break nowhere."""
+    """The rows as lines, in one call: inside a string orjson escapes quotes and line
+    breaks, so ``],["`` occurs only between two rows."""
     return orjson.dumps(rows)[1:-1].replace(b'],["', b']\n["')
 
 
@@ -200,10 +171,7 @@ _ROWS = 4096
 
 def decode_lock(data: bytes) -> LockRead:
     """Every record of a lock, merged lines reconciled; ``LockError`` when it is not a lock.
-
-    A lock as provgraph writes it (one header, then one line per edge) is parsed in one
-    call, as a JSON array of its lines; only a lock a merge or a hand left in another
-    shape is read line by line."""
+    Only a lock not in the shape provgraph writes is read line by line."""
     data = data.removeprefix(_BOM)  # an editor's or PowerShell's byte-order mark, not part of the text
     clean = _decode_clean(data)
     if clean is not None:
@@ -249,8 +217,7 @@ class _NotClean(Exception):
 
 
 def _clean_records(data: bytes) -> Iterator[Record]:
-    """Each record of a lock as provgraph writes it, in order; ``_NotClean`` as soon as
-    something is not (another header, a blank line, a conflict marker, damage)."""
+    """Each record of a lock as provgraph writes it, in order; ``_NotClean`` at anything else."""
     end = data.find(b"\n")
     if end < 0 or not data.startswith(_HEADER_PREFIX.encode()) or data.find(_HEADER_PREFIX.encode(), end) >= 0:
         raise _NotClean
@@ -283,22 +250,27 @@ def _decode_clean(data: bytes) -> LockRead | None:
 
 
 def decode_stamps(data: bytes) -> dict[str, tuple[str | None, dict[str, Stamp]]] | None:
-    """What ``decode_lock(data).derivations()`` gives, for a clean lock, built straight
-    from its lines without a table of records in between (a large lock's stamps are
-    read at every change); None when the lock is not clean, or not a lock."""
-    stamps: dict[str, dict[str, Stamp]] = {}
-    latest: dict[str, Record] = {}
+    """What ``decode_lock(data).derivations()`` gives, built straight from a clean lock's
+    lines; None when the lock is not clean, or not a lock."""
     try:
-        for record in _clean_records(data):
-            table = stamps.setdefault(record.derived, {})
-            if record.source in table:
-                return None
-            table[record.source] = record.stamp
-            best = latest.get(record.derived)
-            if best is None or _derived_later(record, best):
-                latest[record.derived] = record
+        return _stamps_of(_clean_records(data))
     except (_NotClean, LockError):
         return None
+
+
+def _stamps_of(records: Iterable[Record]) -> dict[str, tuple[str | None, dict[str, Stamp]]] | None:
+    """Derived file -> (the ``derived_at`` of its latest stamp, source -> stamp, sorted);
+    None when an edge comes twice."""
+    stamps: dict[str, dict[str, Stamp]] = {}
+    latest: dict[str, Record] = {}
+    for record in records:
+        table = stamps.setdefault(record.derived, {})
+        if record.source in table:
+            return None
+        table[record.source] = record.stamp
+        best = latest.get(record.derived)
+        if best is None or _derived_later(record, best):
+            latest[record.derived] = record
     return {derived: (latest[derived].derived_at, dict(sorted(table.items()))) for derived, table in stamps.items()}
 
 
@@ -310,12 +282,12 @@ def _derived_later(record: Record, best: Record) -> bool:
 
 
 _BATCH = 1 << 20
-"""Bytes of lines parsed in one call: few calls, and never a copy of a whole large lock."""
+"""Bytes of lines parsed in one call."""
 
 
 def _row_batches(data: bytes, start: int) -> Iterator[list[Any] | None]:
-    """The lines from ``start`` on, parsed a batch at a time as JSON arrays; None for a
-    batch that is not one value per line (a blank line, a conflict marker, damage)."""
+    """The lines from ``start`` on, parsed a batch at a time; None for a batch that is not
+    one JSON value per line."""
     stop = len(data)
     while stop > start and data[stop - 1] == ord("\n"):
         stop -= 1
@@ -332,8 +304,7 @@ def _row_batches(data: bytes, start: int) -> Iterator[list[Any] | None]:
 
 
 def merge_reads(first: LockRead, others: Iterable[LockRead]) -> LockRead:
-    """Several locks as one (a sync tool's conflict copies beside the lock): for each edge
-    the later stamp, as for the lines of a union merge."""
+    """Several locks as one (a sync tool's conflict copies): for each edge the later stamp."""
     records = dict(first.records)
     merged, damaged = first.merged, first.damaged
     for other in others:
@@ -359,13 +330,7 @@ def _later(one: Record, other: Record) -> Record:
 
 def _precedence(record: Record) -> tuple[float, bool, float, str, str]:
     since = record.stamp.mismatch_since
-    return (
-        -record.stamp.stamped_at,
-        since is None,
-        since or 0.0,
-        record.stamp.sha256 or "",
-        record.derived_at or "",
-    )
+    return (-record.stamp.stamped_at, since is None, since or 0.0, record.stamp.sha256 or "", record.derived_at or "")
 
 
 def _record(line: str) -> Record | None:
@@ -377,8 +342,7 @@ def _record(line: str) -> Record | None:
 
 
 def _from_row(row: Any) -> Record | None:
-    """One decoded line as a record, or None when it is not one.  Checked in one
-    expression: a large lock has a line per edge, and all are read at every change."""
+    """One decoded line as a record, or None when it is not one."""
     try:
         derived, source, sha256, stamped_at, since, derived_at = row
     except (ValueError, TypeError):
@@ -402,7 +366,4 @@ def _is_path(value: object) -> bool:
 
 def _is_date(value: object) -> bool:
     """Epoch seconds that a date can be made of (a bool, NaN or infinity is not one)."""
-    return type(value) in _NUMBERS and 0 <= value <= LATEST_DATE  # type: ignore[operator]
-
-
-_NUMBERS = (int, float)
+    return type(value) in (int, float) and 0 <= value <= LATEST_DATE  # type: ignore[operator]

@@ -54,8 +54,7 @@ class StateError(ProvgraphError):
 
 
 class OptionsDiffer(ProvgraphError):
-    """A run asked for reading options other than those the lock was written with: read
-    so, the folder would lose the stamps of what the lock's options read."""
+    """A run asked for reading options other than the lock's: it would lose the stamps they read."""
 
     def __init__(self, lock: str, recorded: Mapping[str, str], asked: Mapping[str, str]) -> None:
         self.recorded, self.asked = dict(recorded), dict(asked)
@@ -79,9 +78,8 @@ class _Transaction(threading.local):
 
 
 class StateStore:
-    """The lock (``ROOT/provgraph.lock``) and the cache (in ``ROOT/.provgraph/``) of one root;
-    with ``folder`` (``--state``) both live there, and it records its root.  ``settings``
-    are the reading settings, part of the cache's key."""
+    """The lock (``ROOT/provgraph.lock``) and the cache (in ``ROOT/.provgraph/``) of one root,
+    or both in ``folder`` (``--state``), which records its root.  ``settings`` key the cache."""
 
     def __init__(
         self,
@@ -109,9 +107,8 @@ class StateStore:
             try:
                 descriptor = hold(folders.state, FLOCK_NAME, wait)
             except OSError as error:
-                raise StateError(
-                    self.state_path, _cannot("lock", os.path.join(self.state_path, FLOCK_NAME), error)
-                ) from error
+                flock = os.path.join(self.state_path, FLOCK_NAME)
+                raise StateError(self.state_path, _cannot("lock", flock, error)) from error
             try:
                 self._check_root(folders, write=True)
                 remove_temporaries(folders)
@@ -137,8 +134,8 @@ class StateStore:
 
     def _begin(self, folders: Folders | None, *, exclusive: bool) -> None:
         tx = self._tx
-        tx.folders, tx.exclusive, tx.lock_bytes, tx.as_locked, tx.migrating = folders, exclusive, None, None, False
-        tx.recorded, tx.options = None, {}
+        tx.folders, tx.exclusive, tx.lock_bytes, tx.as_locked = folders, exclusive, None, None
+        tx.migrating, tx.recorded, tx.options = False, None, {}
 
     def _open(self, *, create: bool) -> Folders | None:
         """The state folder and the lock's folder, each checked to be a real folder."""
