@@ -29,6 +29,8 @@ __all__ = [
 
 FRONTMATTER_LIMIT = 64 * 1024
 """Only this many leading bytes of a file are searched for frontmatter."""
+_TOO_LONG = f"frontmatter is not closed within the first {FRONTMATTER_LIMIT // 1024} KiB"
+_UNCLOSED = "frontmatter block is never closed with a '---' line"
 BOM = b"\xef\xbb\xbf"
 _KEY = "derived_from:"
 _AT_KEY = "derived_at:"
@@ -47,14 +49,32 @@ _NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
 """A character that no value YAML types implicitly (a number, a date, a boolean,
 null) is written with, or the ``.md`` that none ends with.  A line break is not one:
 YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
+_TOKEN = re.compile(
+    r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
+    r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
+    r"|(?P<quoted>\"(?P<double>[^\"\\]*)\"|'(?P<single>[^']*)')"
+    r"|(?P<plain>[\w./][\w./+ -]*)) *(?P<end>,|$)"
+)
+"""One entry as the common forms write it (a wiki link, a Markdown link, a quoted string,
+a plain name) and the comma after it, if any."""
+_NOT_PLAIN_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
+_TOP_LINE = re.compile(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
+_SPANNING = re.compile(
+    r"(?:^|[-?:]) *(?:[&!]\S* +)*"
+    r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
+)
+"""A quoted string, a bracket or a block scalar that may go on over the next lines."""
+_OPENING = re.compile(r"[\"'\[{|>]")
+_LINE_KEY = "\n" + _KEY
+_COMMON_ENTRY = r"(?:[A-Za-z0-9_./][A-Za-z0-9_./ -]*|\[[A-Za-z0-9_ .,+/-]*\]\([A-Za-z0-9_./+#%-]*\))"
+_COMMON_ENTRIES = re.compile(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
+_COMMON_ITEM = re.compile(rf"( *)- +({_COMMON_ENTRY})")
+_FOUND_ENTRY = re.compile(_COMMON_ENTRY)
 
 
 class Declaration(NamedTuple):
-    """What one file's frontmatter says about its derivation, before resolution.
-
-    ``entries`` are the strings as written (Markdown links not yet unwrapped);
-    ``problems`` are (kind, detail) pairs about the frontmatter itself.
-    """
+    """What one file's frontmatter declares, before resolution: ``entries`` as written (links
+    not yet unwrapped) and (kind, detail) ``problems`` about the frontmatter itself."""
 
     entries: tuple[str, ...] = ()
     derived_at: str | None = None
@@ -67,6 +87,9 @@ NOTHING = Declaration()
 class _NotStrings(Exception):
     """``derived_from`` holds something other than a string or a list of strings."""
 
+    def __str__(self) -> str:
+        return f"derived_from must be a string or a list of strings, not {self.args[0]}"
+
 
 def read_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
     """The frontmatter's declaration and where the body after it starts."""
@@ -76,12 +99,7 @@ def read_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
     if found is None:
         if b"derived_" not in head:
             return NOTHING, len(head)
-        why = (
-            f"frontmatter is not closed within the first {FRONTMATTER_LIMIT // 1024} KiB"
-            if truncated
-            else "frontmatter block is never closed with a '---' line"
-        )
-        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, why),)), len(head)
+        return _bad_frontmatter(_TOO_LONG if truncated else _UNCLOSED), len(head)
     block, body_start = found
     if b"derived_" not in block:
         return NOTHING, body_start
@@ -141,16 +159,15 @@ def _flow_metadata(text: str) -> Declaration:
     try:
         parsed = _yaml_mapping(text)
     except _References as error:
-        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, f"metadata: {error}"),))
+        return _bad_frontmatter(f"metadata: {error}")
     metadata = parsed.get("metadata") if parsed is not None else None
     if not isinstance(metadata, dict):
         return NOTHING
-    at = metadata.get("derived_at")
-    derived_at = str(at) if at is not None and str(at) else None
+    derived_at = None if (at := metadata.get("derived_at")) is None else str(at) or None
     try:
         entries = _entries_from_value(metadata.get("derived_from"), text)
     except _NotStrings as error:
-        return _wrong_type(error, derived_at)
+        return _bad_frontmatter(str(error), derived_at)
     return Declaration(entries=entries, derived_at=derived_at)
 
 
@@ -179,14 +196,13 @@ def _parse_lines(lines: list[str], text: str) -> Declaration:
     try:
         entries = _entries(key_lines, text)
     except _NotStrings as error:
-        return _wrong_type(error, derived_at)
+        return _bad_frontmatter(str(error), derived_at)
     except _References as error:
-        return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, f"derived_from: {error}"),))
+        return _bad_frontmatter(f"derived_from: {error}", derived_at)
     return Declaration(entries=entries, derived_at=derived_at)
 
 
-def _wrong_type(error: _NotStrings, derived_at: str | None) -> Declaration:
-    detail = f"derived_from must be a string or a list of strings, not {error}"
+def _bad_frontmatter(detail: str, derived_at: str | None = None) -> Declaration:
     return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
 
 
@@ -235,12 +251,20 @@ def _plain_list(value: str, continued: list[str]) -> tuple[str, ...] | None:
             return None
         items = [item.strip() for item in value[1:-1].split(",")]
     else:
-        lines = [line for line in continued if line.strip()]
-        matches = [match for line in lines if (match := _ITEM.fullmatch(line))]
-        if not matches or len(matches) != len(lines) or len({match[1] for match in matches}) != 1:
+        listed = _listed(_ITEM, continued)
+        if listed is None:
             return None
-        items = [match[2].strip() for match in matches]
+        items = [item.strip() for item in listed]
     return tuple(items) if all(_is_plain_string(item) for item in items) else None
+
+
+def _listed(item: re.Pattern[str], lines: list[str]) -> list[str] | None:
+    """What the ``- a`` lines among ``lines`` list, when each is one (``item``) and all have
+    one indentation; else None."""
+    matches = [item.fullmatch(line) for line in lines if line.strip()]
+    if not matches or None in matches or len({match[1] for match in matches if match}) != 1:
+        return None
+    return [match[2] for match in matches if match]
 
 
 def _is_plain_string(value: str) -> bool:
@@ -269,33 +293,13 @@ _YAML_FAILS = object()
 """A reading of a declaration that is certainly not valid YAML: it is read line by line."""
 
 
-_TOKEN = re.compile(
-    r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
-    r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
-    r"|(?P<quoted>\"(?P<double>[^\"\\]*)\"|'(?P<single>[^']*)')"
-    r"|(?P<plain>[\w./][\w./+ -]*)) *(?P<end>,|$)"
-)
-"""One entry as the common forms write it (a wiki link, a Markdown link, a quoted string,
-a plain name) and the comma after it, if any."""
-
-_NOT_PLAIN_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
-
-_TOP_LINE = re.compile(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
-
-_SPANNING = re.compile(
-    r"(?:^|[-?:]) *(?:[&!]\S* +)*"
-    r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
-)
-"""A quoted string, a bracket or a block scalar that may go on over the next lines."""
-
-_OPENING = re.compile(r"[\"'\[{|>]")
-
-
 def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[str, ...]:
     """The YAML path's answer, problems included, for the forms the shortcuts leave (Markdown
     links, quoted items, wiki links in a list, names beyond ASCII); ``_Unsure`` otherwise."""
-    if key_lines[0][len(_KEY) : len(_KEY) + 1] not in ("", " ") or _odd_characters(text):
+    if key_lines[0][len(_KEY) : len(_KEY) + 1] not in ("", " "):
         raise _Unsure
+    if not text.replace("\r\n", "").replace("\n", "").isprintable():
+        raise _Unsure  # a tab, an odd break or space, a control character: YAML has rules for each
     continued = key_lines[1:]
     if value and any(line.strip() for line in continued):
         raise _Unsure  # a value that goes on over lines
@@ -305,13 +309,6 @@ def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[
             raise _Unsure
         return _entries_from_lines(key_lines)
     return _entries_from_value(reading, "\n".join(key_lines))
-
-
-def _odd_characters(text: str) -> bool:
-    """True when ``text`` holds a tab, an odd line break or space, a control character,
-    a byte order mark or anything else Python does not print: YAML has rules of its
-    own for several, and no common declaration holds one."""
-    return not text.replace("\r\n", "").replace("\n", "").isprintable()
 
 
 def _one_line_reading(value: str) -> object:
@@ -345,12 +342,12 @@ def _bracketed_or_quoted(value: str) -> object:
 
 def _block_reading(continued: list[str]) -> object:
     """What YAML reads the ``- a`` lines under ``derived_from:`` as, or ``_YAML_FAILS``."""
-    matches = [_ITEM.fullmatch(line) for line in continued if line.strip()]
-    if not matches:
+    if not any(line.strip() for line in continued):
         return None
-    if any(match is None for match in matches) or len({match[1] for match in matches if match}) != 1:
+    items = _listed(_ITEM, continued)
+    if items is None:
         raise _Unsure
-    tokens = [_TOKEN.fullmatch(match[2]) for match in matches if match]
+    tokens = [_TOKEN.fullmatch(item) for item in items]
     if any(token is None or token["end"] for token in tokens):
         raise _Unsure
     return _list_reading([token for token in tokens if token])
@@ -405,17 +402,6 @@ def _plain_lines_before(text: str) -> bool:
     if any(line[:1] != " " and not _TOP_LINE.fullmatch(line) for line in lines):
         return False
     return not (_OPENING.search(text, 0, end) and any(_SPANNING.search(line) for line in lines))
-
-
-_LINE_KEY = "\n" + _KEY
-
-_COMMON_ENTRY = r"(?:[A-Za-z0-9_./][A-Za-z0-9_./ -]*|\[[A-Za-z0-9_ .,+/-]*\]\([A-Za-z0-9_./+#%-]*\))"
-
-_COMMON_ENTRIES = re.compile(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
-
-_COMMON_ITEM = re.compile(rf"( *)- +({_COMMON_ENTRY})")
-
-_FOUND_ENTRY = re.compile(_COMMON_ENTRY)
 
 
 def _common_declaration(text: str) -> Declaration | None:
@@ -475,10 +461,10 @@ def _common_value(value: str, text: str) -> tuple[str, ...] | None:
 
 def _common_block(items: list[str], text: str) -> tuple[str, ...] | None:
     """``- a`` lines at one indentation, entries of the common forms."""
-    matches = [_COMMON_ITEM.fullmatch(item.rstrip()) for item in items]
-    if any(match is None for match in matches) or len({match[1] for match in matches if match}) != 1:
+    listed = _listed(_COMMON_ITEM, [item.rstrip() for item in items])
+    if listed is None:
         return None
-    entries = tuple(match[2].strip() for match in matches if match)
+    entries = tuple(entry.strip() for entry in listed)
     if all(entry[:1] != "[" for entry in entries):
         return entries if all(_NEVER_TYPED.search(name) for name in entries) else None
     return entries if _plain_lines_before(text) else None
