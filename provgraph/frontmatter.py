@@ -175,11 +175,7 @@ def _metadata_lines(lines: list[str]) -> list[str] | None:
     """The lines of a top-level ``metadata:`` block, dedented; None without one."""
     for index, line in enumerate(lines):
         if _METADATA.fullmatch(line.rstrip()):
-            block = []
-            for inner in lines[index + 1 :]:
-                if inner.strip() and inner[:1] not in (" ", "\t"):
-                    break
-                block.append(inner)
+            block = list(itertools.takewhile(lambda inner: not inner.strip() or inner[:1] in " \t", lines[index + 1 :]))
             indented = [inner for inner in block if inner.strip()]
             if not indented or not any("derived_" in inner for inner in indented):
                 return None
@@ -540,12 +536,8 @@ def _entries_from_lines(key_lines: list[str]) -> tuple[str, ...]:
         return tuple(entry for item in split_entries(value[1:-1]) for entry in value_entries(item, item=True))
     if value:
         return value_entries(value)
-    items: list[str] = []
-    for line in key_lines[1:]:
-        stripped = line.strip()
-        if stripped.startswith("-"):
-            items += value_entries(_unquote(_strip_comment(stripped[1:]).strip()), item=True)
-    return tuple(items)
+    items = [line.strip()[1:] for line in key_lines[1:] if line.strip().startswith("-")]
+    return tuple(entry for item in items for entry in value_entries(_unquote(_strip_comment(item).strip()), item=True))
 
 
 def _flow_list(value: str) -> bool:
