@@ -309,9 +309,8 @@ def resolve_entries(
 
 
 def _folder_and_prefix(declaring: str) -> tuple[str, str]:
-    """The declaring file's folder (``posixpath.dirname``) and what a plain entry is joined
-    to (the folder and its ``/``; nothing at the root).  A listed path ends its folder with
-    one ``/``, which is then all ``dirname`` removes."""
+    """The declaring file's folder and what a plain entry is joined to (the folder and its
+    ``/``; nothing at the root)."""
     cut = declaring.rfind("/") + 1
     prefix = declaring[:cut]
     if cut > 1 and prefix[-2] != "/":
@@ -418,8 +417,7 @@ def _wiki_target(inner: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
 
 def _candidates(path: str, with_md: str, *, bare: bool, lookup: Lookup) -> tuple[str, ...]:
     """The files a wiki link that names no file exactly may mean, best guess first: a bare
-    name's namesakes anywhere, then the same path in another case, then (bare names only)
-    namesakes in another case anywhere."""
+    name's namesakes, the same path in another case, a bare name's namesakes in any case."""
     folded = lookup.by_folded.get(path.casefold(), ()) or lookup.by_folded.get(with_md.casefold(), ())
     if not bare:
         return folded
@@ -428,10 +426,8 @@ def _candidates(path: str, with_md: str, *, bare: bool, lookup: Lookup) -> tuple
 
 
 def did_you_mean(missing: str, lookup: Lookup) -> str | None:
-    """A memory file that a missing source's name probably meant, or None.
-
-    ``facts`` when ``facts.md`` exists; a name that differs only in case; the
-    one memory file of that name (in any case) elsewhere under the root."""
+    """A memory file that a missing source's name probably meant, or None: ``facts.md`` for
+    ``facts``, a name that differs only in case, the one file of that name elsewhere."""
     if not missing.endswith(".md") and missing + ".md" in lookup.files:
         return missing + ".md"
     for folded in (missing.casefold(), (missing + ".md").casefold()):
