@@ -1,13 +1,9 @@
 """What a memory file declares, and where each entry leads.
 
-``read_declaration`` reads the frontmatter (``frontmatter``), then what the body
-adds: Dataview-style inline fields (``derived_from:: [[a]], [[b]]``) and, when
-asked for, the links under a chosen heading (``## Sources``).
-
-Then each entry is resolved to a path relative to the memory root, or
-refused with a problem.  Wiki links (``[[facts]]``) resolve the way Obsidian
-does, which depends on the files that exist: ``Lookup`` carries them.
-Nothing here opens a file.
+``read_declaration`` reads the frontmatter, then the body's Dataview fields
+(``derived_from:: [[a]]``) and, when asked for, the links under a chosen heading.
+``resolve_entries`` resolves each entry to a root-relative path or refuses it; wiki
+links resolve as Obsidian does, against the files in ``Lookup``.  Nothing here opens a file.
 """
 
 from __future__ import annotations
@@ -58,16 +54,22 @@ _HEADING = re.compile(r"(#{1,6})[ \t]")
 _CONFLICT_MARKER = re.compile(rb"^(<{7}|\|{7}|={7}|>{7})([ \t]|\r?$)", re.M)
 """A line git writes around the two sides of a conflict."""
 _CONFLICTED = Declaration(problems=((ProblemKind.BAD_FRONTMATTER, "unresolved merge conflict"),))
+_SENTENCE_END = (".", "!", "?", ":", ";")
+_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
+_PLAIN_LINK = re.compile(r"\[[^\]]*\]\(([A-Za-z0-9_./-]+)\)")
+"""A Markdown link whose target is plain path characters, which ``_link_target`` keeps as written."""
+_RELATIVE_PATH = re.compile(r"[A-Za-z0-9_.-](?:[A-Za-z0-9_. /-]*[A-Za-z0-9_.-])?")
+"""A plain path with no space and no ``/`` at either end: refused only for where it leads."""
+_PLAIN_PATH = re.compile(r"(?!//)[A-Za-z0-9_./-][A-Za-z0-9_. /-]*")
+"""An entry that is its own target: no link, scheme, drive, ``~`` or NUL."""
 
 
 def read_declaration(head: bytes, truncated: bool = False, sources_heading: str | None = None) -> Declaration:
-    """Parse the frontmatter at the start of ``head``, then what its body declares.
+    """What ``head`` declares, in its frontmatter and its body.
 
-    ``truncated`` says that ``head`` is only the first ``FRONTMATTER_LIMIT``
-    bytes of a longer file, so an unclosed block may just be too long.
-    ``sources_heading`` (``## Sources``), when given, makes the links of the
-    section under that heading sources too; off by default, since links in
-    prose are not lineage unless the user says so.
+    ``truncated``: ``head`` is the first ``FRONTMATTER_LIMIT`` bytes of a longer file.
+    ``sources_heading`` (``## Sources``) makes the links under that heading sources too;
+    links in prose are not lineage unless the user says so.
     """
     if sources_heading is None and (b"_" not in head or b"derived_" not in head):
         return NOTHING  # most memory files, settled by a byte search
@@ -117,23 +119,13 @@ def _bad_entry(line: int, entry: str, why: str) -> tuple[ProblemKind, str]:
     return ProblemKind.BAD_ENTRY, f"line {line}: {why}: {shown!r}"
 
 
-_SENTENCE_END = (".", "!", "?", ":", ";")
-_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
-
-
 def unfit_name(entry: str) -> str | None:
     """Why ``entry`` cannot name a file, or None when it may.
 
-    No name holds a NUL character, and no file system takes a path part over
-    255 bytes: for a link, its target is the name (any other character may be
-    in a POSIX name, a newline or an escape code too).  An entry that is no
-    link cannot name a file either when it reads as a sentence: two words or
-    more that end with sentence punctuation (``.``, ``!``, ``?``, ``:``, ``;``)
-    or hold a clause (``": "``, ``"; "``), or four words or more without a
-    ``.``-extension at the end.  Names of a few words still read as names
-    (``my facts.md``, ``Meeting notes 2026-01.md``, ``notes from March``): a
-    sentence is a slip of prose, where a name that is not there is a missing
-    source.
+    No name holds a NUL, no path part is over 255 bytes (for a link, its target is the
+    name).  An entry that is no link is a sentence, not a name, when it has two words or
+    more and ends with ``.!?:;`` or holds ``": "`` or ``"; "``, or four words or more
+    without an extension; names of a few words (``my facts.md``) stay names.
     """
     name = _named(entry)
     if len(entry) < 64 and "\x00" not in entry and (" " not in entry or name is not entry):
@@ -250,24 +242,17 @@ def _closing(line: str, start: int) -> int:
 
 @dataclass(frozen=True, eq=False)
 class Lookup:
-    """What resolving an entry needs to know beyond the entry itself.
-
-    ``files`` are the memory files that exist now (root-relative), which wiki
-    links by bare name and the typo hints search; ``roots`` are the absolute
-    paths under which the memory folder is known (its own, and the path an
-    agent in a sandbox sees), so that an entry written with one of them means
-    the file under the root.
-
-    Equal only to itself: comparing two would compare every file name.
-    """
+    """What resolving an entry needs beyond the entry: ``files``, the memory files that exist
+    (root-relative), which wiki links and typo hints search; ``roots``, the absolute paths
+    the folder is known by (its own, a sandbox's).  Equal only to itself: comparing two
+    would compare every file name."""
 
     files: Collection[str] = frozenset()
     roots: tuple[str, ...] = ()
 
     @cached_property
     def stems(self) -> tuple[str, ...]:
-        """The ``roots`` without their last ``/``: what a plain entry written from the root
-        must not start with to be joined at once (``_joined_at_once``), made once a scan."""
+        """The ``roots`` without their last ``/``, which ``_joined_at_once`` leaves alone."""
         return tuple([root.rstrip("/") for root in self.roots])
 
     @cached_property
@@ -299,12 +284,10 @@ NO_LOOKUP = Lookup()
 def resolve_entries(
     declaring: str, entries: tuple[str, ...], lookup: Lookup = NO_LOOKUP
 ) -> tuple[tuple[str, ...], tuple[Problem, ...]]:
-    """Resolve each entry to a root-relative POSIX path, or refuse it with a problem.
+    """Each entry as a root-relative POSIX path, sorted and without duplicates, or a problem.
 
-    Entries are relative to the declaring file's folder (Markdown link
-    semantics); a leading ``/`` makes one relative to the root, unless it
-    starts with one of ``lookup.roots``.  Wiki links are relative to the root.
-    Duplicates collapse; the result is sorted so that entry order never matters.
+    Entries are relative to the declaring file's folder; a leading ``/`` (not one of
+    ``lookup.roots``) and a wiki link are relative to the root.
     """
     sources: set[str] = set()
     problems: list[Problem] = []
@@ -326,9 +309,8 @@ def resolve_entries(
 
 
 def _folder_and_prefix(declaring: str) -> tuple[str, str]:
-    """The declaring file's folder (``posixpath.dirname``) and what a plain entry is joined
-    to (the folder and its ``/``; nothing at the root).  A listed path ends its folder with
-    one ``/``, which is then all ``dirname`` removes."""
+    """The declaring file's folder and what a plain entry is joined to (the folder and its
+    ``/``; nothing at the root)."""
     cut = declaring.rfind("/") + 1
     prefix = declaring[:cut]
     if cut > 1 and prefix[-2] != "/":
@@ -338,11 +320,9 @@ def _folder_and_prefix(declaring: str) -> tuple[str, str]:
 
 
 def _joined_at_once(prefix: str, entry: str, stems: tuple[str, ...]) -> str | None:
-    """A plain path entry (``_RELATIVE_PATH``) joined to the declaring folder's ``prefix``,
-    or to the root when it starts with ``/`` and with none of the root's own paths
-    (``stems``, without their last ``/``); None for any other entry, or for a joined path
-    that may be refused (leaving the root, naming it or provgraph's own state all start
-    with ``.`` once normalised): the general way (``_resolve``) decides those."""
+    """A plain path entry joined to ``prefix`` (to the root after a ``/`` that starts none of
+    ``stems``); None for any other entry or a path that may be refused (one that starts with
+    ``.`` once normalised): ``_resolve`` decides those."""
     if entry[:1] == "/":
         if entry.startswith(stems):
             return None
@@ -354,23 +334,14 @@ def _joined_at_once(prefix: str, entry: str, stems: tuple[str, ...]) -> str | No
 
 
 def _link_joined_at_once(prefix: str, entry: str, stems: tuple[str, ...]) -> str | None:
-    """A Markdown link to a plain path (``[text](../notes/a.md)``, ``_PLAIN_LINK``) joined as
-    ``_joined_at_once`` joins its target; None for any other entry: the general way unwraps
-    it (a title, ``<...>``, a ``#heading``, ``%20``) and decides."""
+    """``[text](../a.md)`` joined as ``_joined_at_once`` joins its target; None for a link
+    with a title, ``<...>``, a ``#heading`` or ``%20``, which ``_resolve`` unwraps."""
     link = _PLAIN_LINK.fullmatch(entry)
     return None if link is None else _joined_at_once(prefix, link.group(1), stems)
 
 
-_PLAIN_LINK = re.compile(r"\[[^\]]*\]\(([A-Za-z0-9_./-]+)\)")
-"""A Markdown link (``_LINK``) with no title, no space and no ``<...>`` around its target,
-made of plain path characters: its target is what ``_link_target`` finds in it, as written."""
-
-
 def follows_listing(entries: tuple[str, ...]) -> bool:
-    """Whether resolving ``entries`` depends on which files exist: only a wiki link's does
-    (its bare name, its missing ``.md``, its case); every other entry resolves from its
-    own text, the declaring file's folder and the root's names, so its resolution holds
-    while the declaration does."""
+    """Whether resolving ``entries`` depends on which files exist: only a wiki link's does."""
     return any(entry.strip().startswith(("[[", "![[")) for entry in entries)
 
 
@@ -390,16 +361,6 @@ def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind
     if _URL.match(target):
         return ProblemKind.BAD_ENTRY, f"URL ignored: {entry}"
     return _placed(folder, entry, target, lookup.roots)
-
-
-_RELATIVE_PATH = re.compile(r"[A-Za-z0-9_.-](?:[A-Za-z0-9_. /-]*[A-Za-z0-9_.-])?")
-"""A plain path entry (``_PLAIN_PATH``) relative to a folder, with no space around it and
-no ``/`` at either end: nothing to unwrap, and refused only for where it leads once joined."""
-
-
-_PLAIN_PATH = re.compile(r"(?!//)[A-Za-z0-9_./-][A-Za-z0-9_. /-]*")
-"""An entry that is its own target: no link to unwrap, and nothing (a scheme, a drive, a
-``~``, a NUL) that refuses it before it is joined to the declaring folder."""
 
 
 def _placed(folder: str, entry: str, target: str, roots: tuple[str, ...]) -> str | tuple[ProblemKind, str]:
@@ -434,14 +395,9 @@ def _under_root(target: str, roots: tuple[str, ...]) -> str:
 
 
 def _wiki_target(inner: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
-    """Where ``[[inner]]`` points, as Obsidian resolves it, written from the root (``/a/b.md``).
-
-    The alias (``|text``) and the heading or block (``#...``) are dropped; the
-    path is relative to the root; ``.md`` is added when the name has no
-    extension; a bare name not found at the root is the one memory file of
-    that name anywhere below it, and several such files are a problem.  Like
-    Obsidian, a name that no file has exactly finds one whose name differs
-    only in case."""
+    """Where ``[[inner]]`` points, as Obsidian resolves it, written from the root (``/a/b.md``):
+    no alias or heading, ``.md`` added to a name without extension, a bare name found
+    anywhere below the root (several are a problem), else a name that differs in case."""
     name = inner.split("|", 1)[0].split("#", 1)[0].strip()
     if not name:
         return ""
@@ -454,13 +410,14 @@ def _wiki_target(inner: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
     found = _candidates(path, with_md, bare="/" not in target.strip("/"), lookup=lookup)
     if len(found) > 1:
         return ProblemKind.BAD_ENTRY, f"[[{inner}]] matches several files: {', '.join(found)}"
-    return "/" + (found[0] if found else _default(path))
+    if found:
+        return "/" + found[0]
+    return "/" + (path if posixpath.splitext(path)[1] else path + ".md")  # no file has the name
 
 
 def _candidates(path: str, with_md: str, *, bare: bool, lookup: Lookup) -> tuple[str, ...]:
     """The files a wiki link that names no file exactly may mean, best guess first: a bare
-    name's namesakes anywhere, then the same path in another case, then (bare names only)
-    namesakes in another case anywhere."""
+    name's namesakes, the same path in another case, a bare name's namesakes in any case."""
     folded = lookup.by_folded.get(path.casefold(), ()) or lookup.by_folded.get(with_md.casefold(), ())
     if not bare:
         return folded
@@ -468,17 +425,9 @@ def _candidates(path: str, with_md: str, *, bare: bool, lookup: Lookup) -> tuple
     return lookup.by_name.get(name, ()) or folded or lookup.by_folded_name.get(name.casefold(), ())
 
 
-def _default(path: str) -> str:
-    """The path a wiki link names when no memory file answers to it: ``.md`` added
-    when the name has no extension."""
-    return path if posixpath.splitext(path)[1] else path + ".md"
-
-
 def did_you_mean(missing: str, lookup: Lookup) -> str | None:
-    """A memory file that a missing source's name probably meant, or None.
-
-    ``facts`` when ``facts.md`` exists; a name that differs only in case; the
-    one memory file of that name (in any case) elsewhere under the root."""
+    """A memory file that a missing source's name probably meant, or None: ``facts.md`` for
+    ``facts``, a name that differs only in case, the one file of that name elsewhere."""
     if not missing.endswith(".md") and missing + ".md" in lookup.files:
         return missing + ".md"
     for folded in (missing.casefold(), (missing + ".md").casefold()):

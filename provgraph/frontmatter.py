@@ -1,21 +1,10 @@
 """Find the frontmatter block at the start of a memory file and read what it declares.
 
-Pure functions: bytes in, a ``Declaration`` out.  The reader tries, in order:
-
-1. a plain one-line value (``derived_from: a.md, b.md``), split directly;
-   this is what most memory files hold and it needs no YAML at all;
-2. the other common forms (Markdown links, quoted items, wiki links in a
-   list, names beyond ASCII), read by a small exact reader that works out
-   what the steps below would give and declines whatever it is not certain
-   of; a property test holds it to their answer;
-3. YAML on the ``derived_from`` lines alone, then on the whole frontmatter;
-4. when the frontmatter is not valid YAML (an unquoted colon in a
-   description, an unquoted Markdown link), the lines themselves, the way
-   agent memory middlewares read frontmatter.
-
-``derived_from`` may also sit under a top-level ``metadata:`` mapping; a value that
-holds links declares those links (``value_entries``).  What the body declares, and how
-entries resolve to files, is ``declarations``' business.
+Pure functions: bytes in, a ``Declaration`` out.  The common forms (plain names, Markdown
+links, quoted items, wiki links in a list) are read without YAML, by a reader that declines
+whatever it is not certain of and that a property test holds to YAML's answer.  Everything
+else goes to YAML; frontmatter that is not valid YAML (an unquoted colon, an unquoted
+Markdown link) is read line by line, as agent memory middlewares read it.
 """
 
 from __future__ import annotations
@@ -40,6 +29,8 @@ __all__ = [
 
 FRONTMATTER_LIMIT = 64 * 1024
 """Only this many leading bytes of a file are searched for frontmatter."""
+_TOO_LONG = f"frontmatter is not closed within the first {FRONTMATTER_LIMIT // 1024} KiB"
+_UNCLOSED = "frontmatter block is never closed with a '---' line"
 BOM = b"\xef\xbb\xbf"
 _KEY = "derived_from:"
 _AT_KEY = "derived_at:"
@@ -58,14 +49,32 @@ _NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
 """A character that no value YAML types implicitly (a number, a date, a boolean,
 null) is written with, or the ``.md`` that none ends with.  A line break is not one:
 YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
+_TOKEN = re.compile(
+    r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
+    r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
+    r"|(?P<quoted>\"(?P<double>[^\"\\]*)\"|'(?P<single>[^']*)')"
+    r"|(?P<plain>[\w./][\w./+ -]*)) *(?P<end>,|$)"
+)
+"""One entry as the common forms write it (a wiki link, a Markdown link, a quoted string,
+a plain name) and the comma after it, if any."""
+_NOT_PLAIN_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
+_TOP_LINE = re.compile(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
+_SPANNING = re.compile(
+    r"(?:^|[-?:]) *(?:[&!]\S* +)*"
+    r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
+)
+"""A quoted string, a bracket or a block scalar that may go on over the next lines."""
+_OPENING = re.compile(r"[\"'\[{|>]")
+_LINE_KEY = "\n" + _KEY
+_COMMON_ENTRY = r"(?:[A-Za-z0-9_./][A-Za-z0-9_./ -]*|\[[A-Za-z0-9_ .,+/-]*\]\([A-Za-z0-9_./+#%-]*\))"
+_COMMON_ENTRIES = re.compile(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
+_COMMON_ITEM = re.compile(rf"( *)- +({_COMMON_ENTRY})")
+_FOUND_ENTRY = re.compile(_COMMON_ENTRY)
 
 
 class Declaration(NamedTuple):
-    """What one file's frontmatter says about its derivation, before resolution.
-
-    ``entries`` are the strings as written (Markdown links not yet unwrapped);
-    ``problems`` are (kind, detail) pairs about the frontmatter itself.
-    """
+    """What one file's frontmatter declares, before resolution: ``entries`` as written (links
+    not yet unwrapped) and (kind, detail) ``problems`` about the frontmatter itself."""
 
     entries: tuple[str, ...] = ()
     derived_at: str | None = None
@@ -78,6 +87,9 @@ NOTHING = Declaration()
 class _NotStrings(Exception):
     """``derived_from`` holds something other than a string or a list of strings."""
 
+    def __str__(self) -> str:
+        return f"derived_from must be a string or a list of strings, not {self.args[0]}"
+
 
 def read_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
     """The frontmatter's declaration and where the body after it starts."""
@@ -87,12 +99,7 @@ def read_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
     if found is None:
         if b"derived_" not in head:
             return NOTHING, len(head)
-        why = (
-            f"frontmatter is not closed within the first {FRONTMATTER_LIMIT // 1024} KiB"
-            if truncated
-            else "frontmatter block is never closed with a '---' line"
-        )
-        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, why),)), len(head)
+        return _bad_frontmatter(_TOO_LONG if truncated else _UNCLOSED), len(head)
     block, body_start = found
     if b"derived_" not in block:
         return NOTHING, body_start
@@ -105,9 +112,8 @@ def read_frontmatter(head: bytes, truncated: bool) -> tuple[Declaration, int]:
 
 
 def frontmatter_incomplete(head: bytes) -> bool:
-    """True when ``head`` may be a file caught while it is being written: empty,
-    part of the opening ``---`` line, or a frontmatter block that does not close.
-    Such a reading says nothing about what the file declares."""
+    """True when ``head`` may be a file caught mid-write (empty, part of the opening ``---``
+    line, or an unclosed block): such a reading says nothing about what it declares."""
     head = head.removeprefix(BOM)
     if len(head) <= 3:
         return b"---".startswith(head)
@@ -115,11 +121,8 @@ def frontmatter_incomplete(head: bytes) -> bool:
 
 
 def _block(head: bytes) -> tuple[bytes, int] | None:
-    """The bytes between the opening ``---`` line and the closing one, and where the
-    body after it starts; None when the block never closes.
-
-    Only a line that starts with ``---`` can close the block: the search goes
-    from one such line to the next."""
+    """The bytes between the opening ``---`` line and the closing one, and where the body
+    after it starts; None when the block never closes."""
     first_end = head.find(b"\n")
     if first_end < 0 or head[:first_end].rstrip() != b"---":
         return None
@@ -148,11 +151,7 @@ def _parse(text: str) -> Declaration:
         inner = _flow_metadata(text)
     else:
         return top
-    return Declaration(
-        top.entries + inner.entries,
-        top.derived_at if top.derived_at is not None else inner.derived_at,
-        top.problems + inner.problems,
-    )
+    return Declaration(top.entries + inner.entries, top.derived_at or inner.derived_at, top.problems + inner.problems)
 
 
 def _flow_metadata(text: str) -> Declaration:
@@ -160,16 +159,15 @@ def _flow_metadata(text: str) -> Declaration:
     try:
         parsed = _yaml_mapping(text)
     except _References as error:
-        return Declaration(problems=((ProblemKind.BAD_FRONTMATTER, f"metadata: {error}"),))
+        return _bad_frontmatter(f"metadata: {error}")
     metadata = parsed.get("metadata") if parsed is not None else None
     if not isinstance(metadata, dict):
         return NOTHING
-    at = metadata.get("derived_at")
-    derived_at = str(at) if at is not None and str(at) else None
+    derived_at = None if (at := metadata.get("derived_at")) is None else str(at) or None
     try:
         entries = _entries_from_value(metadata.get("derived_from"), text)
     except _NotStrings as error:
-        return _wrong_type(error, derived_at)
+        return _bad_frontmatter(str(error), derived_at)
     return Declaration(entries=entries, derived_at=derived_at)
 
 
@@ -177,11 +175,7 @@ def _metadata_lines(lines: list[str]) -> list[str] | None:
     """The lines of a top-level ``metadata:`` block, dedented; None without one."""
     for index, line in enumerate(lines):
         if _METADATA.fullmatch(line.rstrip()):
-            block = []
-            for inner in lines[index + 1 :]:
-                if inner.strip() and inner[:1] not in (" ", "\t"):
-                    break
-                block.append(inner)
+            block = list(itertools.takewhile(lambda inner: not inner.strip() or inner[:1] in " \t", lines[index + 1 :]))
             indented = [inner for inner in block if inner.strip()]
             if not indented or not any("derived_" in inner for inner in indented):
                 return None
@@ -198,14 +192,13 @@ def _parse_lines(lines: list[str], text: str) -> Declaration:
     try:
         entries = _entries(key_lines, text)
     except _NotStrings as error:
-        return _wrong_type(error, derived_at)
+        return _bad_frontmatter(str(error), derived_at)
     except _References as error:
-        return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, f"derived_from: {error}"),))
+        return _bad_frontmatter(f"derived_from: {error}", derived_at)
     return Declaration(entries=entries, derived_at=derived_at)
 
 
-def _wrong_type(error: _NotStrings, derived_at: str | None) -> Declaration:
-    detail = f"derived_from must be a string or a list of strings, not {error}"
+def _bad_frontmatter(detail: str, derived_at: str | None = None) -> Declaration:
     return Declaration(derived_at=derived_at, problems=((ProblemKind.BAD_FRONTMATTER, detail),))
 
 
@@ -248,19 +241,26 @@ def _entries(key_lines: list[str], text: str) -> tuple[str, ...]:
 
 
 def _plain_list(value: str, continued: list[str]) -> tuple[str, ...] | None:
-    """``[a, b]``, or ``- a`` lines at one indentation, of plain strings only: what YAML
-    would read as exactly these strings, read without it.  None: let YAML decide."""
+    """``[a, b]`` or ``- a`` lines at one indentation, of strings YAML reads as written; else None."""
     if value:
         if not (value.startswith("[") and value.endswith("]")) or any(line.strip() for line in continued):
             return None
         items = [item.strip() for item in value[1:-1].split(",")]
     else:
-        lines = [line for line in continued if line.strip()]
-        matches = [match for line in lines if (match := _ITEM.fullmatch(line))]
-        if not matches or len(matches) != len(lines) or len({match[1] for match in matches}) != 1:
+        listed = _listed(_ITEM, continued)
+        if listed is None:
             return None
-        items = [match[2].strip() for match in matches]
+        items = [item.strip() for item in listed]
     return tuple(items) if all(_is_plain_string(item) for item in items) else None
+
+
+def _listed(item: re.Pattern[str], lines: list[str]) -> list[str] | None:
+    """What the ``- a`` lines among ``lines`` list, when each is one (``item``) and all have
+    one indentation; else None."""
+    matches = [item.fullmatch(line) for line in lines if line.strip()]
+    if not matches or None in matches or len({match[1] for match in matches if match}) != 1:
+        return None
+    return [match[2] for match in matches if match]
 
 
 def _is_plain_string(value: str) -> bool:
@@ -270,9 +270,7 @@ def _is_plain_string(value: str) -> bool:
 
 def _reads_as_text(plain: str) -> bool:
     """True when YAML types the plain scalar ``plain`` as a string, not a number, date,
-    boolean or null.  Those types are written with few characters (no ``/``, no
-    ``#``, nothing beyond ASCII) and none ends with ``.md``, which settles almost
-    every name without loading YAML's resolver."""
+    boolean or null; ``_NEVER_TYPED`` settles almost every name without YAML's resolver."""
     if _NEVER_TYPED.search(plain):
         return True
     from yaml.nodes import ScalarNode  # YAML is heavy: loaded only for a name it may type
@@ -287,62 +285,26 @@ class _Unsure(Exception):
     """The reader without YAML cannot be certain of what YAML makes of a declaration."""
 
 
-class _YamlFails:
-    """A declaration that is certainly not valid YAML, where it stands: the YAML path
-    then reads it line by line."""
-
-
-_YAML_FAILS = _YamlFails()
-
-
-_TOKEN = re.compile(
-    r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
-    r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
-    r"|(?P<quoted>\"(?P<double>[^\"\\]*)\"|'(?P<single>[^']*)')"
-    r"|(?P<plain>[\w./][\w./+ -]*)) *(?P<end>,|$)"
-)
-"""One entry as the common forms write it (a wiki link, a Markdown link, a quoted string,
-a plain name) and the comma after it, if any."""
-
-
-_NOT_PLAIN_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
-
-
-_TOP_LINE = re.compile(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
-
-
-_SPANNING = re.compile(
-    r"(?:^|[-?:]) *(?:[&!]\S* +)*"
-    r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
-)
-"""A quoted string, a bracket or a block scalar that may go on over the next lines."""
-
-
-_OPENING = re.compile(r"[\"'\[{|>]")
+_YAML_FAILS = object()
+"""A reading of a declaration that is certainly not valid YAML: it is read line by line."""
 
 
 def _entries_without_yaml(value: str, key_lines: list[str], text: str) -> tuple[str, ...]:
-    """What the YAML path reads from the forms the shortcuts above leave (Markdown links,
-    quoted items, wiki links in a list, names beyond ASCII), worked out without YAML;
-    ``_Unsure`` for anything else.  It must be the YAML path's answer to the letter,
-    problems included, so only forms whose YAML reading is certain are taken."""
-    if key_lines[0][len(_KEY) : len(_KEY) + 1] not in ("", " ") or _odd_characters(text):
+    """The YAML path's answer, problems included, for the forms the shortcuts leave (Markdown
+    links, quoted items, wiki links in a list, names beyond ASCII); ``_Unsure`` otherwise."""
+    if key_lines[0][len(_KEY) : len(_KEY) + 1] not in ("", " "):
         raise _Unsure
+    if not text.replace("\r\n", "").replace("\n", "").isprintable():
+        raise _Unsure  # a tab, an odd break or space, a control character: YAML has rules for each
     continued = key_lines[1:]
     if value and any(line.strip() for line in continued):
         raise _Unsure  # a value that goes on over lines
     reading = _one_line_reading(value) if value else _block_reading(continued)
     if reading is _YAML_FAILS:
-        _require_plain_lines_before(text)
+        if not _plain_lines_before(text):
+            raise _Unsure
         return _entries_from_lines(key_lines)
     return _entries_from_value(reading, "\n".join(key_lines))
-
-
-def _odd_characters(text: str) -> bool:
-    """True when ``text`` holds a tab, an odd line break or space, a control character,
-    a byte order mark or anything else Python does not print: YAML has rules of its
-    own for several, and no common declaration holds one."""
-    return not text.replace("\r\n", "").replace("\n", "").isprintable()
 
 
 def _one_line_reading(value: str) -> object:
@@ -357,8 +319,8 @@ def _one_line_reading(value: str) -> object:
 
 
 def _bracketed_or_quoted(value: str) -> object:
-    """``[a, b]``; ``"a, b"``; or a value that YAML reads as a bracket or a quoted string
-    followed by more (``[A](a.md), b.md``, ``[[a]], b.md``, ``"a", b``): an error."""
+    """``[a, b]``; ``"a, b"``; or a bracket or a quoted string followed by more
+    (``[A](a.md), b.md``, ``"a", b``), which YAML refuses."""
     if value[0] == "[" and value[-1] == "]":  # a quoted value may end in a bracket too
         items = _tokens(value[1:-1])
         if items is not None:
@@ -376,12 +338,12 @@ def _bracketed_or_quoted(value: str) -> object:
 
 def _block_reading(continued: list[str]) -> object:
     """What YAML reads the ``- a`` lines under ``derived_from:`` as, or ``_YAML_FAILS``."""
-    matches = [_ITEM.fullmatch(line) for line in continued if line.strip()]
-    if not matches:
+    if not any(line.strip() for line in continued):
         return None
-    if any(match is None for match in matches) or len({match[1] for match in matches if match}) != 1:
+    items = _listed(_ITEM, continued)
+    if items is None:
         raise _Unsure
-    tokens = [_TOKEN.fullmatch(match[2]) for match in matches if match]
+    tokens = [_TOKEN.fullmatch(item) for item in items]
     if any(token is None or token["end"] for token in tokens):
         raise _Unsure
     return _list_reading([token for token in tokens if token])
@@ -413,7 +375,7 @@ def _yaml_item(token: re.Match[str]) -> object:
 
 
 def _tokens(text: str) -> list[re.Match[str]] | None:
-    """``text`` as comma-separated entries of the common forms; None when it is not."""
+    """``text`` as comma-separated entries of the common forms, or None."""
     tokens: list[re.Match[str]] = []
     position = 0
     while (token := _TOKEN.match(text, position)) is not None:
@@ -424,48 +386,26 @@ def _tokens(text: str) -> list[re.Match[str]] | None:
     return None
 
 
-def _require_plain_lines_before(text: str) -> None:
-    """``_Unsure`` unless every line above ``derived_from:`` is a ``key: value`` line, a
-    comment, a blank line or an indented line, none opening a quoted string, a bracket
-    or a block scalar that may go on over lines.  Then YAML reads the declaration where
-    it stands, its error is the whole frontmatter's, and the YAML path reads the lines."""
+def _plain_lines_before(text: str) -> bool:
+    """True when every line above ``derived_from:`` is a ``key: value`` line, a comment, a
+    blank or an indented line, none opening a quoted string, a bracket or a block scalar
+    that may go on over lines: then YAML's error is the declaration's own, and the YAML
+    path reads its lines."""
     end = 0 if text.startswith(_KEY) else text.find("\n" + _KEY)
     if end < 0:
-        raise _Unsure
+        return False
     lines = text[:end].splitlines()
     if any(line[:1] != " " and not _TOP_LINE.fullmatch(line) for line in lines):
-        raise _Unsure
-    if _OPENING.search(text, 0, end) and any(_SPANNING.search(line) for line in lines):
-        raise _Unsure
-
-
-_LINE_KEY = "\n" + _KEY
-
-
-_COMMON_ENTRY = r"(?:[A-Za-z0-9_./][A-Za-z0-9_./ -]*|\[[A-Za-z0-9_ .,+/-]*\]\([A-Za-z0-9_./+#%-]*\))"
-
-
-_COMMON_ENTRIES = re.compile(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
-
-
-_COMMON_ITEM = re.compile(rf"( *)- +({_COMMON_ENTRY})")
-
-
-_FOUND_ENTRY = re.compile(_COMMON_ENTRY)
+        return False
+    return not (_OPENING.search(text, 0, end) and any(_SPANNING.search(line) for line in lines))
 
 
 def _common_declaration(text: str) -> Declaration | None:
-    """The declaration of a frontmatter in the forms nearly every memory file writes, read
-    in a few scans of the text: ASCII, no ``metadata:``, and a ``derived_from`` whose
-    entries are plain names and Markdown links, as a comma list, ``[a, b]`` or ``- a``
-    lines.  It takes the very decisions of the reader above (the same shortcuts, the same
-    test of the lines before a declaration that YAML refuses) in fewer steps; None for
-    anything else, which that reader then reads."""
+    """The declaration in the forms nearly every memory file writes (ASCII, no ``metadata:``,
+    plain names and Markdown links as ``a, b``, ``[a, b]`` or ``- a`` lines), read in a few
+    scans of the text with the decisions of the line reader; None for anything else."""
     if not text.isascii() or "metadata:" in text or not text.replace("\n", "").isprintable():
-        # in ASCII, the characters that are not printable but for "\n" are those ``splitlines``
-        # also splits on and ``_odd_characters`` rejects: without them, lines split on "\n"
-        # alone, as ``splitlines`` would split them
-        return None
+        return None  # without such characters, lines split on "\n" as ``splitlines`` splits them
     start = 0 if text.startswith(_KEY) else text.find(_LINE_KEY) + 1
     if not start and not text.startswith(_KEY):
         return None
@@ -478,7 +418,7 @@ def _common_declaration(text: str) -> Declaration | None:
     if bool(value) == bool(items):
         return None  # both a value and lines under it, or neither
     entries = _common_value(value, text) if value else _common_block(items, text)
-    return None if entries is None else Declaration(entries=entries, derived_at=_common_derived_at(text))
+    return None if entries is None else Declaration(entries=entries, derived_at=_line_value(text.split("\n"), _AT_KEY))
 
 
 def _line_end(text: str, start: int) -> int:
@@ -517,30 +457,13 @@ def _common_value(value: str, text: str) -> tuple[str, ...] | None:
 
 def _common_block(items: list[str], text: str) -> tuple[str, ...] | None:
     """``- a`` lines at one indentation, entries of the common forms."""
-    matches = [_COMMON_ITEM.fullmatch(item.rstrip()) for item in items]
-    if any(match is None for match in matches) or len({match[1] for match in matches if match}) != 1:
+    listed = _listed(_COMMON_ITEM, [item.rstrip() for item in items])
+    if listed is None:
         return None
-    entries = tuple(match[2].strip() for match in matches if match)
+    entries = tuple(entry.strip() for entry in listed)
     if all(entry[:1] != "[" for entry in entries):
         return entries if all(_NEVER_TYPED.search(name) for name in entries) else None
     return entries if _plain_lines_before(text) else None
-
-
-def _plain_lines_before(text: str) -> bool:
-    try:
-        _require_plain_lines_before(text)
-    except _Unsure:
-        return False
-    return True
-
-
-def _common_derived_at(text: str) -> str | None:
-    """``_line_value(lines, "derived_at:")`` for text whose lines end at ``\\n`` alone."""
-    start = 0 if text.startswith(_AT_KEY) else text.find("\n" + _AT_KEY) + 1
-    if not start and not text.startswith(_AT_KEY):
-        return None
-    value = _strip_comment(text[start + len(_AT_KEY) : _line_end(text, start)]).strip()
-    return _unquote(value) or None
 
 
 class _References(Exception):
@@ -548,10 +471,9 @@ class _References(Exception):
 
 
 def _yaml_mapping(text: str) -> dict[object, object] | None:
-    """``text`` as a YAML mapping, None when it is not one.  Raises ``_References``
-    for YAML with anchors, aliases or merge keys: expanding them takes time
-    exponential in their nesting in some PyYAML releases, and no declaration
-    needs them, so they never reach the loader whatever its version."""
+    """``text`` as a YAML mapping, None when it is not one.  ``_References`` for anchors,
+    aliases or merge keys: no declaration needs them, and some PyYAML releases expand
+    them in time exponential in their nesting."""
     import yaml  # heavy: loaded only for a declaration in none of the common forms
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -614,12 +536,8 @@ def _entries_from_lines(key_lines: list[str]) -> tuple[str, ...]:
         return tuple(entry for item in split_entries(value[1:-1]) for entry in value_entries(item, item=True))
     if value:
         return value_entries(value)
-    items: list[str] = []
-    for line in key_lines[1:]:
-        stripped = line.strip()
-        if stripped.startswith("-"):
-            items += value_entries(_unquote(_strip_comment(stripped[1:]).strip()), item=True)
-    return tuple(items)
+    items = [line.strip()[1:] for line in key_lines[1:] if line.strip().startswith("-")]
+    return tuple(entry for item in items for entry in value_entries(_unquote(_strip_comment(item).strip()), item=True))
 
 
 def _flow_list(value: str) -> bool:
@@ -630,11 +548,9 @@ def _flow_list(value: str) -> bool:
 
 
 def value_entries(value: str, item: bool = False) -> tuple[str, ...]:
-    """The entries one written value (a scalar, or a list ``item``) declares: the wiki and
-    Markdown links it holds, in order, with the parts between commas that are file names
-    (``[[a]], b.md``), and no word of the prose around them (``[[a]] adds telemetry,
-    battery, and more`` declares ``[[a]]``); without a link, a scalar's comma-separated
-    parts or the item as written."""
+    """The entries one written value (a scalar, or a list ``item``) declares: its wiki and
+    Markdown links and the comma-separated parts that are file names, never the prose around
+    them; without a link, a scalar's comma-separated parts or the item as written."""
     if "[" in value and _ANY_LINK.search(value) is not None:
         parts = split_entries(value)
         return tuple(found for part in parts for found in _ANY_LINK.findall(part) or _FILE_NAME.findall(part))
