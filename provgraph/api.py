@@ -326,7 +326,7 @@ class Memory:
         return report
 
     def _look(self, path: str) -> Watched | None:
-        """How a source outside the listing looks now (``incremental.Look``)."""
+        """How a source outside the listing looks now (``incremental.SourceStat``)."""
         try:
             meta = self.files.stat(path)
         except OutsideRoot:

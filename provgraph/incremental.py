@@ -32,7 +32,7 @@ __all__ += ["scanned_cache", "unchanged", "watched_sources"]
 Declared = tuple[tuple[str, ...], str | None]
 """What a derived file declares: its resolved sources (empty: it declares none) and ``derived_at``."""
 
-Look = Callable[[str], Watched | None]
+SourceStat = Callable[[str], Watched | None]
 """How a source outside the listing looks now (None when it cannot be looked at)."""
 
 _HEADER = HEADER.encode()
@@ -53,7 +53,7 @@ def unchanged(
     racy_mark: int,
     newest_listed: int,
     lock_unchanged: Callable[[], bool],
-    look: Look,
+    stat_source: SourceStat,
 ) -> bool:
     """Whether nothing the last result depends on can have changed.  ``racy_mark`` is the
     cache's scan start less the racy window; ``newest_listed``, ``newest(listing)``."""
@@ -61,7 +61,7 @@ def unchanged(
         return False
     if listing != cache.memory or not lock_unchanged():
         return False
-    return all(_as_before(look(before.path), before, racy_mark) for before in cache.watched)
+    return all(_as_before(stat_source(before.path), before, racy_mark) for before in cache.watched)
 
 
 def _as_before(now: Watched | None, before: Watched, racy_mark: int) -> bool:
@@ -239,13 +239,13 @@ def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: Mapping[
     )
 
 
-def others_changed(cache: Cache, look: Look, racy_mark: int) -> set[str]:
+def others_changed(cache: Cache, stat_source: SourceStat, racy_mark: int) -> set[str]:
     """The files the rows hold outside the listing (sources of another kind) that are no
     longer the file their row describes, or that are racy."""
     changed = set()
     for path, row in cache.rows.items():
         if row[5] is None:
-            now = look(path)
+            now = stat_source(path)
             if now is None or now.meta is None or list(now.meta) != row[:4] or max(now.meta[1:3]) >= racy_mark:
                 changed.add(path)
     return changed
