@@ -131,6 +131,7 @@ def test_the_text_table_holds_the_same_rows(quick_run: str) -> None:
 def test_a_document_that_shows_the_table_shows_rows_the_benchmark_prints(quick_run: str) -> None:
     """A figure in the docs is one the benchmark printed: pasted from ``--markdown``."""
     printed = {re.sub(r"\d[\d,.]*", "N", row[0]) for row in _table(quick_run)}
+    assert HEADER in (REPOSITORY / "README.md").read_text(encoding="utf-8")
     for document in [REPOSITORY / "README.md", *sorted((REPOSITORY / "docs").glob("**/*.md"))]:
         text = document.read_text(encoding="utf-8")
         if HEADER in text:
