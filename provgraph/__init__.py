@@ -8,13 +8,24 @@ regenerates, hides or deletes a memory file.
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
-"""Defined before the imports below: the cache is keyed by it (``store.cache``)."""
+from .api import Memory, NotDerived, OptionsDiffer, RootError, find_root
+from .model import (
+    VERSION,
+    Cause,
+    Edge,
+    EdgeStatus,
+    Explanation,
+    NodeStatus,
+    Problem,
+    ProblemKind,
+    Relative,
+    Report,
+    StaleEntry,
+)
+from .store.lock import NewerLock
+from .store.state import StateError
 
-from .api import Memory, NotDerived, OptionsDiffer, RootError, find_root  # noqa: E402
-from .model import Cause, Edge, EdgeStatus, Explanation, NodeStatus, Problem, ProblemKind, Relative, Report, StaleEntry  # noqa: E402
-from .store.lock import NewerLock  # noqa: E402
-from .store.state import StateError  # noqa: E402
+__version__ = VERSION
 
 __all__ = [
     "Cause",

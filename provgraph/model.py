@@ -12,6 +12,10 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not
 from typing import Any, Generic, NamedTuple, TypeVar, overload
 
+VERSION = "0.2.0"
+"""provgraph's version: the package's ``__version__``, the build's, and part of the key of
+the cache (``store.cache``), which another version never trusts."""
+
 
 def as_text(path: str) -> str:
     """``path`` as JSON can hold it: itself, or, when the system gave bytes that are not

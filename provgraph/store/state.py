@@ -17,11 +17,10 @@ from typing import Any
 
 import orjson
 
-from .. import __version__
 from ..clock import wall_ns
 from ..errors import ProvgraphError, log_warning
 from ..files import RACY_WINDOW_NS
-from ..model import FileMeta, Stamp, as_text
+from ..model import VERSION, FileMeta, Stamp, as_text
 from ..paths import normalized
 from ..stamps import Derivation
 from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
@@ -214,7 +213,7 @@ class StateStore:
         if data is None:
             return None
         try:
-            cache = decode(data, __version__, as_text(os.fsdecode(self.root)), self.settings)
+            cache = decode(data, VERSION, as_text(os.fsdecode(self.root)), self.settings)
         except Damaged as error:
             self._set_aside(folders, folders.state, CACHE_NAME, str(error))
             return None
@@ -349,7 +348,7 @@ class StateStore:
                 tx.lock_bytes = lock
             canonical = True
         cache = replace(cache, lock=self._lock_record(folders, canonical))
-        self._write(folders, folders.state, CACHE_NAME, encode(cache, __version__), "write")
+        self._write(folders, folders.state, CACHE_NAME, encode(cache, VERSION), "write")
         with contextlib.suppress(OSError):
             info = os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
             self._kept = (_identity(info), cache)

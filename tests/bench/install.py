@@ -76,7 +76,7 @@ def build_wheel(source: Path, folder: Path) -> Path:
     from which pip writes the ``provgraph`` command, as for the wheel setuptools builds."""
     configuration = tomllib.loads((source / "pyproject.toml").read_text(encoding="utf-8"))
     project = configuration["project"]
-    name, version = project["name"], _version(source / PACKAGE / "__init__.py")
+    name, version = project["name"], _version(source / PACKAGE / "model.py")
     info = f"{name}-{version}.dist-info"
     members = {
         path.relative_to(source).as_posix(): path.read_bytes()
@@ -99,8 +99,8 @@ def build_wheel(source: Path, folder: Path) -> Path:
 
 
 def _version(init: Path) -> str:
-    """The package's ``__version__``, which the build reads too (``[tool.setuptools.dynamic]``)."""
-    found = re.search(r'^__version__ = "([^"]+)"$', init.read_text(encoding="utf-8"), re.M)
+    """The package's version (``model.VERSION``), which the build reads too (``[tool.setuptools.dynamic]``)."""
+    found = re.search(r'^VERSION = "([^"]+)"$', init.read_text(encoding="utf-8"), re.M)
     if found is None:
         raise RuntimeError(f"no __version__ in {init}")
     return found.group(1)
