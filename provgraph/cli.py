@@ -214,7 +214,11 @@ def _answer_event(options: Options, data: bytes) -> None:
     if event is None or event.name == "SessionStart":
         report = _open(options).refresh(now=pinned_now())
         printed = _printed_options(options)
-        sys.stdout.write(claude_code.session_start_output(report, max_lines=options.max_lines, options=printed))
+        sys.stdout.write(
+            claude_code.session_start_output(
+                report, max_lines=options.max_lines, options=printed, program=claude_code.printed_program()
+            )
+        )
     elif event.name == "PostToolUse":
         _hook_tool_use(options, event)
 
@@ -230,7 +234,9 @@ def _hook_tool_use(options: Options, event: claude_code.HookEvent) -> None:
         whole = event.tool == claude_code.WHOLE_WRITE
         edit = EditContext(path, reads.reads(event.session), whole, reads.seen(event.session))
         report = memory.refresh(now=pinned_now())
-        sys.stdout.write(claude_code.post_tool_use_output(report, edit, _printed_options(options)))
+        sys.stdout.write(
+            claude_code.post_tool_use_output(report, edit, _printed_options(options), claude_code.printed_program())
+        )
     elif not path.endswith(".md"):
         return
     try:  # remembered for the suggestions; a symlink or a folder in the way costs them, not the session

@@ -31,6 +31,10 @@ __all__ = [
     "status_command",
 ]
 
+Program = tuple[str, ...]
+"""The words that start a printed command: ``provgraph``, or what runs this install from anywhere."""
+PROVGRAPH: Program = ("provgraph",)
+
 
 def parts_under(root: Path, file: str | os.PathLike[str]) -> tuple[str, ...] | None:
     """The parts of ``file``'s path below ``root`` (as given, else with symlinked folders
@@ -78,15 +82,15 @@ def command_options(state: str | os.PathLike[str] | None = None, sources_heading
     return tuple(options)
 
 
-def stamp_command(root: str, path: str = "FILE", options: tuple[str, ...] = ()) -> str:
+def stamp_command(root: str, path: str = "FILE", options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
     """``provgraph stamp`` for ``path`` (root-relative, after ``--`` if it starts with ``-``; or ``FILE``)."""
     file = path if path == "FILE" else shlex.quote(path)
-    return _command("stamp", "--root", root, *options) + (" -- " if path.startswith("-") else " ") + file
+    return _command(program, "stamp", "--root", root, *options) + (" -- " if path.startswith("-") else " ") + file
 
 
-def status_command(root: str, options: tuple[str, ...] = ()) -> str:
+def status_command(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
     """``provgraph status``, which lists every stale file of the root."""
-    return _command("status", root, *options)
+    return _command(program, "status", root, *options)
 
 
 def hook_command(root: str, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)) -> str:
@@ -94,17 +98,17 @@ def hook_command(root: str, options: tuple[str, ...] = (), program: tuple[str, .
     return " ".join(map(shlex.quote, (*program, "hook", "claude-code", root, *options)))
 
 
-def shell_advice(root: str, options: tuple[str, ...] = ()) -> Advice:
+def shell_advice(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> Advice:
     """The notes' and the lineage answer's instructions as commands on ``root``, with ``options``."""
-    status = f"run `{status_command(root, options)}`"
+    status = f"run `{status_command(root, options, program)}`"
     return Advice(
-        record_file=lambda path: f"run `{stamp_command(root, path, options)}`",
-        record_any=f"record it with `{stamp_command(root, options=options)}`",
+        record_file=lambda path: f"run `{stamp_command(root, path, options, program)}`",
+        record_any=f"record it with `{stamp_command(root, options=options, program=program)}`",
         list_all=lambda path: status,
         list_stale=status,
         read_when="before writing it, since your previous write",
     )
 
 
-def _command(*words: str) -> str:
-    return " ".join(["provgraph", *map(shlex.quote, words)])
+def _command(program: Program, *words: str) -> str:
+    return " ".join(map(shlex.quote, (*program, *words)))

@@ -129,7 +129,9 @@ settings.load_profile("provgraph")  # the depth of a property that names none (`
 _code_under_test_for_every_process()
 _bytecode_kept_for_every_process()
 PROVGRAPH = _launcher()
-"""The ``provgraph`` command of the tests; its folder may be put on ``PATH``."""
+"""The ``provgraph`` command of the tests, first on every process's ``PATH``: a command
+provgraph prints as ``provgraph ...`` runs the code under test, as an installed one would."""
+os.environ["PATH"] = os.pathsep.join([os.fspath(PROVGRAPH.parent), os.environ.get("PATH", "")])
 
 
 def importing(*command: str, cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], set[str]]:

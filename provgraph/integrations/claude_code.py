@@ -122,11 +122,13 @@ def memory_path(root: Path, file_path: str) -> str | None:
     return "/".join(parts)
 
 
-def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[str, ...] = ()) -> str:
+def session_start_output(
+    report: Report, *, max_lines: int = 20, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)
+) -> str:
     """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale.
     The printed commands repeat the hook's ``options``, to read the folder as the hook does."""
-    hint = f"run `{status_command(report.root, options)}` to list them all"
-    advice = f"After re-deriving one, record it with `{stamp_command(report.root, options=options)}`."
+    hint = f"run `{status_command(report.root, options, program)}` to list them all"
+    advice = f"After re-deriving one, record it with `{stamp_command(report.root, options=options, program=program)}`."
     block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint)
     while len(block) > CONTEXT_LIMIT and max_lines > 0:
         max_lines = max_lines // 2
@@ -134,9 +136,11 @@ def session_start_output(report: Report, *, max_lines: int = 20, options: tuple[
     return _output("SessionStart", block)
 
 
-def post_tool_use_output(report: Report, edit: EditContext, options: tuple[str, ...] = ()) -> str:
+def post_tool_use_output(
+    report: Report, edit: EditContext, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)
+) -> str:
     """The hook's stdout after the write ``edit``: the notes, or "" when nothing applies."""
-    return _output("PostToolUse", edit_notes(report, edit, shell_advice(report.root, options)))
+    return _output("PostToolUse", edit_notes(report, edit, shell_advice(report.root, options, program)))
 
 
 def _output(event: str, context: str) -> str:
@@ -167,6 +171,17 @@ def installed_program() -> tuple[str, ...]:
     script = os.path.abspath(started)
     installed = os.path.basename(script) in ("provgraph", "provgraph.exe") and os.path.isfile(script)
     return (script,) if installed and os.access(script, os.X_OK) else (sys.executable, "-m", "provgraph")
+
+
+def printed_program() -> tuple[str, ...]:
+    """The words the hook's printed commands start with: ``provgraph`` when that name on ``PATH``
+    is this very program, else the words that run it from anywhere (``installed_program``),
+    since the agent's shell may not have its virtual environment on ``PATH``."""
+    program = installed_program()
+    found = shutil.which("provgraph")
+    if len(program) == 1 and found is not None and os.path.realpath(found) == os.path.realpath(program[0]):
+        return ("provgraph",)
+    return program
 
 
 READS_NAME = "claude-code-reads.json"

@@ -149,3 +149,32 @@ def test_a_name_that_starts_with_a_dash_is_stamped_by_the_printed_command(root: 
     done = _sh(command, root.parent)
     assert (done.returncode, done.stderr) == (0, b"")
     assert done.stdout.startswith(b"stamped -draft.md: re-derived from 1 source as they are now")
+
+
+def test_a_hook_whose_provgraph_is_not_on_path_prints_commands_that_run_without_it(tmp_path: Path) -> None:
+    """Claude Code's ``PATH`` (and the agent's shell) seldom holds a virtual environment: the
+    commands the hook prints then start with the program that runs it, and work as printed."""
+    root = tmp_path / "memory"
+    write(root, "facts.md", "v1\n")
+    write(root, "digest.md", derived("facts.md"))
+    without = {**environment(), "PATH": "/usr/bin:/bin"}
+
+    def hook(event: bytes) -> str:
+        done = subprocess.run(
+            [os.fspath(PROVGRAPH), "hook", "claude-code", os.fspath(root)],
+            input=event,
+            env=without,
+            capture_output=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stderr) == (0, b"")
+        return _context(done.stdout.decode())
+
+    hook(_event(root, "SessionStart"))
+    write(root, "facts.md", "v2\n")
+    printed = _commands(hook(_event(root, "SessionStart"))) + _commands(hook(_event(root, "Edit", "facts.md")))
+    assert printed and all(command.startswith(shlex.quote(os.fspath(PROVGRAPH)) + " ") for command in printed)
+    for command in sorted(set(printed)):
+        done = _sh(command.replace(" FILE", " digest.md"), tmp_path, path="/nonexistent")
+        assert (done.returncode, done.stderr) == (0, b""), command
+    assert_clean(provgraph("check", root), 0)
