@@ -569,7 +569,8 @@ def test_an_agents_write_reaches_the_next_model_call_and_a_quiet_reply_is_answer
 ) -> None:
     """A real ``Agent`` with the memory middleware and a scripted model: the model's ``Write``
     of a source is in the system prompt of its very next call; a later reply that changes
-    nothing gets the same block without a walk."""
+    nothing walks at its first model call (the watch was released when the last reply ended)
+    and gets the same block from the watch at the others."""
     from scripted_agent import memory_middleware, reply
     from test_agentscope import FILES, MOVED, OLD, write
     from test_agentscope_edits import read, written
@@ -590,8 +591,8 @@ def test_an_agents_write_reaches_the_next_model_call_and_a_quiet_reply_is_answer
             for _ in range(3):
                 asyncio.run(reply(middlewares, []))  # the walks after the write settle
             walks = provenance._watched.walks if provenance._watched is not None else -1
-            quiet = asyncio.run(reply(middlewares, []))
-            assert all(marker in prompt for prompt in quiet.system_prompts)
-            assert provenance._watched is not None and provenance._watched.walks == walks
+            quiet = asyncio.run(reply(middlewares, [read(memory_folder, "profile.md"), read(memory_folder, "preferences.md")]))
+            assert len(quiet.system_prompts) == 3 and all(marker in prompt for prompt in quiet.system_prompts)
+            assert provenance._watched is not None and provenance._watched.walks == walks + 1
         finally:
             provenance.close()

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncGenerator, Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from agentscope.message import HintBlock, TextBlock, ToolResultState
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
@@ -130,6 +130,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._watched: WatchedRefresh | None = None
         """The local folder's refresh, answered from the operating system's events when nothing changed."""
         self._guard = threading.Lock()
+        self._replies = 0  # the agents' replies in progress: the watch is released when the last ends
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
@@ -146,6 +147,19 @@ class ProvenanceMiddleware(MiddlewareBase):
         its private attributes: it has no public getters)."""
         workdir, memory_dir, backend = middleware._workdir, middleware._memory_dir, middleware._backend
         return cls(workdir=workdir, memory_dir=memory_dir, backend=backend, **options)
+
+    async def on_reply(
+        self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
+    ) -> AsyncGenerator[Any, None]:
+        """Pass the reply on; when no reply is left in progress, ``close``: a service makes a middleware per turn."""
+        self._replies += 1
+        try:
+            async for item in next_handler(**input_kwargs):
+                yield item
+        finally:
+            self._replies -= 1
+            if not self._replies:
+                self.close()
 
     async def on_reasoning(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
@@ -421,10 +435,22 @@ class ProvenanceMiddleware(MiddlewareBase):
         )
 
     def close(self) -> None:
-        """Release the watch's descriptor (else freed with the middleware); a later check watches anew."""
-        with self._guard:
-            if self._watched is not None:
+        """Release the watch's descriptor (also done when a reply ends); a later check watches anew."""
+        if self._watched is not None:  # only a local folder's: a sandbox's check may hold the guard awaiting the loop
+            with self._guard:
                 self._watched.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self.close()
 
 
 def _round_of(agent: Any) -> tuple[int, str, int] | None:
