@@ -544,6 +544,49 @@ def test_closing_the_middleware_releases_the_watch_and_a_later_check_watches_ane
         _assert_settles_on_the_watch(memory)
 
 
+def test_leaving_the_middleware_as_a_context_manager_releases_the_watch() -> None:
+    async def checked_inside(middleware: Any) -> None:
+        async with middleware:
+            await middleware._checked()
+            assert len(_watches() - before) == 1
+
+    with folder() as memory:
+        before = _watches()
+        with memory.middleware:
+            _assert_settles_on_the_watch(memory)
+            assert len(_watches() - before) == 1
+        assert _watches() == before
+        memory.write("a.md", "changed while closed\n")
+        assert memory.check() == memory.walked()
+        memory.loop.run_until_complete(checked_inside(memory.middleware))
+        assert _watches() == before
+
+
+def test_a_middleware_made_per_chat_turn_holds_no_watch_once_its_reply_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """AgentScope's service makes the middlewares afresh for every chat turn: 100 turns in one
+    process leave no watch behind, although every middleware is still referenced (as when the
+    collector has not run), and each turn is answered from the watch after its first check."""
+    from scripted_agent import memory_middleware, reply
+    from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, write
+    from test_agentscope_edits import read
+
+    with tempfile.TemporaryDirectory() as base:
+        workdir, before = Path(base) / "work", _watches()
+        for relative, text in FILES.items():
+            write(workdir / "Memory", relative, text, OLD)
+        with ProvenanceMiddleware(workdir=str(workdir)) as first:
+            asyncio.run(adopt(first, monkeypatch))
+            write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+            asyncio.run(first._checked())  # the change is dated in the lock
+        turns = []
+        for _ in range(100):
+            turns.append(ProvenanceMiddleware(workdir=str(workdir)))
+            model = asyncio.run(reply([memory_middleware(workdir), turns[-1]], [read(workdir / "Memory", "profile.md")]))
+            assert len(model.system_prompts) == 2 and all(MARKER in prompt for prompt in model.system_prompts)
+            assert turns[-1]._watched is not None and turns[-1]._watched.walks == 1
+        assert _watches() == before
+
+
 def test_a_middleware_garbage_collected_releases_its_watch() -> None:
     with tempfile.TemporaryDirectory() as base:
         root = Path(base) / "Memory"
