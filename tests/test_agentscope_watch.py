@@ -578,10 +578,10 @@ def test_a_middleware_made_per_chat_turn_holds_no_watch_once_its_reply_ends(monk
             asyncio.run(adopt(first, monkeypatch))
             write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
             asyncio.run(first._checked())  # the change is dated in the lock
-        turns = []
+        turns, calls = [], [read(workdir / "Memory", "profile.md")]
         for _ in range(100):
             turns.append(ProvenanceMiddleware(workdir=str(workdir)))
-            model = asyncio.run(reply([memory_middleware(workdir), turns[-1]], [read(workdir / "Memory", "profile.md")]))
+            model = asyncio.run(reply([memory_middleware(workdir), turns[-1]], calls))
             assert len(model.system_prompts) == 2 and all(MARKER in prompt for prompt in model.system_prompts)
             assert turns[-1]._watched is not None and turns[-1]._watched.walks == 1
         assert _watches() == before
@@ -634,7 +634,8 @@ def test_an_agents_write_reaches_the_next_model_call_and_a_quiet_reply_is_answer
             for _ in range(3):
                 asyncio.run(reply(middlewares, []))  # the walks after the write settle
             walks = provenance._watched.walks if provenance._watched is not None else -1
-            quiet = asyncio.run(reply(middlewares, [read(memory_folder, "profile.md"), read(memory_folder, "preferences.md")]))
+            reads = [read(memory_folder, "profile.md"), read(memory_folder, "preferences.md")]
+            quiet = asyncio.run(reply(middlewares, reads))
             assert len(quiet.system_prompts) == 3 and all(marker in prompt for prompt in quiet.system_prompts)
             assert provenance._watched is not None and provenance._watched.walks == walks + 1
         finally:
