@@ -2,7 +2,9 @@
 
 Every backend call is a round trip, so with a POSIX shell one ``find`` lists the whole
 folder with each file's stat, and one ``tar`` reads every file whose stat moved; without
-one, files are read one by one through ``list_dir``/``read_file``.  A listing counts only
+one, files are read one by one through ``list_dir``/``read_file``.  Whether it has one is
+what the backend is: a shell that ever listed the folder is used again on every check, and a
+failed call (an exit status 127 at spawn under load, a timeout) only abandons its check.  A listing counts only
 when it ends with its end marker (else ``BackendError``: a folder taken for empty would
 forget every stamp); every call has a deadline; only regular files are read.
 """
@@ -80,6 +82,8 @@ class BackendFiles:
         self.backend, self.folder, self.loop, self.timeout = backend, folder, loop, timeout
         self.calls = self._walk_started_ns = 0
         self.trusts_stat = self.has_shell = True
+        self._shell_listed = False
+        """A listing through the shell succeeded once: a later "no shell" answer is a failed call."""
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
         self._listed: dict[str, tuple[str, FileMeta]] = {}
@@ -174,14 +178,15 @@ class BackendFiles:
         self._records = records[:-2]
         status = _end_status(records)
         if status is None:
-            if result.exit_code in _NO_SHELL:
+            if result.exit_code in _NO_SHELL and not self._shell_listed:
                 return None
             raise BackendError(f"listing {self.folder} did not complete ({_why(result)})")
         entries = _entries(records[:-2])
         if status != 0:
-            if not entries:
+            if not entries and not self._shell_listed:
                 return None  # a find without -printf (BusyBox): list file by file instead
             raise BackendError(f"listing {self.folder} failed: {_why(result)}")
+        self._shell_listed = True
         return entries
 
     async def _stat_one(self, path: str) -> tuple[str, FileMeta] | None:
