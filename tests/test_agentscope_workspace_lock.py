@@ -182,6 +182,36 @@ def test_a_failed_write_back_loses_nothing(tmp_path: Path, monkeypatch: pytest.M
     assert check(replica(backend, tmp_path / "elsewhere"), monkeypatch) == "prompt"
 
 
+@pytest.mark.parametrize("failure", ["write", "rename"])
+def test_a_write_back_that_fails_midway_leaves_no_temporary_file(
+    failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend = workspace(tmp_path / "a")
+    provenance = replica(backend, tmp_path / "host")
+    made_stale(tmp_path / "a", provenance, monkeypatch)
+    lock = tmp_path / "a" / "Memory" / LOCK_NAME
+    before = lock.read_bytes()
+
+    async def rename_fails_to_spawn() -> None:
+        backend.spawn_failures = 1
+
+    if failure == "write":
+        backend.answer_lost = True  # the temporary file lands, the answer is lost
+    else:
+        backend.before_temporary_write = rename_fails_to_spawn
+    monkeypatch.setenv("PROVGRAPH_NOW", CHECKED.isoformat())
+    with caplog.at_level(logging.WARNING):
+        answer = asyncio.run(provenance.record_memory_rederivation("profile.md"))
+
+    assert answer.startswith("Recorded")
+    assert "could not write provgraph.lock" in caplog.text
+    assert lock.read_bytes() == before
+    assert not [path.name for path in lock.parent.iterdir() if path.name.endswith(".tmp")]
+    assert check(provenance, monkeypatch) == "prompt"  # the next check writes it back
+    assert lock.read_bytes() != before
+    assert not [path.name for path in lock.parent.iterdir() if path.name.endswith(".tmp")]
+
+
 def test_a_lock_that_cannot_be_read_leaves_the_prompt_and_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
