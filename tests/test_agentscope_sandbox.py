@@ -119,6 +119,20 @@ def test_one_failed_spawn_costs_its_check_only_the_next_is_back_to_the_shell(
     assert not [path for path in backend.read_paths if "note-" in path and path.startswith("/")]  # none one by one
 
 
+@pytest.mark.usefixtures("a_year_later")
+def test_a_failed_spawn_at_the_first_check_does_not_make_the_backend_shell_less(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, workdir = sandbox
+    backend.spawn_failures = 1
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+    prompt(provenance)
+
+    backend.calls = 0
+    assert MARKER in prompt(provenance).splitlines()
+    assert backend.calls == 1
+
+
 def test_a_backend_without_a_shell_is_still_read_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = remote_workdir()
     provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state")
