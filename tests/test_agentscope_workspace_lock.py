@@ -209,6 +209,9 @@ def test_a_write_back_that_fails_midway_leaves_no_temporary_file(
     assert "could not write provgraph.lock" in caplog.text
     assert lock.read_bytes() == before
     assert not [path.name for path in lock.parent.iterdir() if path.name.endswith(".tmp")]
+    left = lock.parent / f".{LOCK_NAME}.0123456789ab.tmp"  # by a write-back that died 11 minutes ago
+    left.write_bytes(before)
+    os.utime(left, (left.stat().st_mtime - 660,) * 2)
     assert check(provenance, monkeypatch) == "prompt"  # the next check writes it back
     assert lock.read_bytes() != before
     assert not [path.name for path in lock.parent.iterdir() if path.name.endswith(".tmp")]
