@@ -8,7 +8,9 @@ the sandbox are paths on this machine, so the tests can arrange the folder
 directly.
 
 It counts its calls, can add a delay to each one (the round trip of a real
-sandbox), can fail every call (a sandbox restarting), and can hang a call
+sandbox), can fail every call (a sandbox restarting), can fail the next
+commands to spawn (``spawn_failures``: exit status 127, as AgentScope's local
+backends answer an ``OSError`` such as EAGAIN at spawn), and can hang a call
 forever.
 """
 
@@ -30,6 +32,7 @@ class SandboxBackend(BackendBase):
         self.read_paths: Counter[str] = Counter()
         self.failing = False
         self.hanging = False
+        self.spawn_failures = 0
 
     async def _round_trip(self) -> None:
         self.calls += 1
@@ -42,6 +45,9 @@ class SandboxBackend(BackendBase):
         await self._round_trip()
         if self.failing:
             return ExecResult(exit_code=-1, stdout=b"", stderr=b"sandbox is restarting")
+        if self.spawn_failures:
+            self.spawn_failures -= 1
+            return ExecResult(exit_code=127, stdout=b"", stderr=b"[Errno 11] Resource temporarily unavailable")
         self.read_paths.update(argument for argument in command if argument.startswith("./"))
         process = await asyncio.create_subprocess_exec(
             *command, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE

@@ -341,14 +341,16 @@ class ScriptedReMe(ReMeMiddleware):
 
 
 class Workspace(SandboxBackend):
-    """A sandbox whose ``/workspace`` is the folder ``host``; its writes can be made to fail,
-    and a coroutine can run just before the next temporary file is written."""
+    """A sandbox whose ``/workspace`` is the folder ``host``; its writes can be made to fail
+    (``answer_lost``: the next write lands, but its answer never comes back), and a coroutine
+    can run just before the next temporary file is written."""
 
     def __init__(self, host: Path) -> None:
         super().__init__()
         self.host = host
         self.failing_writes = False
         self.before_temporary_write = None
+        self.answer_lost = False
 
     def _on_host(self, text: str) -> str:
         return str(self.host) + text[len(WORKDIR) :] if text.startswith(WORKDIR) else text
@@ -367,3 +369,6 @@ class Workspace(SandboxBackend):
         if hook is not None and path.endswith(".tmp"):
             await hook()
         await super().write_file(self._on_host(path), data)
+        if self.answer_lost:
+            self.answer_lost = False
+            raise ConnectionError("connection lost")

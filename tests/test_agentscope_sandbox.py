@@ -98,6 +98,52 @@ def test_an_unchanged_check_costs_one_backend_call_whatever_the_number_of_files(
     assert edited_calls <= 5  # the listing, the one file that changed, the lock written back
 
 
+@pytest.mark.usefixtures("a_year_later")
+def test_one_failed_spawn_costs_its_check_only_the_next_is_back_to_the_shell(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend, workdir = sandbox
+    for number in range(50):
+        write(workdir / "Memory", f"notes/note-{number}.md", "body\n", OLD)
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+
+    backend.spawn_failures = 1  # AgentScope's answer to EAGAIN at spawn: exit status 127
+    with caplog.at_level(logging.WARNING):
+        assert prompt(provenance) == "prompt"
+    backend.calls = 0
+    shown = prompt(provenance)
+
+    assert "could not check the memory folder" in caplog.text
+    assert MARKER in shown.splitlines()
+    assert backend.calls <= 2
+    assert not [path for path in backend.read_paths if "note-" in path and path.startswith("/")]  # none one by one
+
+
+@pytest.mark.usefixtures("a_year_later")
+def test_a_failed_spawn_at_the_first_check_does_not_make_the_backend_shell_less(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend, workdir = sandbox
+    backend.spawn_failures = 1
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+    prompt(provenance)
+
+    backend.calls = 0
+    assert MARKER in prompt(provenance).splitlines()
+    assert backend.calls == 1
+
+
+def test_a_backend_without_a_shell_is_still_read_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = remote_workdir()
+    provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state")
+    asyncio.run(adopt(provenance, monkeypatch))
+    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+
+    assert MARKER in prompt(provenance).splitlines()
+    assert MARKER in prompt(provenance).splitlines()
+    assert provenance.files is not None and not provenance.files.has_shell
+
+
 def test_a_sandbox_gives_the_local_result(
     sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

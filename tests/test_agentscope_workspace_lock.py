@@ -66,6 +66,14 @@ def made_stale(folder: Path, provenance: ProvenanceMiddleware, monkeypatch: pyte
     assert MARKER in check(provenance, monkeypatch).splitlines()
 
 
+def stale_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Workspace, ProvenanceMiddleware, Path]:
+    """The workspace in ``tmp_path / "a"``, made stale through one replica: both, and its lock's path."""
+    backend = workspace(tmp_path / "a")
+    provenance = replica(backend, tmp_path / "host")
+    made_stale(tmp_path / "a", provenance, monkeypatch)
+    return backend, provenance, tmp_path / "a" / "Memory" / LOCK_NAME
+
+
 def lock_records(folder: Path) -> dict:
     return dict(decode_lock((folder / "Memory" / LOCK_NAME).read_bytes()).records)
 
@@ -79,10 +87,7 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_lock_in_the_workspace_is_what_the_command_line_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    backend = workspace(tmp_path / "a")
-    provenance = replica(backend, tmp_path / "host-state")
-    made_stale(tmp_path / "a", provenance, monkeypatch)
-    lock = tmp_path / "a" / "Memory" / LOCK_NAME
+    backend, provenance, lock = stale_workspace(tmp_path, monkeypatch)
     written = lock.read_bytes()
 
     command = [sys.executable, "-m", "provgraph", "status", "--json", str(tmp_path / "a" / "Memory")]
@@ -92,7 +97,7 @@ def test_the_lock_in_the_workspace_is_what_the_command_line_writes(
     assert status.returncode == 0, status.stderr
     assert '"profile.md"' in status.stdout and "2026-11-18" in status.stdout
     assert lock.read_bytes() == written  # the command line had nothing to change in it
-    assert (tmp_path / "host-state" / LOCK_NAME).read_bytes() == written  # the host keeps a mirror
+    assert (tmp_path / "host" / LOCK_NAME).read_bytes() == written  # the host keeps a mirror
 
 
 def test_two_replicas_on_one_workspace_see_the_same_stamps_and_the_same_dates(
@@ -182,13 +187,40 @@ def test_a_failed_write_back_loses_nothing(tmp_path: Path, monkeypatch: pytest.M
     assert check(replica(backend, tmp_path / "elsewhere"), monkeypatch) == "prompt"
 
 
+@pytest.mark.parametrize("failure", ["write", "rename"])
+def test_a_write_back_that_fails_midway_leaves_no_temporary_file(
+    failure: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend, provenance, lock = stale_workspace(tmp_path, monkeypatch)
+    before = lock.read_bytes()
+
+    async def rename_fails_to_spawn() -> None:
+        backend.spawn_failures = 1
+
+    if failure == "write":
+        backend.answer_lost = True  # the temporary file lands, the answer is lost
+    else:
+        backend.before_temporary_write = rename_fails_to_spawn
+    monkeypatch.setenv("PROVGRAPH_NOW", CHECKED.isoformat())
+    with caplog.at_level(logging.WARNING):
+        answer = asyncio.run(provenance.record_memory_rederivation("profile.md"))
+
+    assert answer.startswith("Recorded")
+    assert "could not write provgraph.lock" in caplog.text
+    assert lock.read_bytes() == before
+    assert not [path.name for path in lock.parent.iterdir() if path.name.endswith(".tmp")]
+    left = lock.parent / f".{LOCK_NAME}.0123456789ab.tmp"  # by a write-back that died 11 minutes ago
+    left.write_bytes(before)
+    os.utime(left, (left.stat().st_mtime - 660,) * 2)
+    assert check(provenance, monkeypatch) == "prompt"  # the next check writes it back
+    assert lock.read_bytes() != before
+    assert not [path.name for path in lock.parent.iterdir() if path.name.endswith(".tmp")]
+
+
 def test_a_lock_that_cannot_be_read_leaves_the_prompt_and_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
-    backend = workspace(tmp_path / "a")
-    provenance = replica(backend, tmp_path / "host")
-    made_stale(tmp_path / "a", provenance, monkeypatch)
-    lock = tmp_path / "a" / "Memory" / LOCK_NAME
+    backend, provenance, lock = stale_workspace(tmp_path, monkeypatch)
     kept = lock.read_bytes()
     mirror = (tmp_path / "host" / LOCK_NAME).read_bytes()
 

@@ -2,9 +2,12 @@
 
 Every backend call is a round trip, so with a POSIX shell one ``find`` lists the whole
 folder with each file's stat, and one ``tar`` reads every file whose stat moved; without
-one, files are read one by one through ``list_dir``/``read_file``.  A listing counts only
-when it ends with its end marker (else ``BackendError``: a folder taken for empty would
-forget every stamp); every call has a deadline; only regular files are read.
+one, files are read one by one through ``list_dir``/``read_file``.  Whether it has one is
+what the backend is: a shell that listed the folder once is used on every check, a failed
+call (exit status 127 at spawn under load, a timeout) abandoning its check only; one that
+never did is given up after three "no shell" answers.  A listing counts only when it ends
+with its end marker (else ``BackendError``: a folder taken for empty would forget every
+stamp); every call has a deadline; only regular files are read.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ _STAT_SCRIPT = f"cd -- \"$1\" && shift && find \"$@\" -maxdepth 0 -printf '{_FIE
 _READ_SCRIPT = 'cd -- "$1" && shift && exec tar -cf - "$@"\n'
 _MISSING_FOLDER = 4
 _NO_SHELL = (126, 127)
+_NO_SHELL_PROBES = 3  # "no shell" answers, with no listing through it ever, that make a backend shell-less
 _ARGUMENT_BYTES = 100_000  # paths passed to one read command at most: far below any system's limit
 _CONCURRENCY = 16  # per-file calls in flight at once for a backend without a shell
 
@@ -80,6 +84,9 @@ class BackendFiles:
         self.backend, self.folder, self.loop, self.timeout = backend, folder, loop, timeout
         self.calls = self._walk_started_ns = 0
         self.trusts_stat = self.has_shell = True
+        self._shell_listed = False
+        """A listing through the shell succeeded once: a later "no shell" answer is a failed call."""
+        self._no_shell_answers = 0
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
         self._listed: dict[str, tuple[str, FileMeta]] = {}
@@ -89,9 +96,11 @@ class BackendFiles:
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         self.forget()
+        self.has_shell = self.trusts_stat = self._no_shell_answers < _NO_SHELL_PROBES
         listed = self._run(self._list_with_shell) if self.has_shell else None
         if listed is None:
             self.has_shell = self.trusts_stat = False
+            self._no_shell_answers += 1
             walked = self._run(self._walk_file_by_file)
             self._read_companion([])
             return walked
@@ -174,14 +183,15 @@ class BackendFiles:
         self._records = records[:-2]
         status = _end_status(records)
         if status is None:
-            if result.exit_code in _NO_SHELL:
+            if result.exit_code in _NO_SHELL and not self._shell_listed:
                 return None
             raise BackendError(f"listing {self.folder} did not complete ({_why(result)})")
         entries = _entries(records[:-2])
         if status != 0:
-            if not entries:
+            if not entries and not self._shell_listed:
                 return None  # a find without -printf (BusyBox): list file by file instead
             raise BackendError(f"listing {self.folder} failed: {_why(result)}")
+        self._shell_listed = True
         return entries
 
     async def _stat_one(self, path: str) -> tuple[str, FileMeta] | None:

@@ -8,7 +8,8 @@ read in the listing's batch unless the listing shows it unchanged since the last
 the transaction runs on the host folder; a mirror that then differs is written back through
 a temporary file and one command that renames it over the lock only if the lock is still
 the one mirrored (else both are merged, newer stamp of each edge, and tried once more).  A
-failed write-back keeps the stamps in the mirror, with a warning, for the next check.
+failed write-back keeps the stamps in the mirror, with a warning, for the next check, and
+removes its temporary file.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ _WAIT = 60.0
 """Seconds a check waits for another one using the same host folder."""
 _WRITTEN = b"provgraph-written\n"
 _MOVED = b"provgraph-moved\n"
+_TEMPORARY = f".{LOCK_NAME}.*.tmp"
+_REMOVE_SCRIPT = 'cd -- "$1" && rm -f -- "$2"\n'
 _REPLACE_SCRIPT = (
     'cd -- "$1" || exit 4\n'
+    f"find . -maxdepth 1 -name '{_TEMPORARY}' -mmin +10 -delete 2>/dev/null\n"  # a write-back that died midway
     f"now=$(find {LOCK_NAME} -maxdepth 0 -printf '{IDENTITY_FIELDS}' 2>/dev/null)\n"
     'if [ "$now" != "$3" ]; then\n'
     '  rm -f -- "$2"\n'
@@ -50,7 +54,7 @@ _REPLACE_SCRIPT = (
     f"  case $now in f*) exec cat -- {LOCK_NAME} ;; esac\n"
     "  exit 0\n"
     "fi\n"
-    f'mv -f -- "$2" {LOCK_NAME} || exit 6\n'
+    f'mv -f -- "$2" {LOCK_NAME} || {{ rm -f -- "$2"; exit 6; }}\n'
     "printf 'provgraph-written\\n'\n"
     f"exec find {LOCK_NAME} -maxdepth 0 -printf '{IDENTITY_FIELDS}'\n"
 )
@@ -182,9 +186,14 @@ class LockMirror:
         self._record(Exchange(replaced.identity, _sha256(data), wall_ns(), written=True))
 
     def _rename(self, expected: str, data: bytes) -> _Replaced:
-        temporary = f".{LOCK_NAME}.{secrets.token_hex(6)}.tmp"
-        self.files.write(temporary, data)
-        output = self.files.run_script(_REPLACE_SCRIPT, temporary, expected)
+        temporary = _TEMPORARY.replace("*", secrets.token_hex(6))
+        try:
+            self.files.write(temporary, data)
+            output = self.files.run_script(_REPLACE_SCRIPT, temporary, expected)
+        except Exception:
+            with contextlib.suppress(Exception):  # else the next write-back removes it once it is old
+                self.files.run_script(_REMOVE_SCRIPT, temporary)
+            raise
         if output.startswith(_WRITTEN):
             return _Replaced(True, output[len(_WRITTEN) :].decode("utf-8", "replace"), None)
         if output.startswith(_MOVED):
