@@ -244,3 +244,26 @@ def test_a_failed_check_leaves_the_writes_result_untouched(workdir: Path, monkey
     (folder / "summary.md").unlink()
     without = results(asyncio.run(reply([], calls)))
     assert with_broken == without and not any(HEADING in text for text in with_broken)
+
+
+def test_the_readme_agent_example_runs_as_written(workdir: Path) -> None:
+    """The README's permission mode lets the memory ``Write``/``Edit`` run, so their notes appear."""
+    from agentscope.message import UserMsg
+    from scripted_agent import ScriptedModel, tool_call
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    [block] = [code for code in re.findall(r"```python\n(.*?)```", readme, re.S) if "async def build_agent" in code]
+    namespace: dict = {}
+    exec(compile(block.replace("/srv/agent", str(workdir)), "README.md", "exec"), namespace)  # noqa: S102
+    folder, digest = workdir / "Memory", "---\nderived_from: user-facts.md\n---\nThe user lives in Lyon.\n"
+    calls = [written(folder, "digest.md", digest), *edited(folder, "user-facts.md", "Lyon", "Oslo")]
+    model = ScriptedModel([tool_call(name, **arguments) for name, arguments in calls])
+
+    async def run() -> None:
+        agent = await namespace["build_agent"](model)
+        await agent.reply(UserMsg(name="user", content="Keep my memory up to date."))
+
+    asyncio.run(run())
+    notes = results(model)[-1]
+    assert notes.startswith(HEADING) and "  - digest.md" in notes.splitlines()
+    assert "Oslo" in (folder / "user-facts.md").read_text()
