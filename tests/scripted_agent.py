@@ -194,14 +194,14 @@ class DictBackend(BackendBase):
     relative paths with the folders listed too.  ``failing`` makes every
     read fail as a lost connection does; ``listing_fails`` makes the
     recursive listing come back empty, as AgentScope's ``list_dir`` answers
-    a failed listing; reading a path in ``hanging_paths`` never returns.
+    a failed listing (``"twice"``: the plain listing too); reading a path in ``hanging_paths`` never returns.
     """
 
     def __init__(self, listing: str = "absolute") -> None:
         self.files: dict[str, tuple[bytes, float]] = {}
         self.listing = listing
         self.failing = False
-        self.listing_fails = False
+        self.listing_fails: bool | str = False
         self.hanging_paths: set[str] = set()
 
     def put(self, path: str, text: str, when: datetime) -> None:
@@ -234,7 +234,7 @@ class DictBackend(BackendBase):
         prefix = posixpath.normpath(path) + "/"
         keys = sorted(key for key in self.files if key.startswith(prefix))
         if not recursive:
-            return sorted({key[len(prefix) :].split("/")[0] for key in keys})
+            return [] if self.listing_fails == "twice" else sorted({key[len(prefix) :].split("/")[0] for key in keys})
         if self.listing_fails:
             return []
         if self.listing == "absolute":

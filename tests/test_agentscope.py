@@ -116,6 +116,11 @@ async def adopt(provenance: ProvenanceMiddleware, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PROVGRAPH_NOW", CHECKED.isoformat())
 
 
+def during_an_outage(prompt: str) -> str:
+    """``prompt``, the last check's (at ``CHECKED``), as a check that failed shows it: its marks kept, dated."""
+    return f"{prompt}\n(as of the last check, 2026-11-20 09:00; the memory folder could not be read now)"
+
+
 def appended(prompt: str, memory_only: str) -> str:
     """What came after the memory middleware's prompt (which must be intact, first)."""
     assert prompt.startswith(memory_only + "\n\n")
@@ -535,6 +540,28 @@ def test_a_remote_failure_keeps_the_prompt_and_the_stamps(tmp_path: Path, monkey
 
     assert during == "prompt"
     assert MARKER in after.splitlines()
+
+
+def test_known_marks_stay_during_a_backend_outage_dated_as_of_the_last_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = remote_workdir()
+    remote = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state.json")
+    asyncio.run(adopt(remote, monkeypatch))
+    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+    before = asyncio.run(remote.on_system_prompt(None, "prompt"))
+
+    backend.failing = True
+    monkeypatch.setenv("PROVGRAPH_NOW", "2026-11-21T10:00:00+00:00")
+    during = asyncio.run(remote.on_system_prompt(None, "prompt"))
+    never_checked = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "other")
+
+    assert MARKER in before.splitlines()
+    assert during == during_an_outage(before)
+    assert during.splitlines()[-1] == (
+        "(as of the last check, 2026-11-20 09:00; the memory folder could not be read now)"
+    )
+    assert asyncio.run(never_checked.on_system_prompt(None, "prompt")) == "prompt"  # nothing known: nothing added
 
 
 def test_remote_state_defaults_to_the_cache_folder_keyed_by_the_memory_path(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from extras import needs
-from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, snapshot, write
+from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, during_an_outage, snapshot, write
 
 import provgraph.api
 import provgraph.store.state
@@ -106,10 +106,11 @@ def test_one_failed_spawn_costs_its_check_only_the_next_is_back_to_the_shell(
     for number in range(50):
         write(workdir / "Memory", f"notes/note-{number}.md", "body\n", OLD)
     provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+    before = prompt(provenance)
 
     backend.spawn_failures = 1  # AgentScope's answer to EAGAIN at spawn: exit status 127
     with caplog.at_level(logging.WARNING):
-        assert prompt(provenance) == "prompt"
+        assert prompt(provenance) == during_an_outage(before)
     backend.calls = 0
     shown = prompt(provenance)
 
@@ -170,6 +171,7 @@ def test_a_failed_listing_keeps_the_prompt_and_every_stamp(
     backend, workdir = sandbox
     provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
     lock = tmp_path / "state" / "provgraph.lock"
+    before = prompt(provenance)
     state_before = (snapshot(tmp_path / "state"), lock.read_bytes())
 
     backend.failing = True
@@ -177,7 +179,7 @@ def test_a_failed_listing_keeps_the_prompt_and_every_stamp(
         during = [prompt(provenance) for _ in range(3)]
     backend.failing = False
 
-    assert during == ["prompt"] * 3
+    assert during == [during_an_outage(before)] * 3
     assert "could not check the memory folder" in caplog.text
     assert (snapshot(tmp_path / "state"), lock.read_bytes()) == state_before
     assert MARKER in prompt(provenance).splitlines()  # not re-adopted as fresh
@@ -188,12 +190,13 @@ def test_a_truly_empty_folder_is_empty_and_a_missing_one_is_a_warning(
 ) -> None:
     backend, workdir = sandbox
     provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+    before = prompt(provenance)
 
     (workdir / "Memory").rename(workdir / "Elsewhere")
     with caplog.at_level(logging.WARNING):
         missing = prompt(provenance)
     (workdir / "Elsewhere").rename(workdir / "Memory")
-    assert missing == "prompt"
+    assert missing == during_an_outage(before)
     assert "does not exist" in caplog.text
     assert MARKER in prompt(provenance).splitlines()
 
@@ -227,6 +230,28 @@ def test_a_listing_without_a_shell_that_fails_is_not_an_empty_folder(
     assert MARKER in prompt(provenance).splitlines()
 
 
+def test_an_empty_listing_twice_of_a_folder_whose_files_are_still_there_is_a_failed_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    backend = remote_workdir()
+    provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state")
+    asyncio.run(adopt(provenance, monkeypatch))
+    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+    before = prompt(provenance)
+
+    backend.listing_fails = "twice"  # a backend without a shell: the plain listing is empty too
+    with caplog.at_level(logging.WARNING):
+        during = prompt(provenance)
+    warnings = [record for record in caplog.records if "came back empty" in record.getMessage()]
+    backend.files = {path: file for path, file in backend.files.items() if not path.endswith(".md")}  # truly empty
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        emptied = prompt(provenance)
+
+    assert during == during_an_outage(before) and len(warnings) == 1
+    assert emptied == "prompt" and not caplog.records
+
+
 # -- nothing in a sandbox can hang the agent ------------------------------------------------
 
 
@@ -252,6 +277,7 @@ def test_a_backend_call_that_never_answers_is_abandoned_at_the_deadline(
 ) -> None:
     backend, workdir = sandbox
     provenance = made_stale(backend, workdir, tmp_path, monkeypatch, backend_timeout=0.2)
+    before = prompt(provenance)
 
     backend.hanging = True
     with caplog.at_level(logging.WARNING):
@@ -259,7 +285,7 @@ def test_a_backend_call_that_never_answers_is_abandoned_at_the_deadline(
         answer = asyncio.run(asyncio.wait_for(provenance.record_memory_rederivation("profile.md"), 60))
     backend.hanging = False
 
-    assert during == "prompt"
+    assert during == during_an_outage(before)
     assert "did not answer within 0.2 s" in caplog.text
     assert answer.startswith("Could not record the re-derivation of profile.md")
     assert MARKER in prompt(provenance).splitlines()

@@ -30,6 +30,7 @@ from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, ToolResponse
 
 from ..api import Memory, NotDerived
+from ..clock import current
 from ..clock import pinned_now as _now
 from ..files import NotRegular, OutsideRoot
 from ..model import Edge, FileLineage, Report, StaleEntry
@@ -80,6 +81,7 @@ ADVICE = (
 )
 MORE_HINT = f"call `{LIST_TOOL}` to list them all"
 _NOTHING_STALE = "No derived memory file has changed sources."
+_OUTAGE = "(as of the last check, {:%Y-%m-%d %H:%M}; the memory folder could not be read now)"
 
 
 class ProvenanceMiddleware(MiddlewareBase):
@@ -136,6 +138,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
         self._last_block: tuple[tuple[StaleEntry, ...] | None, int, str] = (None, 0, "")
         """The stale entries and line cap of the last block made, and that block."""
+        self._checked_at = current()
+        """When the last check that completed ran: the date of the marks kept while checks fail."""
         self._examined_hints: dict[str, None] = {}
         """The ids of the hints already looked at, oldest first, of every agent sharing this middleware."""
         self._reads: tuple[tuple[int, str], set[str], set[str]] = ((0, ""), set(), set())
@@ -176,9 +180,7 @@ class ProvenanceMiddleware(MiddlewareBase):
     async def on_system_prompt(self, agent: Any, current_prompt: str) -> str:
         """Append the block when a derived file is stale; otherwise return the prompt untouched."""
         report = await self._round_check(agent)
-        if report is None:
-            return current_prompt
-        block = self._block(report)
+        block = self._block(report) if report is not None else self._last_known_block()
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
     def _block(self, report: Report) -> str:
@@ -188,6 +190,11 @@ class ProvenanceMiddleware(MiddlewareBase):
             block = prompt_block(report, max_lines=self.max_lines, advice=ADVICE, more_hint=MORE_HINT)
             self._last_block = (report.stale, self.max_lines, block)
         return block
+
+    def _last_known_block(self) -> str:
+        """The last block made, dated, while the folder cannot be read: known marks do not vanish."""
+        block = self._last_block[2]
+        return block and f"{block}\n{_OUTAGE.format(self._checked_at)}"
 
     async def on_acting(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
@@ -296,8 +303,11 @@ class ProvenanceMiddleware(MiddlewareBase):
         checked without yielding, which would let the memory middleware's retrieval finish meanwhile."""
         try:
             if self.files is None:
-                return self._locked(None, self._local_refresh)
-            return await self.refresh()
+                report = self._locked(None, self._local_refresh)
+            else:
+                report = await self.refresh()
+            self._checked_at = current(_now())
+            return report
         except Exception as error:
             _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
             return None

@@ -87,6 +87,8 @@ class BackendFiles:
         self._shell_listed = False
         """A listing through the shell succeeded once: a later "no shell" answer is a failed call."""
         self._no_shell_answers = 0
+        self._a_listed_file: str | None = None
+        """A file the last listing without a shell found: an empty listing while it exists is a failure."""
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
         self._listed: dict[str, tuple[str, FileMeta]] = {}
@@ -244,13 +246,18 @@ class BackendFiles:
                 problems.append(Problem(path, ProblemKind.UNREADABLE, "vanished during the scan"))
             else:
                 found[path] = outcome
+        self._a_listed_file = next(iter(found), None)
         return found, problems
 
     async def _confirm_empty(self) -> None:
-        """An empty listing counts when the folder exists and a plain listing is empty too."""
+        """An empty listing counts when the folder exists, a plain listing is empty too, and a
+        file the last listing found is gone (``list_dir`` answers a failed listing with [])."""
         if not await self._call(self.backend.is_dir(self.folder)):
             raise FileNotFoundError(f"memory folder {self.folder} does not exist in the backend")
-        if await self._call(self.backend.list_dir(self.folder)):
+        known = self._a_listed_file
+        if await self._call(self.backend.list_dir(self.folder)) or (
+            known is not None and await self._call(self.backend.file_exists(self._full(known)))
+        ):
             raise BackendError(f"listing {self.folder} came back empty, but the folder is not")
 
     async def _read_without_shell(self, paths: Iterable[str]) -> None:
