@@ -134,11 +134,17 @@ def test_a_failed_spawn_at_the_first_check_does_not_make_the_backend_shell_less(
     assert backend.calls == 1
 
 
-def test_a_backend_without_a_shell_is_still_read_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def shell_less_and_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A backend without a shell whose profile was adopted, then its source changed."""
     backend = remote_workdir()
     provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state")
     asyncio.run(adopt(provenance, monkeypatch))
     backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+    return backend, provenance
+
+
+def test_a_backend_without_a_shell_is_still_read_file_by_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, provenance = shell_less_and_stale(tmp_path, monkeypatch)
 
     assert MARKER in prompt(provenance).splitlines()
     assert MARKER in prompt(provenance).splitlines()
@@ -215,10 +221,7 @@ def test_a_truly_empty_folder_is_empty_and_a_missing_one_is_a_warning(
 def test_a_listing_without_a_shell_that_fails_is_not_an_empty_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
-    backend = remote_workdir()
-    provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state")
-    asyncio.run(adopt(provenance, monkeypatch))
-    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+    backend, provenance = shell_less_and_stale(tmp_path, monkeypatch)
 
     backend.listing_fails = True  # AgentScope's list_dir answers a failed listing with []
     with caplog.at_level(logging.WARNING):
@@ -233,10 +236,7 @@ def test_a_listing_without_a_shell_that_fails_is_not_an_empty_folder(
 def test_an_empty_listing_twice_of_a_folder_whose_files_are_still_there_is_a_failed_listing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:
-    backend = remote_workdir()
-    provenance = ProvenanceMiddleware(workdir="/sandbox/work", backend=backend, state=tmp_path / "state")
-    asyncio.run(adopt(provenance, monkeypatch))
-    backend.put("/sandbox/work/Memory/user-facts.md", MOVED, EDITED)
+    backend, provenance = shell_less_and_stale(tmp_path, monkeypatch)
     before = prompt(provenance)
 
     backend.listing_fails = "twice"  # a backend without a shell: the plain listing is empty too
