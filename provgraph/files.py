@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .errors import PathRefused
-from .model import FileMeta, Problem, ProblemKind, as_text
+from .model import FileMeta, Problem, ProblemKind, as_text, is_utf8
 from .paths import normalized
 
 __all__ = ["RACY_WINDOW_NS", "FileSource", "LocalFiles", "NotRegular", "OutsideRoot", "ProvgraphOwn", "walk_folder"]
@@ -258,7 +258,7 @@ class _Walker:
         """Any entry but a plain memory file (``full_path`` starts as the root was named)."""
         name = entry.name
         try:
-            if not (name.isascii() or _is_utf8(name)):
+            if not (name.isascii() or is_utf8(name)):
                 if name.endswith(".md") or entry.is_dir(follow_symlinks=False):
                     self.problems.append(Problem(as_text(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
             elif entry.is_symlink():
@@ -388,12 +388,3 @@ def _meta(info: os.stat_result) -> FileMeta:
 
 def _reason(error: OSError) -> str:
     return error.strerror or type(error).__name__
-
-
-def _is_utf8(name: str) -> bool:
-    """False for a name holding non-UTF-8 bytes (lone surrogates), which JSON cannot hold."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -17,14 +17,21 @@ VERSION = "0.2.0"
 the cache (``store.cache``), which another version never trusts."""
 
 
-def as_text(path: str) -> str:
-    """``path`` as JSON can hold it: itself, or, when the system gave bytes that are not
-    UTF-8 (held as lone surrogates), with each such byte written ``\\xNN``."""
+def is_utf8(path: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (lone surrogates), which JSON cannot hold."""
     try:
         path.encode()
     except UnicodeEncodeError:
-        return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return path
+        return False
+    return True
+
+
+def as_text(path: str) -> str:
+    """``path`` as JSON can hold it: itself, or, when the system gave bytes that are not
+    UTF-8 (held as lone surrogates), with each such byte written ``\\xNN``."""
+    if is_utf8(path):
+        return path
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class ProblemKind(enum.StrEnum):

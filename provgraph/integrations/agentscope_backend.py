@@ -24,7 +24,7 @@ from agentscope.tool import BackendBase, ExecResult
 from ..clock import wall_ns
 from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS, NotRegular
-from ..model import FileMeta, Problem, ProblemKind
+from ..model import FileMeta, Problem, ProblemKind, as_text, is_utf8
 
 __all__ = ["DEFAULT_BACKEND_TIMEOUT", "IDENTITY_FIELDS", "RACY_WINDOW_NS", "BackendError", "BackendFiles", "Companion"]
 
@@ -367,26 +367,17 @@ def _regular_members(result: Any, folder: str) -> dict[str, bytes]:
 def _undecodable(listed: dict[str, tuple[str, FileMeta]]) -> list[Problem]:
     problems = []
     for path, (kind, _) in listed.items():
-        if kind == "f" and path.endswith(".md") and not _utf8(path):
-            printable = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-            problems.append(Problem(printable, ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
+        if kind == "f" and path.endswith(".md") and not is_utf8(path):
+            problems.append(Problem(as_text(path), ProblemKind.UNREADABLE, "its name is not valid UTF-8"))
     return problems
 
 
 def _is_memory_file(path: str) -> bool:
-    return path.endswith(".md") and not _hidden(path) and _utf8(path)
+    return path.endswith(".md") and not _hidden(path) and is_utf8(path)
 
 
 def _hidden(path: str) -> bool:
     return any(not part or part.startswith(".") for part in path.split("/"))
-
-
-def _utf8(path: str) -> bool:
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _batches(paths: list[str]) -> Iterable[list[str]]:
