@@ -48,14 +48,15 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
-__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "OptionsDiffer", "RootError", "find_root"]
+__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "FieldNameError", "Memory", "NotDerived", "OptionsDiffer"]
+__all__ += ["RootError", "find_root"]
 
 DEFAULT_SOURCES_HEADING = "## Sources"
 """The heading ``--sources-heading`` reads when it names none."""
 READ_WAIT = 2.0
 """Seconds a refresh waits for another process's lock before it answers from a scan it does
 not save: a provgraph suspended while holding the lock must not hang every agent start."""
-READING_OPTIONS = ("sources_heading",)
+READING_OPTIONS = ("sources_heading", "volatile_field")
 """The options that change what is read, recorded in the lock by the run that writes it."""
 WRITE_WAIT = 10.0
 """Seconds a stamp waits for the lock before it reports it held, as one error line."""
@@ -67,6 +68,10 @@ class RootError(ProvgraphError):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__(f"memory root {root} is not a folder")
         self.root = Path(root)
+
+
+class FieldNameError(ProvgraphError, ValueError):
+    """A volatile field named as no frontmatter key is written (empty, with a space or a colon)."""
 
 
 class NotDerived(ProvgraphError):
@@ -97,19 +102,26 @@ class Memory:
         sources_heading: str | None = None,
         also_known_as: Iterable[str] = (),
         trust_cache: bool = True,
+        volatile_fields: Iterable[str] = (),
     ) -> None:
         """``progress(done, total)`` hears how far a scan that reads files has got.
         ``sources_heading`` (``"## Sources"``) makes the links under that heading declare
         sources; it is recorded in the lock, and one that differs from the lock's raises
         ``OptionsDiffer``.  ``also_known_as`` are other absolute paths of this folder (where
         a sandboxed agent sees it).  ``trust_cache`` False reads and hashes every file on
-        every refresh, for content that changes without moving metadata (``mmap``)."""
+        every refresh, for content that changes without moving metadata (``mmap``).
+        ``volatile_fields`` are frontmatter fields an edit of which alone marks nothing,
+        besides ``VOLATILE_FIELDS`` (``updated``...); recorded in the lock like ``sources_heading``."""
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
         self._asked = {} if sources_heading is None else {"sources_heading": sources_heading}
+        self.volatile_fields = _field_names(volatile_fields)
+        """The extra volatile fields the last refresh read with: those asked for, else the lock's."""
+        if self.volatile_fields:
+            self._asked["volatile_field"] = ",".join(self.volatile_fields)
         self.sources_heading = sources_heading
         """The heading the last refresh read with: the one asked for, else the lock's."""
-        self._settings = _settings(sources_heading, self.roots)
+        self._settings = _settings(sources_heading, self.roots, self.volatile_fields)
         if files is None:
             if not os.path.isdir(self._root):
                 raise RootError(self._root)
@@ -202,7 +214,8 @@ class Memory:
         started_ns = wall_ns()
         options = self._store.reading_options(self._asked, READING_OPTIONS)
         self.sources_heading = options.get("sources_heading")
-        self._store.settings = self._settings = _settings(self.sources_heading, self.roots)
+        self.volatile_fields = _field_names(filter(None, options.get("volatile_field", "").split(",")))
+        self._store.settings = self._settings = _settings(self.sources_heading, self.roots, self.volatile_fields)
         if pending is not None and self._store.cache() is None and self._store.lock_data() is None:
             return self._saved(pending)  # the scan that found something derived, saved under the lock
         listing, found = self.files.walk()
@@ -257,7 +270,15 @@ class Memory:
         if lock is None or (data is None and self._asked):  # a first lock records the options: the full scan writes it
             return None
         rows = Rows(cache.rows)
-        rescan = Rescan(self.files, rows, racy_mark, listing, roots=self.roots, sources_heading=self.sources_heading)
+        rescan = Rescan(
+            self.files,
+            rows,
+            racy_mark,
+            listing,
+            roots=self.roots,
+            sources_heading=self.sources_heading,
+            volatile=self.volatile_fields,
+        )
         try:
             found = incremental.patch(cache, known.index(), lock, rescan, changed, now, self._root)
         except (TypeError, ValueError, KeyError, IndexError):
@@ -293,6 +314,7 @@ class Memory:
             remembered,
             roots=self.roots,
             sources_heading=self.sources_heading,
+            volatile=self.volatile_fields,
         )
         not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
         if not_derived:
@@ -385,9 +407,19 @@ def _exists(files: FileSource, path: str) -> bool:
         return True
 
 
-def _settings(sources_heading: str | None, roots: tuple[str, ...]) -> str:
+def _settings(sources_heading: str | None, roots: tuple[str, ...], volatile: tuple[str, ...]) -> str:
     """The reading settings, part of the cache's key."""
-    return orjson.dumps([sources_heading, [as_text(path) for path in roots]]).decode()
+    return orjson.dumps([sources_heading, [as_text(path) for path in roots], volatile]).decode()
+
+
+def _field_names(names: Iterable[str]) -> tuple[str, ...]:
+    """Frontmatter field names, sorted, once each; ``ValueError`` for one that no top-level
+    key is written as (empty, or holding a space, a colon or a comma)."""
+    fields = tuple(sorted(set(names)))
+    for name in fields:
+        if not name or any(mark in name for mark in " \t\r\n:,#") or name.startswith(("-", "'", '"')):
+            raise FieldNameError(f"a volatile field is a frontmatter key such as 'reviewed', not {name!r}")
+    return fields
 
 
 def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:

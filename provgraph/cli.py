@@ -271,7 +271,16 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
         raise UsageError(f"memory root {Path(folder)} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
     heading, trust = _sources_heading(options), not options.no_cache
-    return Memory(folder, state=options.state, warn=warn, progress=progress, sources_heading=heading, trust_cache=trust)
+    volatile = [name for names in options.volatile_field for name in names.split(",")]
+    return Memory(
+        folder,
+        state=options.state,
+        warn=warn,
+        progress=progress,
+        sources_heading=heading,
+        trust_cache=trust,
+        volatile_fields=volatile,
+    )
 
 
 def _sources_heading(options: Options) -> str | None:
@@ -371,6 +380,7 @@ _FILE: _Argument = ("file", {"metavar": "FILE"})
 _MAX_STALE = _max_lines("stale files listed at most")
 _STATE = "folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, the cache in "
 _HEADING = f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')"
+_VOLATILE = "a frontmatter field whose edit alone marks nothing, besides updated, last_updated... (repeatable)"
 _COMMON: tuple[_Argument, ...] = (
     (
         "--state",
@@ -378,6 +388,7 @@ _COMMON: tuple[_Argument, ...] = (
     ),  # expands `--state=~/x`
     ("--sources-heading", {"nargs": "?", "const": DEFAULT_SOURCES_HEADING, "metavar": "HEADING", "help": _HEADING}),
     _flag("--no-cache", "read and hash every file, trusting no recorded size and times"),
+    ("--volatile-field", {"action": "append", "default": [], "metavar": "NAME", "help": _VOLATILE}),
 )
 """The options every command takes, right after ``-h``."""
 

@@ -99,16 +99,29 @@ class Problem:
         return self.path, self.kind.value, self.detail
 
 
+class HashRule(enum.StrEnum):
+    """What a stamp's sha256 was taken of: a stamp is compared under the rule it was made with,
+    so that a stamp recorded before a rule existed keeps its meaning."""
+
+    BYTES = "bytes"
+    """The file's bytes, exactly."""
+    MEANING = "meaning"
+    """Its meaning: the bytes without volatile frontmatter fields (``updated:``), trailing
+    whitespace, trailing blank lines, or the difference between ``\\r\\n`` and ``\\n``."""
+
+
 class Stamp(NamedTuple):
     """What a derived file recorded about one source when it was derived.
 
     ``sha256`` is None when the source did not exist at derivation.  ``mismatch_since``
     is the originating change date of the edge: set the first time a scan sees the source
-    differ from the stamp, kept while it differs, dropped when it matches again."""
+    differ from the stamp, kept while it differs, dropped when it matches again.  ``rule``
+    says what the hash was taken of."""
 
     sha256: str | None
     stamped_at: float
     mismatch_since: float | None = None
+    rule: HashRule = HashRule.BYTES
 
 
 LATEST_DATE = 253402214399.0
@@ -118,10 +131,16 @@ it is damage."""
 
 
 class SourceState(NamedTuple):
-    """A declared source as it is now; ``sha256`` None means it does not exist."""
+    """A declared source as it is now; ``sha256`` None means it does not exist.  ``meaning``
+    is its hash under ``HashRule.MEANING``, None when that is its ``sha256`` (nothing to leave out)."""
 
     sha256: str | None
     mtime: float | None = None
+    meaning: str | None = None
+
+    def hashed(self, rule: HashRule) -> str | None:
+        """Its hash under ``rule``: what a stamp made under that rule is compared with."""
+        return self.meaning or self.sha256 if rule is HashRule.MEANING else self.sha256
 
 
 CacheRow = TypeVar("CacheRow", covariant=True)

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Set
 from operator import itemgetter
 from typing import NamedTuple
 
-from .model import Edge, EdgeStatus, EdgeTable, Snapshot, SourceState, Stamp
+from .model import Edge, EdgeStatus, EdgeTable, HashRule, Snapshot, SourceState, Stamp
 
 __all__ = ["Derivation", "reconcile", "reconcile_as_table"]
 
@@ -127,7 +127,7 @@ def _stamped(
         declared.readable and old is not None and derived_at is not None and derived_at != old.derived_at
     )
     kept = {} if old is None or rederived else old.stamps
-    stamps = {source: kept.get(source) or Stamp(snapshot.sources[source].sha256, now) for source in declared.sources}
+    stamps = {source: kept.get(source) or _new_stamp(snapshot.sources[source], now) for source in declared.sources}
     stamps.update((source, kept[source]) for source in declared.withheld if source in kept)
     return Derivation(derived_at, dict(sorted(stamps.items())))
 
@@ -148,8 +148,14 @@ class _Adopting:
             state = self.sources.get(source)
             if state is None or state.sha256 is None:
                 return None
-            made = self._made[source] = Stamp(state.sha256, self.now)
+            made = self._made[source] = _new_stamp(state, self.now)
         return made
+
+
+def _new_stamp(state: SourceState, now: float) -> Stamp:
+    """A new stamp of a source: of its meaning, so that an edit of a volatile field alone never
+    marks what derives from it.  (Stamps of its bytes are the ones made before that rule.)"""
+    return Stamp(state.meaning or state.sha256, now, None, HashRule.MEANING)
 
 
 def _adopted(path: str, snapshot: Snapshot[object], adopting: _Adopting) -> tuple[Derivation, list[_Row]] | None:
@@ -186,19 +192,19 @@ def _compare(
     source: str, derived: str, stamp: Stamp, state: SourceState, now: float, contents: Mapping[str, tuple[str, ...]]
 ) -> tuple[Stamp, _Row]:
     since: float | None = None
-    if state.sha256 is not None and state.sha256 == stamp.sha256:
+    if state.sha256 is not None and state.hashed(stamp.rule) == stamp.sha256:
         status = EdgeStatus.CLEAN
     else:
         status = EdgeStatus.MISSING if state.sha256 is None else EdgeStatus.CHANGED
         since = stamp.mismatch_since if stamp.mismatch_since is not None else _first_observed(status, stamp, state, now)
     if stamp.mismatch_since != since:
-        stamp = Stamp(stamp.sha256, stamp.stamped_at, since)
+        stamp = Stamp(stamp.sha256, stamp.stamped_at, since, stamp.rule)
     moved_to = _moved_to(stamp, contents) if status is EdgeStatus.MISSING else None
     return stamp, (source, derived, status, stamp.stamped_at, since, moved_to)
 
 
 def _moved_to(stamp: Stamp, contents: Mapping[str, tuple[str, ...]]) -> str | None:
-    """The first memory file (by path) that holds exactly what was stamped."""
+    """The first memory file (by path) that holds what was stamped (its bytes or its meaning)."""
     holders = contents.get(stamp.sha256, ()) if stamp.sha256 is not None else ()
     return holders[0] if holders else None
 

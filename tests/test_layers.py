@@ -20,6 +20,7 @@ PURE = frozenset(
         "model",
         "declarations",
         "frontmatter",
+        "meaning",
         "stamps",
         "incremental",
         "lineage",

@@ -137,7 +137,7 @@ def test_a_lock_of_a_newer_provgraph_is_refused_for_its_version_not_its_options(
     digest_folder(memory)
     Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
     lock = memory.root / "provgraph.lock"
-    data = lock.read_bytes().replace(b"# provgraph lock 1:", b"# provgraph lock 2:")
+    data = lock.read_bytes().replace(b"# provgraph lock 2:", b"# provgraph lock 3:")
     lock.write_bytes(data.replace(b'{"sources_heading"', b'{"index_files":"INDEX.md","sources_heading"'))
     code, _, err = run("status", cwd=memory.root)
     assert code == 2 and "newer provgraph" in err and "index_files" not in err
