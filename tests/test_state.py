@@ -29,15 +29,15 @@ from provgraph.store.state import StateStore
 @pytest.fixture
 def lived(memory, clock) -> Memory:
     """A memory root whose state holds stamps, stale files, a cycle, problems and odd names."""
-    memory.write("facts.md", "v1")
-    memory.write("café/ünïcode fact.md", "u1")
+    memory.write("facts.md", "v1\n")
+    memory.write("café/ünïcode fact.md", "u1\n")
     memory.write("profile.md", derived_from="facts.md, missing.md, ../../etc/passwd")
     memory.write("digest.md", derived_from="profile.md, [Facts](café/ünïcode%20fact.md)", derived_at="2024-03-01")
     memory.write("a.md", derived_from="b.md")
     memory.write("b.md", derived_from="a.md")
     api = memory.open()
     api.refresh(now=clock.now)
-    memory.write("facts.md", "v2")
+    memory.write("facts.md", "v2\n")
     api.refresh(now=clock.advance(days=1))
     return api
 
