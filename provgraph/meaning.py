@@ -30,17 +30,35 @@ def volatile_lines(extra: tuple[str, ...] = ()) -> re.Pattern[bytes]:
 
 def meaning_hash(data: bytes, volatile: re.Pattern[bytes]) -> str | None:
     """The sha256 of what ``data`` means, or None when that is the sha256 of its bytes: as for
-    nearly every file, which two searches tell."""
-    if not (_LOOSE.search(data) or data[-1:] not in (b"\n", b"") or (_opens_block(data) and volatile.search(data))):
+    nearly every file, which a few searches tell."""
+    if not (_loose(data) or volatile.search(data, 0, _frontmatter_end(data))):
         return None
     meaning = Meaning(volatile)
     meaning.update(data)
     return meaning.hexdigest(hashlib.sha256(data).hexdigest())
 
 
-_LOOSE = re.compile(rb"[ \t]\n|\r|\n\n\Z|\A\n\Z")
-"""What a meaning leaves out but volatile fields: a trailing space or tab, a carriage return,
-a blank line at the end."""
+def _loose(data: bytes) -> bool:
+    """Whether a meaning leaves out anything of ``data`` but volatile fields: a trailing space
+    or tab, a carriage return, a blank line at the end, or a missing last line break."""
+    return (
+        b"\r" in data
+        or b" \n" in data
+        or (b"\t" in data and b"\t\n" in data)  # a tab is rare: one quick look for it first
+        or data[-1:] not in b"\n"
+        or data == b"\n"
+        or data[-2:] == b"\n\n"
+    )
+
+
+def _frontmatter_end(settled: bytes) -> int:
+    """Where the frontmatter of ``settled`` (text whose whitespace a meaning keeps as it is)
+    ends: 0 when it has none."""
+    if not settled.removeprefix(BOM).startswith(b"---\n"):
+        return 0
+    return max(0, settled.find(_CLOSING, 3, FRONTMATTER_LIMIT))
+
+
 _INNER_SPACE = re.compile(rb"[ \t\r]+\n")
 _SPACE = b" \t\r\n"
 _CLOSING = b"\n---\n"
@@ -97,8 +115,8 @@ class Meaning:
 
 def _without_volatile_fields(text: bytes, volatile: re.Pattern[bytes]) -> bytes:
     """``text`` (its whitespace settled) without the volatile fields of its frontmatter."""
-    close = text.find(_CLOSING, 3, FRONTMATTER_LIMIT) if text.removeprefix(BOM).startswith(b"---\n") else -1
-    if close < 0:
+    close = _frontmatter_end(text)
+    if not close:
         return text
     opening, *block = text[:close].split(b"\n")
     if opening.removeprefix(BOM) != b"---":

@@ -300,7 +300,7 @@ class _Reader:
         sources, refused = resolve_entries(path, declaration.entries, lookup)
         resolved = tuple([self.names.get(source, source) for source in sources]), refused
         if seen is not None:
-            self.seen[path] = seen._replace(resolved=resolved)
+            self.seen[path] = _new_row(FileRow, (seen.meta, seen.sha256, seen.declaration, resolved, seen.meaning))
         return resolved
 
     def source(self, path: str, meta: FileMeta | None) -> SourceState:
