@@ -262,7 +262,7 @@ def _stdin_event() -> bytes:
 
 def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
-    return command_options(options.state, _sources_heading(options))
+    return command_options(options.state, _sources_heading(options), _volatile_fields(options))
 
 
 def _open(options: Options, root: Path | None = None, warn: Callable[[str], None] = _warn) -> Memory:
@@ -271,7 +271,7 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
         raise UsageError(f"memory root {Path(folder)} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
     heading, trust = _sources_heading(options), not options.no_cache
-    volatile = [name for names in options.volatile_field for name in names.split(",")]
+    volatile = _volatile_fields(options)
     return Memory(
         folder,
         state=options.state,
@@ -281,6 +281,11 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
         trust_cache=trust,
         volatile_fields=volatile,
     )
+
+
+def _volatile_fields(options: Options) -> list[str]:
+    """``--volatile-field`` given once per name, or with names joined by commas."""
+    return [name for names in options.volatile_field for name in names.split(",")]
 
 
 def _sources_heading(options: Options) -> str | None:

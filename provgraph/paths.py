@@ -16,6 +16,7 @@ import contextlib
 import os
 import posixpath
 import shlex
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from .queries import Advice
@@ -71,7 +72,9 @@ def normalized(path: str | os.PathLike[str]) -> str:
     return str(PurePosixPath(os.fspath(path)))
 
 
-def command_options(state: str | os.PathLike[str] | None = None, sources_heading: str | None = None) -> tuple[str, ...]:
+def command_options(
+    state: str | os.PathLike[str] | None = None, sources_heading: str | None = None, volatile: Sequence[str] = ()
+) -> tuple[str, ...]:
     """The options every printed command repeats; a relative ``state`` is made absolute, since
     the command runs from another folder."""
     options: list[str] = []
@@ -79,6 +82,8 @@ def command_options(state: str | os.PathLike[str] | None = None, sources_heading
         options += ["--state", os.path.abspath(os.path.expanduser(os.fspath(state)))]
     if sources_heading is not None:
         options.append(f"--sources-heading={sources_heading}")
+    if volatile:
+        options.append(f"--volatile-field={','.join(volatile)}")
     return tuple(options)
 
 

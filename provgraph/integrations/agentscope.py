@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -113,10 +113,12 @@ class ProvenanceMiddleware(MiddlewareBase):
         state: str | os.PathLike[str] | None = None,
         sources_heading: str | None = None,
         backend_timeout: float = DEFAULT_BACKEND_TIMEOUT,
+        volatile_fields: Sequence[str] = (),
     ) -> None:
         self.backend: BackendBase = backend if backend is not None else LocalBackend()
         self.max_lines = max_lines
         self.sources_heading = sources_heading
+        self.volatile_fields = tuple(volatile_fields)
         if _is_local(self.backend):
             self.memory_path = os.path.abspath(os.path.join(workdir, memory_dir))
             self.files: BackendFiles | None = None
@@ -441,7 +443,12 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     def _new_memory(self, warn: Callable[[str], None] | None) -> Memory:
         return Memory(
-            self.memory_path, state=self.state_path, files=self.files, sources_heading=self.sources_heading, warn=warn
+            self.memory_path,
+            state=self.state_path,
+            files=self.files,
+            sources_heading=self.sources_heading,
+            volatile_fields=self.volatile_fields,
+            warn=warn,
         )
 
     def close(self) -> None:

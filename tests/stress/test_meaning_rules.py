@@ -131,6 +131,22 @@ def test_an_old_lock_keeps_its_marks_exactly_across_the_upgrade(memory) -> None:
     assert stale(memory.open().refresh(now=later(4))) == []
 
 
+def test_a_union_of_an_old_lock_and_a_new_one_reads_as_one(memory) -> None:
+    """Two clones, one before the upgrade and one after, merged line by line (git's union)."""
+    memory.write("facts.md", FACTS)
+    memory.write("profile.md", derived_from="facts.md")
+    memory.open().refresh(now=NOW)
+    lock = memory.path("provgraph.lock")
+    new = lock.read_bytes()
+    old = [["profile.md", "facts.md", hashlib.sha256(b"older").hexdigest(), NOW.timestamp() - 60, None, None]]
+    lock.write_bytes(FORMAT_1 + b"".join(orjson.dumps(row) + b"\n" for row in old) + new)
+    memory.write("facts.md", FACTS.replace("2026-11-01", "2026-11-30"))
+
+    assert stale(memory.open().refresh(now=later(1))) == []
+    (record,) = decode_lock(lock.read_bytes()).records.values()
+    assert record.stamp.rule is HashRule.MEANING and lock.read_bytes() == new
+
+
 def test_a_volatile_field_option_extends_the_list_and_is_recorded_in_the_lock(memory, run) -> None:
     memory.write("facts.md", "---\nreviewed: 2026-11-01\n---\nTea.\n")
     memory.write("profile.md", derived_from="facts.md")
@@ -141,6 +157,9 @@ def test_a_volatile_field_option_extends_the_list_and_is_recorded_in_the_lock(me
     assert stale(Memory(memory.root).refresh(now=later(1))) == []
     memory.write("facts.md", "---\nreviewed: 2026-11-02\n---\nCoffee.\n")
     assert stale(Memory(memory.root).refresh(now=later(2))) == ["profile.md"]
+    settings = ("hook", "claude-code", "--settings", "--volatile-field=reviewed,seen", memory.root)
+    code, out, _ = run(*settings, cwd=memory.root)
+    assert code == 0 and "--volatile-field=reviewed,seen" in out  # the hooks it installs read the folder so too
     code, out, err = run("status", "--volatile-field", "bad name", memory.root, cwd=memory.root, now=NOW)
     assert (code, out, err.count("\n")) == (2, "", 1) and "frontmatter key" in err
 
