@@ -160,7 +160,8 @@ class Snapshot(NamedTuple, Generic[CacheRow]):
     refused: Mapping[str, ProblemKind] = {}
     """Declared sources that must not be opened, with the kind of problem each is."""
     contents: Mapping[str, tuple[str, ...]] = {}
-    """sha256 -> the memory files holding it; filled when a source is missing, to tell where it went."""
+    """A hash (of the bytes, or of the meaning where that differs) -> the memory files holding it;
+    filled when a source is missing, to tell where it went."""
     withheld: Mapping[str, tuple[str, ...]] = {}
     """Derived file -> the sources it declares that this scan refused: their stamps are kept."""
     unsettled: Mapping[str, tuple[str, ...]] = {}
