@@ -305,10 +305,10 @@ def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str
     for path in sorted(rescan.listing):
         state = None if path in changed else _known_source(rows[path])
         state = state or rescan.source(path)
-        if state is None:
+        if state is None or state.sha256 is None:
             return None
-        for sha in {state.sha256, state.meaning} - {None}:
-            holders.setdefault(sha, []).append(path)  # type: ignore[arg-type]
+        for held in (state.sha256, state.meaning) if state.meaning is not None else (state.sha256,):
+            holders.setdefault(held, []).append(path)
     return {sha: tuple(paths) for sha, paths in holders.items()}
 
 

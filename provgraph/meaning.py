@@ -64,10 +64,6 @@ _SPACE = b" \t\r\n"
 _CLOSING = b"\n---\n"
 
 
-def _opens_block(text: bytes) -> bool:
-    return text.startswith((b"---", BOM + b"---"))
-
-
 class Meaning:
     """A file's meaning hashed as its bytes come: whitespace is settled a chunk at a time
     (only a run at the end of what came waits for what follows), the frontmatter once its

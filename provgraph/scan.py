@@ -243,9 +243,9 @@ class _Reader:
         self.unsettled: set[str] = set()
         """Remembered derived files whose declaration could not be read this time."""
         self._digests: dict[str, tuple[bytes, str | None]] = {}
-        """The sha256 of each file read whole and its meaning's, taken as it was read: which files are sources
-        is known only once every declaration is read, and keeping their bytes would hold
-        the whole folder in memory."""
+        """The sha256 of each file read whole and its meaning's, taken as it was read: which
+        files are sources is known only once every declaration is read, and keeping their
+        bytes would hold the whole folder in memory."""
         self.lineage_like: dict[str, int] | None = None
         """Counted while no stamp is recorded and nothing is declared: see ``Snapshot.lineage_like``."""
         self.names: dict[str, str] = {}
@@ -333,12 +333,11 @@ class _Reader:
             if path in self._unreadable:
                 continue
             try:
-                hashes = self._hashes(path, listing[path])
+                sha, meaning = self._hashes(path, listing[path])
             except (OSError, NotRegular, OutsideRoot):
                 continue
-            for sha in dict.fromkeys(hashes):
-                if sha is not None:
-                    holders.setdefault(sha, []).append(path)
+            for held in (sha, meaning) if meaning is not None else (sha,):
+                holders.setdefault(held, []).append(path)
         return {sha: tuple(paths) for sha, paths in holders.items()}
 
     def _hashes(self, path: str, meta: FileMeta) -> tuple[str, str | None]:
