@@ -97,6 +97,16 @@ def test_a_large_source_read_in_chunks_has_the_same_meaning_rule(memory) -> None
     assert stale(api.refresh(now=later(2))) == ["summary.md"]
 
 
+def test_a_renamed_source_is_found_by_its_meaning(memory) -> None:
+    chain(memory)
+    api = memory.open()
+    api.refresh(now=NOW)
+    memory.path("facts.md").unlink()
+    memory.write_bytes("notes/facts.md", FACTS.replace("11-01", "11-20").replace("\n", "\r\n").encode())
+    (cause,) = api.refresh(now=later(1)).entry("profile.md").causes
+    assert (cause.source, cause.kind.value, cause.moved_to) == ("facts.md", "missing", "notes/facts.md")
+
+
 FORMAT_1 = (
     b"# provgraph lock 1: [derived file, source, sha256, stamped at, changed since, derived_at] per line; commit it\n"
 )
