@@ -115,12 +115,12 @@ FORMAT_1 = (
 def test_an_old_lock_keeps_its_marks_exactly_across_the_upgrade(memory) -> None:
     """A lock of the format written before the rule: its stamps are of bytes, and stay so."""
     memory.write("facts.md", FACTS.replace("2026-11-01", "2026-11-05"))  # only `updated:` moved since the stamp
-    memory.write("notes.md", "Notes.\n")
+    memory.write("notes.md", "Notes.  ")  # its meaning is not its bytes: its stamp must compare bytes
     memory.write("profile.md", derived_from="facts.md")
     memory.write("digest.md", derived_from="notes.md")
     stamped, since = NOW.timestamp(), later(1).timestamp()
     rows = [
-        ["digest.md", "notes.md", hashlib.sha256(b"Notes.\n").hexdigest(), stamped, None, None],
+        ["digest.md", "notes.md", hashlib.sha256(b"Notes.  ").hexdigest(), stamped, None, None],
         ["profile.md", "facts.md", hashlib.sha256(FACTS.encode()).hexdigest(), stamped, since, None],
     ]
     lock = memory.path("provgraph.lock")
