@@ -193,12 +193,24 @@ class MemoryServer:
         self._listeners = 0
         self.bus = _CountedBus(self)
         """The events of ``subscriptions/listen`` streams (protocol 2026-07-28)."""
+        self.listen = ListenHandler(self.bus)
         self._seen: tuple[object, ...] | None = None
+        """What the resources were made of at the last refresh: its stale files, edges and cycles."""
+        self._changed: set[str] = set()
+        """The resources that changed since subscribers were last told (under ``_guard``)."""
 
     def refresh(self) -> Report:
         """The folder's report: the watch's when nothing changed since the last one."""
         with self._guard:
-            return self._watch().refresh(pinned_now())
+            return self._noted(self._watch().refresh(pinned_now()))
+
+    def _noted(self, report: Report) -> Report:
+        """``report``, after noting which resources it changed: every answer feeds the subscribers'."""
+        seen, before = (report.stale, report.edges, report.cycles), self._seen
+        self._seen = seen
+        if before is not None and seen != before:  # the same tuples while the watch vouches: no comparison
+            self._changed.update([STALE_URI, GRAPH_URI] if seen[0] != before[0] else [GRAPH_URI])
+        return report
 
     def record(self, path: str) -> str:
         """Stamp ``path`` again, unless a source it names does not exist (``ToolRefused``, naming it)."""
@@ -207,7 +219,7 @@ class MemoryServer:
             before = memory.refresh(now=pinned_now())
             if missing := missing_sources(before, path):
                 raise ToolRefused(refusal_text(path, missing, f"call `{RECORD_TOOL}` again"))
-            return recorded_text(path, memory.stamp([path], now=pinned_now()))
+            return recorded_text(path, self._noted(memory.stamp([path], now=pinned_now())))
 
     def close(self) -> None:
         with self._guard:
@@ -258,7 +270,7 @@ class MemoryServer:
         """The lineage of the first candidate that is a memory file or a declared source, else of the first."""
         with self._guard:
             watched = self._watch()
-            report = watched.refresh(pinned_now())
+            report = self._noted(watched.refresh(pinned_now()))
             found = [watched.memory.lineage(path, report) for path in candidates]
         return next((one for one in found if one.exists), found[0])
 
@@ -321,30 +333,30 @@ class MemoryServer:
         (uris.add if wanted else uris.discard)(uri)
         if not uris:
             del self._sessions[session]
-        if wanted:
-            self._seen = None  # the next look takes the folder as it is then
 
     def listened(self, count: int) -> None:
         self._listeners += count
-        self._seen = None
+
+    async def baseline(self) -> None:
+        """Refresh once, so that a change after a subscription is told against the folder as it was then."""
+        await self._look()
 
     async def watch(self) -> None:
-        """While a client is subscribed, tell it each time the folder's answer changes."""
+        """While a client is subscribed, tell it each time a resource changes, whichever call saw it."""
         while True:
             await anyio.sleep(POLL_SECONDS)
             if self._sessions or self._listeners:
                 await self._look()
+            with self._guard:
+                changed, self._changed = sorted(self._changed), set()
+            if changed and (self._sessions or self._listeners):
+                await self._notify(changed)
 
     async def _look(self) -> None:
         try:
-            report = await anyio.to_thread.run_sync(self.refresh)
+            await anyio.to_thread.run_sync(self.refresh)
         except Exception as error:  # the folder may come back: the next look tries again
             log_warning(f"provgraph could not check the memory folder {self.root}: {one_line(error)}")
-            return
-        seen, before = (report.stale, report.edges, report.cycles), self._seen
-        self._seen = seen
-        if before is not None and seen != before:  # the same tuples while the watch vouches: no comparison
-            await self._notify([STALE_URI, GRAPH_URI] if seen[0] != before[0] else [GRAPH_URI])
 
     async def _notify(self, uris: list[str]) -> None:
         for uri in uris:
@@ -418,6 +430,7 @@ async def _read_resource(ctx: _Context, params: types.ReadResourceRequestParams)
 
 
 async def _subscribe(ctx: _Context, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    await ctx.lifespan_context.baseline()
     ctx.lifespan_context.subscribe(ctx.session, str(params.uri), True)
     return types.EmptyResult()
 
@@ -425,6 +438,11 @@ async def _subscribe(ctx: _Context, params: types.SubscribeRequestParams) -> typ
 async def _unsubscribe(ctx: _Context, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
     ctx.lifespan_context.subscribe(ctx.session, str(params.uri), False)
     return types.EmptyResult()
+
+
+async def _listen(ctx: _Context, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
+    await ctx.lifespan_context.baseline()
+    return await ctx.lifespan_context.listen(ctx, params)
 
 
 async def _list_prompts(ctx: _Context, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
@@ -469,7 +487,7 @@ def build(memory: MemoryServer) -> Server[MemoryServer]:
         on_read_resource=_read_resource,
         on_subscribe_resource=_subscribe,
         on_unsubscribe_resource=_unsubscribe,
-        on_subscriptions_listen=ListenHandler(memory.bus),
+        on_subscriptions_listen=_listen,
         on_list_prompts=_list_prompts,
         on_get_prompt=_get_prompt,
     )

@@ -1,0 +1,168 @@
+"""``provgraph mcp``: the server, started as a process over stdio and driven by the MCP SDK's own client.
+
+One server process per scenario: the first calls every tool on a real folder (a chain, a
+missing source, a cycle, an escaped name, a path outside the root) and reads the resources
+before and after a source edit; the others hear of a change while subscribed, in each of
+the protocol's two ways of subscribing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from extras import needs
+
+pytestmark = needs("mcp")
+
+NOW = "2024-03-01T12:00:00+00:00"
+STALE, GRAPH = "provgraph://stale", "provgraph://graph"
+TIMEOUT = 30
+
+
+@pytest.fixture
+def folder(memory: Any) -> Path:
+    """A chain facts -> profile -> digest, a file whose source is gone, a cycle, a file with a newline in its name."""
+    memory.write("facts.md", "facts v1\n")
+    memory.write("profile.md", "profile\n", derived_from="facts.md")
+    memory.write("digest.md", "digest\n", derived_from="profile.md")
+    memory.write("orphan.md", "orphan\n", derived_from="gone.md")
+    memory.write("a.md", "a\n", derived_from="b.md")
+    memory.write("b.md", "b\n", derived_from="a.md")
+    memory.write("odd\nname.md", "odd\n", derived_from="facts.md")
+    return Path(memory.root)
+
+
+def serving(root: Path, *options: str, **client: Any) -> Any:
+    """The SDK's client of ``provgraph mcp ROOT`` started as a process of its own (the code under test)."""
+    from mcp import Client, StdioServerParameters  # the mcp extra, present only when the test runs
+
+    command = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "provgraph", "mcp", os.fspath(root), *options],
+        env={**os.environ, "PROVGRAPH_NOW": NOW},
+    )
+    return Client(command, read_timeout_seconds=TIMEOUT, **client)
+
+
+def text_of(result: Any) -> str:
+    (content,) = result.content
+    return str(content.text)
+
+
+def test_every_tool_answers_a_real_folder_and_the_block_is_the_prompt_commands(folder: Path, run: Any) -> None:
+    def prompt_command() -> str:
+        code, out, _ = run("prompt", os.fspath(folder), cwd=folder, now=NOW)
+        assert code == 0
+        return str(out)
+
+    async def scenario() -> None:
+        async with serving(folder) as client:
+            assert sorted(tool.name for tool in (await client.list_tools()).tools) == [
+                "explain_memory",
+                "list_stale_memories",
+                "memory_lineage",
+                "record_rederivation",
+            ]
+            for tool in (await client.list_tools()).tools:
+                assert tool.input_schema["type"] == "object"
+            assert sorted(r.uri for r in (await client.list_resources()).resources) == [GRAPH, STALE]
+            assert [p.name for p in (await client.list_prompts()).prompts] == ["rederive_stale_memory"]
+
+            before = await read(client, STALE)
+            assert before == prompt_command()
+            assert "orphan.md" in before and "profile.md" not in before
+
+            (folder / "facts.md").write_text("facts v2\n")
+            after = await read(client, STALE)
+            assert after == prompt_command()
+            assert "- profile.md: source(s) changed since derived (2024-03-01): facts.md changed" in after
+            assert "digest.md: source(s) changed since derived (2024-03-01): via profile.md <- facts.md" in after
+
+            listed = text_of(await client.call_tool("list_stale_memories", {}))
+            assert listed.startswith("4 derived memory files have changed sources")
+            assert "odd\\u000aname.md" in listed and "odd\nname.md" not in listed
+            assert listed.index("- profile.md") < listed.index("- digest.md")  # the repair order
+            assert "Shown: 1 to 4 of 4; that is all." in listed
+
+            odd = text_of(await client.call_tool("explain_memory", {"path": "odd\\u000aname.md"}))
+            assert odd.startswith("odd\\u000aname.md: stale") and "facts.md changed on 2024-03-01" in odd
+
+            why = text_of(await client.call_tool("explain_memory", {"path": "digest.md"}))
+            assert "facts.md -> profile.md -> digest.md" in why
+
+            cycle = text_of(await client.call_tool("explain_memory", {"path": "a.md"}))
+            assert "In a cycle:" in cycle
+
+            lineage = text_of(await client.call_tool("memory_lineage", {"path": os.fspath(folder / "facts.md")}))
+            assert "3 memory files are derived from it, directly or through others; 3 stale:" in lineage
+            assert "chain: facts.md -> profile.md -> digest.md" in lineage
+
+            refused = await client.call_tool("record_rederivation", {"path": "orphan.md"})
+            assert refused.is_error and "gone.md" in text_of(refused)
+
+            outside = await client.call_tool("explain_memory", {"path": "../elsewhere.md"})
+            assert outside.is_error and "is not a path inside the memory folder" in text_of(outside)
+
+            recorded = await client.call_tool("record_rederivation", {"path": "profile.md"})
+            assert not recorded.is_error
+            assert text_of(recorded) == "Recorded: profile.md is now derived from its source as it is now."
+            await client.call_tool("record_rederivation", {"path": "digest.md"})
+            cleared = await read(client, STALE)
+            assert "profile.md" not in cleared and "digest.md" not in cleared
+            assert cleared == prompt_command()
+
+    anyio.run(scenario)
+
+
+async def read(client: Any, uri: str) -> str:
+    (content,) = (await client.read_resource(uri)).contents
+    return str(content.text)
+
+
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")  # the way of every client before 2026-07-28
+def test_a_client_subscribed_to_the_block_hears_of_a_source_edit(folder: Path) -> None:
+    async def scenario() -> None:
+        import mcp_types  # the mcp extra, present only when the test runs
+
+        updated: list[str] = []
+        heard = anyio.Event()
+
+        async def on_message(message: Any) -> None:
+            if isinstance(message, mcp_types.ResourceUpdatedNotification):
+                updated.append(message.params.uri)
+                heard.set()
+
+        async with serving(folder, mode="legacy", message_handler=on_message) as client:
+            await client.subscribe_resource(STALE)
+            before = await read(client, STALE)
+            await anyio.sleep(1.2)  # unchanged, a look or more: nothing to tell
+            assert updated == []
+            (folder / "facts.md").write_text("facts v2\n")
+            with anyio.fail_after(TIMEOUT):
+                await heard.wait()
+            assert updated == [STALE]
+            after = await read(client, STALE)
+            assert "profile.md: source(s) changed since derived" in after and after != before
+
+    anyio.run(scenario)
+
+
+def test_a_listening_client_hears_of_a_source_edit(folder: Path) -> None:
+    """The protocol's 2026-07-28 way: a ``subscriptions/listen`` stream filtered by resource."""
+
+    async def scenario() -> None:
+        async with serving(folder) as client, client.listen(resource_subscriptions=[GRAPH]) as events:
+            await read(client, GRAPH)
+            (folder / "profile.md").unlink()
+            with anyio.fail_after(TIMEOUT):
+                event = await events.__anext__()
+            assert event.uri == GRAPH
+            graph = await read(client, GRAPH)
+            assert '"status": "missing"' in graph
+
+    anyio.run(scenario)
