@@ -245,12 +245,17 @@ def _hook_tool_use(options: Options, event: claude_code.HookEvent) -> None:
         _say("hook", f"the {'write' if write else 'read'} was not recorded: {_os_message(error)}")
 
 
+MCP_INSTALL = "pip install 'provgraph[mcp]'"
+
+
 def _mcp(options: Options) -> int:
     """The MCP server of the folder on stdin and stdout, or with ``--config`` the snippets that add it to a client."""
     try:
         from .integrations import mcp  # heavy, and an extra: only this command needs the MCP SDK
-    except ImportError as missing:
-        raise UsageError(f"the MCP server needs the MCP SDK ({missing.name}): pip install 'provgraph[mcp]'") from None
+    except ImportError:
+        raise UsageError(
+            "the MCP server needs the MCP SDK, which is not installed: pip install 'provgraph[mcp]'"
+        ) from None
     root = os.path.abspath(os.path.expanduser(options.root))
     if options.config:
         lines = ("--max-lines", str(options.max_lines)) if options.max_lines != DEFAULT_MAX_LINES else ()

@@ -8,7 +8,11 @@ the protocol's two ways of subscribing.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -166,3 +170,55 @@ def test_a_listening_client_hears_of_a_source_edit(folder: Path) -> None:
             assert '"status": "missing"' in graph
 
     anyio.run(scenario)
+
+
+def test_a_call_while_another_process_holds_the_lock_answers_busy_try_again(folder: Path) -> None:
+    """The server shares the store's lock with the hooks and commands, and waits for it only as long as they do."""
+
+    async def scenario() -> None:
+        async with serving(folder) as client:
+            await read(client, STALE)  # the state folder exists
+            descriptor = os.open(folder / ".provgraph" / "flock", os.O_RDWR)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+                listed = await client.call_tool("list_stale_memories", {})
+                assert not listed.is_error and "orphan.md" in text_of(listed)  # answered, not saved
+                busy = await client.call_tool("record_rederivation", {"path": "profile.md"})
+                assert busy.is_error and text_of(busy).endswith("try again")
+            finally:
+                os.close(descriptor)
+            done = await client.call_tool("record_rederivation", {"path": "profile.md"})
+            assert not done.is_error
+
+    anyio.run(scenario)
+
+
+def test_config_prints_a_snippet_for_each_client_with_the_absolute_command(folder: Path, run: Any) -> None:
+    code, out, err = run("mcp", "--config", ".", "--state", "state", cwd=folder)
+    assert (code, err) == (0, "")
+    command, snippets = out.split("\n", 2)[1], re.findall(r"^\{$.*?^\}$", out, re.M | re.S)
+    assert command.startswith("claude mcp add provgraph -- /") and command.endswith(
+        f" mcp {folder} --state {folder}/state"
+    )
+    assert len(snippets) == 3
+    for snippet in map(json.loads, snippets):
+        server = snippet["mcpServers"]["provgraph"]
+        assert os.path.isabs(server["command"])
+        assert server["args"][-4:] == ["mcp", os.fspath(folder), "--state", f"{folder}/state"]
+
+
+def test_without_the_extra_the_command_says_how_to_install_it_in_one_line(folder: Path) -> None:
+    hidden = "import sys; sys.modules['mcp'] = None; from provgraph.cli import main; main()"  # as if not installed
+    done = subprocess.run(
+        [sys.executable, "-c", hidden, "mcp", os.fspath(folder)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr
+        == "provgraph: error: the MCP server needs the MCP SDK, which is not installed: pip install 'provgraph[mcp]'\n"
+    )
+
+
+def test_a_root_that_is_not_a_folder_is_one_line_and_exit_two(folder: Path, run: Any) -> None:
+    code, out, err = run("mcp", "missing", cwd=folder)
+    assert (code, out) == (2, "") and err == f"provgraph: error: memory root {folder}/missing is not a folder\n"
