@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,25 @@ def test_without_the_extra_the_command_says_how_to_install_it_in_one_line(folder
 def test_a_root_that_is_not_a_folder_is_one_line_and_exit_two(folder: Path, run: Any) -> None:
     code, out, err = run("mcp", "missing", cwd=folder)
     assert (code, out) == (2, "") and err == f"provgraph: error: memory root {folder}/missing is not a folder\n"
+
+
+@needs("inotify_simple")
+def test_two_servers_on_one_folder_each_answer_from_their_watch(folder: Path) -> None:
+    """Two clients each start a server on the same folder: a call of one (which takes the store's
+    lock) is no change for the other, which keeps answering without a walk."""
+    from provgraph import Memory
+    from provgraph.watch import WatchedRefresh
+
+    time.sleep(2.2)  # past the racy window of the files just written: no scan reads them again
+    first, second = (WatchedRefresh(lambda warn: Memory(folder, warn=warn)) for _ in range(2))
+    try:
+        for watched in (first, second, first, second):
+            watched.refresh()
+        walks = (first.walks, second.walks)
+        for _ in range(5):
+            first.refresh()
+            second.refresh()
+        assert (first.walks, second.walks) == walks
+    finally:
+        first.close()
+        second.close()
