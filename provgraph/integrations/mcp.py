@@ -1,14 +1,11 @@
 """MCP: ``provgraph mcp ROOT``, a Model Context Protocol server over stdio for one memory folder.
 
-Any MCP client (Claude Desktop and Claude Code, Cursor, ...) gets the tools the AgentScope
-middleware gives its agent, with the same bounded, paged answers and escaped names, the
-agent's block and the lineage graph as resources, and a prompt that walks through one
-re-derivation.  It answers through the same ``Memory`` as the command line, under the same
-lock; a subscribed client hears of a change of the folder from the middleware's watch (or,
-where the watch cannot vouch, from a walk every ``POLL_SECONDS``).  Built on the SDK's
-low-level ``Server``: the high-level one serves no ``resources/subscribe``, which every
-client before protocol 2026-07-28 subscribes with.  The only provgraph module that imports
-``mcp``.
+Any MCP client gets the AgentScope tools' bounded, paged answers, the agent's block and the
+lineage graph as resources, and a prompt for one re-derivation, through the same ``Memory``
+and lock as the command line; a subscriber hears of changes from the middleware's watch (a
+walk where it cannot vouch).  On the SDK's low-level ``Server``: the high-level one serves no
+``resources/subscribe``, which clients before protocol 2026-07-28 use.  The only module that
+imports ``mcp``.
 """
 
 from __future__ import annotations
@@ -17,9 +14,9 @@ import json
 import os
 import shlex
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -36,12 +33,11 @@ from ..clock import pinned_now
 from ..errors import ProvgraphError, log_warning
 from ..model import VERSION, FileLineage, Report
 from ..paths import command_options, list_hint, relative_to
-from ..queries import Advice, missing_sources, one_line, recorded_text, refusal_text, stale_page, unescaped
+from ..queries import missing_sources, one_line, recorded_text, refusal_text, stale_page, unescaped
 from ..render import (
     LINEAGE_MAX_CHARS,
     MORE_RESERVE,
     explanation_text,
-    fit_lines,
     graph_json,
     lineage_text,
     named,
@@ -73,97 +69,93 @@ ADVICE = (
     f"After you update one of them from its sources, or check that it still holds, call `{RECORD_TOOL}` "
     f"with its path as listed here; `{EXPLAIN_TOOL}` shows why one is stale, `{LINEAGE_TOOL}` what rests on one."
 )
-LINEAGE_ADVICE = Advice(
-    record_file=lambda path: f"call `{RECORD_TOOL}` with `{safe_name(path)}`",
-    record_any=f"call `{RECORD_TOOL}` with its path",
-    list_all=lambda path: f"call `{LINEAGE_TOOL}` with `{safe_name(path)}`",
-    list_stale=f"call `{LIST_TOOL}`",
-)
-
 _PATH = {
     "type": "string",
     "description": "The file's path inside the memory folder, as listed (e.g. `profile.md`), or its full path.",
 }
-TOOLS = (
-    types.Tool(
-        name=LIST_TOOL,
-        description="List the derived memory files whose sources changed since they were derived, in the order "
-        "to repair them, with each cause and its date, page by page.",
-        input_schema={
-            "type": "object",
-            "properties": {
-                "offset": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "default": 0,
-                    "description": "How many stale files to skip: 0 for the first page; each answer gives the next.",
-                }
-            },
-        },
-        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
-    ),
-    types.Tool(
-        name=EXPLAIN_TOOL,
-        description="Explain why one memory file is stale: its sources, each root cause with its date and the "
-        "chain of files from it.",
-        input_schema={"type": "object", "properties": {"path": _PATH}, "required": ["path"]},
-        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
-    ),
-    types.Tool(
-        name=LINEAGE_TOOL,
-        description="Show what a memory file is derived from and every file derived from it (what an edit of "
-        "it would make stale); call it before or after editing one.",
-        input_schema={"type": "object", "properties": {"path": _PATH}, "required": ["path"]},
-        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
-    ),
-    types.Tool(
-        name=RECORD_TOOL,
-        description="Record that a derived memory file was just re-derived from its sources as they are now "
-        "(after you updated it from them, or checked that it still holds): its mark goes away. The file itself "
-        "is not changed. Refused while a source it names does not exist.",
-        input_schema={"type": "object", "properties": {"path": _PATH}, "required": ["path"]},
+_OFFSET = {
+    "type": "integer",
+    "minimum": 0,
+    "default": 0,
+    "description": "How many stale files to skip: 0 for the first page; each answer gives the next offset.",
+}
+
+
+def _tool(name: str, description: str, argument: str, schema: dict[str, Any], read_only: bool = True) -> types.Tool:
+    """A tool of one argument, required unless it has a default; none touches a memory file."""
+    required = [] if "default" in schema else [argument]
+    return types.Tool(
+        name=name,
+        description=description,
+        input_schema={"type": "object", "properties": {argument: schema}, "required": required},
         annotations=types.ToolAnnotations(
-            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+            read_only_hint=read_only, destructive_hint=False, idempotent_hint=True, open_world_hint=False
         ),
+    )
+
+
+TOOLS = (
+    _tool(
+        LIST_TOOL,
+        "List the derived memory files whose sources changed since they were derived, in the order to repair "
+        "them, with each cause and its date, page by page.",
+        "offset",
+        _OFFSET,
+    ),
+    _tool(
+        EXPLAIN_TOOL,
+        "Explain why one memory file is stale: its sources, each root cause with its date and the chain of "
+        "files from it.",
+        "path",
+        _PATH,
+    ),
+    _tool(
+        LINEAGE_TOOL,
+        "Show what a memory file is derived from and every file derived from it (what an edit of it would make "
+        "stale); call it before or after editing one.",
+        "path",
+        _PATH,
+    ),
+    _tool(
+        RECORD_TOOL,
+        "Record that a derived memory file was just re-derived from its sources as they are now (after you "
+        "updated it from them, or checked that it still holds): its mark goes away. The file itself is not "
+        "changed. Refused while a source it names does not exist.",
+        "path",
+        _PATH,
+        read_only=False,
     ),
     # memory_index_problems: to be added with the index entries (MEMORY.md's dangling, orphan, outdated and
     # duplicate entries), answering from the report's index problems, bounded and paged like the list above.
 )
+_BLOCK = "The block an agent gets in its system prompt, as `provgraph prompt` prints it (empty when nothing is stale)."
+_GRAPH = "Every derivation and each file's status, as `provgraph graph --format json` prints it."
 RESOURCES = (
-    types.Resource(
-        uri=STALE_URI,
-        name="stale",
-        title="Derived memories with changed sources",
-        description="The block an agent gets in its system prompt, as `provgraph prompt` prints it "
-        "(empty when nothing is stale).",
-        mime_type="text/markdown",
-    ),
-    types.Resource(
-        uri=GRAPH_URI,
-        name="graph",
-        title="Lineage graph",
-        description="Every derivation and each file's status, as `provgraph graph --format json` prints it.",
-        mime_type="application/json",
-    ),
+    types.Resource(uri=STALE_URI, name="stale", description=_BLOCK, mime_type="text/markdown"),
+    types.Resource(uri=GRAPH_URI, name="graph", description=_GRAPH, mime_type="application/json"),
 )
-PROMPTS = (
-    types.Prompt(
-        name=PROMPT,
-        title="Re-derive a stale memory",
-        description="Walk through re-deriving one stale memory file from its sources and recording it.",
-        arguments=[
-            types.PromptArgument(
-                name="path", description="The stale file (default: the first one to repair).", required=False
-            )
-        ],
-    ),
-)
+_PROMPT_PATH = types.PromptArgument(name="path", description="The stale file (default: the first to repair).")
+_REDERIVING = "Walk through re-deriving one stale memory file from its sources and recording it."
+PROMPTS = (types.Prompt(name=PROMPT, description=_REDERIVING, arguments=[_PROMPT_PATH]),)
+
+REDERIVE = f"""\
+The memory file {{path}} was derived from other memory files. Here is what provgraph knows of it:
+
+{{why}}
+
+1. Read {{path}} and each of its sources named above (the changed ones first).
+2. Update {{path}} so that it holds what its sources hold now, or check that it still does; keep its \
+frontmatter, derived_from included.
+3. Then call `{RECORD_TOOL}` with path `{{path}}` to record the re-derivation; if a file it is derived from \
+is stale itself, re-derive and record that one first.
+If a source it names no longer exists, fix or remove that entry of its derived_from first."""
 
 _Context = ServerRequestContext["MemoryServer", Any]
+_Listed = TypeVar("_Listed")
 
 
 class ToolRefused(ProvgraphError):
-    """A tool call that cannot be answered: its one line is the tool's error."""
+    """A call that cannot be answered: its one line is the tool's error (a protocol error elsewhere)."""
 
 
 class MemoryServer:
@@ -190,8 +182,7 @@ class MemoryServer:
         self._guard = threading.Lock()
         self._sessions: dict[ServerSession, set[str]] = {}
         """The resources each client of the pre-2026 protocol subscribed to."""
-        self._listeners = 0
-        self.bus = _CountedBus(self)
+        self.bus = _CountedBus()
         """The events of ``subscriptions/listen`` streams (protocol 2026-07-28)."""
         self.listen = ListenHandler(self.bus)
         self._seen: tuple[object, ...] | None = None
@@ -262,9 +253,9 @@ class MemoryServer:
         return _bounded(explanation_text(explanation), f"call `{LINEAGE_TOOL}` with `{safe_name(explanation.path)}`")
 
     def _lineage(self, candidates: list[str]) -> str:
-        advice = LINEAGE_ADVICE
         found = self._look_up(candidates)
-        return lineage_text(found, max_lines=self.max_lines, record=advice.record_any, list_stale=advice.list_stale)
+        record, list_stale = f"call `{RECORD_TOOL}` with its path", f"call `{LIST_TOOL}`"
+        return lineage_text(found, max_lines=self.max_lines, record=record, list_stale=list_stale)
 
     def _look_up(self, candidates: list[str]) -> FileLineage:
         """The lineage of the first candidate that is a memory file or a declared source, else of the first."""
@@ -293,8 +284,8 @@ class MemoryServer:
 
     # -- the resources and the prompt ------------------------------------------
 
-    def resource_text(self, uri: str, report: Report | None = None) -> str:
-        report = report or self.refresh()
+    def resource_text(self, uri: str) -> str:
+        report = self.refresh()
         if uri == STALE_URI:
             return prompt_block(report, max_lines=self.max_lines, more_hint=list_hint(report.root, self.options))
         if uri == GRAPH_URI:
@@ -309,22 +300,7 @@ class MemoryServer:
             if not stale:
                 return "No derived memory file has changed sources: there is nothing to re-derive."
             path = stale[0].path
-        why = self._explain(self.candidates(path))
-        shown = safe_name(path)
-        return "\n".join(
-            [
-                f"The memory file {shown} was derived from other memory files. Here is what provgraph knows of it:",
-                "",
-                why.rstrip("\n"),
-                "",
-                f"1. Read {shown} and each of its sources named above (the changed ones first).",
-                f"2. Update {shown} so that it holds what its sources hold now, or check that it still does; "
-                "keep its frontmatter, derived_from included.",
-                f"3. Then call `{RECORD_TOOL}` with path `{shown}` to record the re-derivation; "
-                f"if a file it derives from is stale itself, re-derive that one first.",
-                "If a source it names no longer exists, fix or remove that entry of its derived_from first.",
-            ]
-        )
+        return REDERIVE.format(path=safe_name(path), why=self._explain(self.candidates(path)).rstrip("\n"))
 
     # -- subscriptions ---------------------------------------------------------
 
@@ -334,25 +310,19 @@ class MemoryServer:
         if not uris:
             del self._sessions[session]
 
-    def listened(self, count: int) -> None:
-        self._listeners += count
-
-    async def baseline(self) -> None:
-        """Refresh once, so that a change after a subscription is told against the folder as it was then."""
-        await self._look()
-
     async def watch(self) -> None:
         """While a client is subscribed, tell it each time a resource changes, whichever call saw it."""
         while True:
             await anyio.sleep(POLL_SECONDS)
-            if self._sessions or self._listeners:
-                await self._look()
+            if self._sessions or self.bus.listening:
+                await self.look()
             with self._guard:
                 changed, self._changed = sorted(self._changed), set()
-            if changed and (self._sessions or self._listeners):
+            if changed and (self._sessions or self.bus.listening):
                 await self._notify(changed)
 
-    async def _look(self) -> None:
+    async def look(self) -> None:
+        """Refresh in a worker thread; on a subscription, the state a later change is told against."""
         try:
             await anyio.to_thread.run_sync(self.refresh)
         except Exception as error:  # the folder may come back: the next look tries again
@@ -370,23 +340,19 @@ class MemoryServer:
 
 
 class _CountedBus(InMemorySubscriptionBus):
-    """The SDK's in-process bus, telling the server how many streams listen: the folder is
-    looked at only while someone is there to hear of a change."""
+    """The SDK's in-process bus, counting the streams that listen: the folder is looked at
+    only while someone is there to hear of a change."""
 
-    def __init__(self, server: MemoryServer) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._server = server
+        self.listening: set[object] = set()
 
     def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
-        unsubscribe = super().subscribe(listener)
-        self._server.listened(1)
-        done = False
+        unsubscribe, token = super().subscribe(listener), object()
+        self.listening.add(token)
 
         def once() -> None:
-            nonlocal done
-            if not done:
-                done = True
-                self._server.listened(-1)
+            self.listening.discard(token)
             unsubscribe()
 
         return once
@@ -396,13 +362,17 @@ def _bounded(text: str, more: str) -> str:
     """``text`` cut to ``LINEAGE_MAX_CHARS`` at a line, saying how to see the rest."""
     if len(text) <= LINEAGE_MAX_CHARS:
         return text
-    lines = text.splitlines()
-    shown = fit_lines(lines, len(lines), LINEAGE_MAX_CHARS - MORE_RESERVE)
-    return "\n".join([*shown, f"… and {len(lines) - len(shown)} more lines; {more} for the files derived from it."])
+    shown = text[: LINEAGE_MAX_CHARS - MORE_RESERVE].rsplit("\n", 1)[0]
+    return f"{shown}\n… cut at {LINEAGE_MAX_CHARS:,} characters; {more} for a shorter answer."
 
 
-async def _list_tools(ctx: _Context, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-    return types.ListToolsResult(tools=list(TOOLS))
+def _listing(listed: Callable[[], _Listed]) -> Callable[..., Awaitable[_Listed]]:
+    """A ``*/list`` handler: all at once, on one page."""
+
+    async def answer(ctx: _Context, params: types.PaginatedRequestParams | None) -> _Listed:
+        return listed()
+
+    return answer
 
 
 async def _call_tool(ctx: _Context, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -412,10 +382,6 @@ async def _call_tool(ctx: _Context, params: types.CallToolRequestParams) -> type
     except (ProvgraphError, OSError) as error:  # a tool answers in words, marked as an error
         return types.CallToolResult(content=[types.TextContent(text=one_line(error))], is_error=True)
     return types.CallToolResult(content=[types.TextContent(text=text)])
-
-
-async def _list_resources(ctx: _Context, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
-    return types.ListResourcesResult(resources=list(RESOURCES))
 
 
 async def _read_resource(ctx: _Context, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
@@ -429,24 +395,18 @@ async def _read_resource(ctx: _Context, params: types.ReadResourceRequestParams)
     return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, text=text, mime_type=mime)])
 
 
-async def _subscribe(ctx: _Context, params: types.SubscribeRequestParams) -> types.EmptyResult:
-    await ctx.lifespan_context.baseline()
-    ctx.lifespan_context.subscribe(ctx.session, str(params.uri), True)
-    return types.EmptyResult()
-
-
-async def _unsubscribe(ctx: _Context, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
-    ctx.lifespan_context.subscribe(ctx.session, str(params.uri), False)
+async def _subscribe(ctx: _Context, params: types.SubscribeRequestParams | types.UnsubscribeRequestParams) -> Any:
+    """``resources/subscribe`` and ``unsubscribe``, of the clients before protocol 2026-07-28."""
+    wanted = ctx.method == "resources/subscribe"
+    if wanted:
+        await ctx.lifespan_context.look()
+    ctx.lifespan_context.subscribe(ctx.session, str(params.uri), wanted)
     return types.EmptyResult()
 
 
 async def _listen(ctx: _Context, params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
-    await ctx.lifespan_context.baseline()
+    await ctx.lifespan_context.look()
     return await ctx.lifespan_context.listen(ctx, params)
-
-
-async def _list_prompts(ctx: _Context, params: types.PaginatedRequestParams | None) -> types.ListPromptsResult:
-    return types.ListPromptsResult(prompts=list(PROMPTS))
 
 
 async def _get_prompt(ctx: _Context, params: types.GetPromptRequestParams) -> types.GetPromptResult:
@@ -474,6 +434,7 @@ def build(memory: MemoryServer) -> Server[MemoryServer]:
                 yield memory
             finally:
                 tasks.cancel_scope.cancel()
+                memory.close()
 
     return Server(
         NAME,
@@ -481,14 +442,14 @@ def build(memory: MemoryServer) -> Server[MemoryServer]:
         instructions=f"Memory lineage of {memory.root}: which memory files were derived from files that "
         f"changed afterwards. Read {STALE_URI}, or call `{LIST_TOOL}`, before relying on a derived memory.",
         lifespan=watching,
-        on_list_tools=_list_tools,
+        on_list_tools=_listing(lambda: types.ListToolsResult(tools=list(TOOLS))),
         on_call_tool=_call_tool,
-        on_list_resources=_list_resources,
+        on_list_resources=_listing(lambda: types.ListResourcesResult(resources=list(RESOURCES))),
         on_read_resource=_read_resource,
         on_subscribe_resource=_subscribe,
-        on_unsubscribe_resource=_unsubscribe,
+        on_unsubscribe_resource=_subscribe,
         on_subscriptions_listen=_listen,
-        on_list_prompts=_list_prompts,
+        on_list_prompts=_listing(lambda: types.ListPromptsResult(prompts=list(PROMPTS))),
         on_get_prompt=_get_prompt,
     )
 
@@ -506,34 +467,31 @@ def serve(memory: MemoryServer) -> None:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    try:
-        anyio.run(run)
-    finally:
-        memory.close()
+    anyio.run(run)
+
+
+CONFIG = """\
+# Claude Code, from a shell (add --scope user for every project):
+{claude}
+
+# Claude Code, shared with a project: .mcp.json at the project's root
+{project}
+
+# Claude Desktop: claude_desktop_config.json (Settings > Developer > Edit Config)
+{servers}
+
+# Cursor: .cursor/mcp.json in a project, or ~/.cursor/mcp.json for every project
+{servers}
+"""
 
 
 def config_text(root: str, options: tuple[str, ...] = ()) -> str:
     """The snippets that add this server to Claude Code, Claude Desktop and Cursor, with the
     absolute command of this install (a client's ``PATH`` seldom holds its virtual environment)."""
     program = installed_program()
-    command, args = program[0], [*program[1:], "mcp", root, *options]
-    entry = {"command": command, "args": args}
-    servers = json.dumps({"mcpServers": {NAME: entry}}, indent=2)
-    project = json.dumps({"mcpServers": {NAME: {"type": "stdio", **entry}}}, indent=2)
-    claude = " ".join(map(shlex.quote, ("claude", "mcp", "add", NAME, "--", command, *args)))
-    return "\n".join(
-        [
-            "# Claude Code, from a shell (add --scope user for every project):",
-            claude,
-            "",
-            "# Claude Code, shared with a project: .mcp.json at the project's root",
-            project,
-            "",
-            "# Claude Desktop: claude_desktop_config.json (Settings > Developer > Edit Config)",
-            servers,
-            "",
-            "# Cursor: .cursor/mcp.json in a project, or ~/.cursor/mcp.json for every project",
-            servers,
-            "",
-        ]
+    entry = {"command": program[0], "args": [*program[1:], "mcp", root, *options]}
+    return CONFIG.format(
+        claude=" ".join(map(shlex.quote, ("claude", "mcp", "add", NAME, "--", *program, "mcp", root, *options))),
+        project=json.dumps({"mcpServers": {NAME: {"type": "stdio", **entry}}}, indent=2),
+        servers=json.dumps({"mcpServers": {NAME: entry}}, indent=2),
     )
