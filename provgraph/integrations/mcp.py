@@ -188,7 +188,8 @@ class MemoryServer:
         self._seen: tuple[object, ...] | None = None
         """What the resources were made of at the last refresh: its stale files, edges and cycles."""
         self._changed: set[str] = set()
-        """The resources that changed since subscribers were last told (under ``_guard``)."""
+        """Resources changed since subscribers were told; under ``_changes``, not the calls' ``_guard``."""
+        self._changes = threading.Lock()
 
     def refresh(self) -> Report:
         """The folder's report: the watch's when nothing changed since the last one."""
@@ -200,7 +201,8 @@ class MemoryServer:
         seen, before = (report.stale, report.edges, report.cycles), self._seen
         self._seen = seen
         if before is not None and seen != before:  # the same tuples while the watch vouches: no comparison
-            self._changed.update([STALE_URI, GRAPH_URI] if seen[0] != before[0] else [GRAPH_URI])
+            with self._changes:
+                self._changed.update([STALE_URI, GRAPH_URI] if seen[0] != before[0] else [GRAPH_URI])
         return report
 
     def record(self, path: str) -> str:
@@ -316,7 +318,7 @@ class MemoryServer:
             await anyio.sleep(POLL_SECONDS)
             if self._sessions or self.bus.listening:
                 await self.look()
-            with self._guard:
+            with self._changes:
                 changed, self._changed = sorted(self._changed), set()
             if changed and (self._sessions or self.bus.listening):
                 await self._notify(changed)
