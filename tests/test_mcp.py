@@ -191,3 +191,18 @@ def test_two_servers_on_one_folder_each_answer_from_their_watch(folder: Path) ->
     finally:
         first.close()
         second.close()
+
+
+@needs("agentscope")
+def test_the_benchmark_of_the_server_prints_each_figure_beside_its_floor(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "tests.bench.mcp_server", "--files", "20", "--runs", "1", "--calls", "20"]
+    done = subprocess.run(command, cwd=Path(__file__).parent.parent, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.splitlines()[1:]
+    assert [row.split("  ")[1].strip() for row in rows] == [
+        "start: handshake done",
+        "start: first answer",
+        "tool call over stdio, nothing changed",
+        "tool call in process, nothing changed",
+    ]
+    assert all(re.search(r"\d×$", row) for row in rows)

@@ -1,4 +1,4 @@
-"""``python -m tests.bench.mcp``: the MCP server's start and its tool call on an unchanged folder.
+"""``python -m tests.bench.mcp_server``: the MCP server's start and its tool call on an unchanged folder.
 
 The checkout's code in place, on a generated folder (1,000 files unless ``--files``):
 
@@ -14,7 +14,8 @@ The checkout's code in place, on a generated folder (1,000 files unless ``--file
   the same folder (``on_system_prompt``), the cost the issue holds it to.
 
 Each pair alternates, so that a busy machine slows both; the medians and their ratio are
-printed.  Timings are never asserted.
+printed.  Timings are never asserted.  (Not ``mcp.py``: ``inprocess.py`` runs as a script
+from this folder, where a module of that name would hide the SDK from AgentScope.)
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ BATCH = 20
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.mcp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.mcp_server", description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=1_000, help="memory files in the folder (default 1000)")
     parser.add_argument("--runs", type=int, default=7, help="starts timed (default 7)")
     parser.add_argument("--calls", type=int, default=200, help="calls timed for each call figure (default 200)")
