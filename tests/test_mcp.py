@@ -80,6 +80,12 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             assert "3 memory files are derived from it, directly or through others; 3 stale:" in lineage
             assert "chain: facts.md -> profile.md -> digest.md" in lineage
 
+            (first,) = (await client.get_prompt("rederive_stale_memory", {})).messages
+            assert first.content.text.startswith("The memory file odd\\u000aname.md was derived")  # first to repair
+            assert "call `record_rederivation` with path `odd\\u000aname.md`" in first.content.text
+            (named,) = (await client.get_prompt("rederive_stale_memory", {"path": "digest.md"})).messages
+            assert "facts.md -> profile.md -> digest.md" in named.content.text
+
             refused = await client.call_tool("record_rederivation", {"path": "orphan.md"})
             assert refused.is_error and "gone.md" in text_of(refused)
 
