@@ -253,9 +253,7 @@ def _mcp(options: Options) -> int:
     try:
         from .integrations import mcp  # heavy, and an extra: only this command needs the MCP SDK
     except ImportError:
-        raise UsageError(
-            "the MCP server needs the MCP SDK, which is not installed: pip install 'provgraph[mcp]'"
-        ) from None
+        raise UsageError(f"the MCP server needs the MCP SDK, which is not installed: {MCP_INSTALL}") from None
     root = os.path.abspath(os.path.expanduser(options.root))
     if options.config:
         lines = ("--max-lines", str(options.max_lines)) if options.max_lines != DEFAULT_MAX_LINES else ()
