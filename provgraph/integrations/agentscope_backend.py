@@ -16,12 +16,11 @@ import asyncio
 import io
 import posixpath
 import tarfile
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from agentscope.tool import BackendBase, ExecResult
 
-from ..clock import wall_ns
 from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS, NotRegular
 from ..model import FileMeta, Problem, ProblemKind, as_text, is_utf8
@@ -32,6 +31,8 @@ DEFAULT_BACKEND_TIMEOUT = 10.0
 """Seconds one backend call may take before the check is abandoned (prompt unchanged, a warning)."""
 
 _T = TypeVar("_T")
+Expected = tuple[Mapping[str, tuple[int, int, int, int]], int]
+"""What the last scan saw: each memory file's (size, mtime, ctime, inode), and its racy mark in nanoseconds."""
 _END = "provgraph-end"
 IDENTITY_FIELDS = "%y\\t%s\\t%T@\\t%C@\\t%i"
 """How ``find -printf`` prints an entry's type, size, times and inode: what tells one file from another."""
@@ -43,6 +44,10 @@ _LIST_SCRIPT = (  # list the folder (hidden entries pruned), then an end marker 
 )
 _STAT_SCRIPT = f"cd -- \"$1\" && shift && find \"$@\" -maxdepth 0 -printf '{_FIELDS}'; printf '{_END}\\t0\\0'\n"
 _READ_SCRIPT = 'cd -- "$1" && shift && exec tar -cf - "$@"\n'
+_READ_ALL_SCRIPT = (  # every visible *.md file and the names given, however many: no argument limit
+    "cd -- \"$1\" && shift && { find . -name '.*' -prune -o -type f -name '*.md' -print0; "
+    "for name; do printf '%s\\0' \"$name\"; done; } | tar --null -T - -cf -\n"
+)
 _MISSING_FOLDER = 4
 _NO_SHELL = (126, 127)
 _NO_SHELL_PROBES = 3  # "no shell" answers, with no listing through it ever, that make a backend shell-less
@@ -82,7 +87,7 @@ class BackendFiles:
         timeout: float = DEFAULT_BACKEND_TIMEOUT,
     ) -> None:
         self.backend, self.folder, self.loop, self.timeout = backend, folder, loop, timeout
-        self.calls = self._walk_started_ns = 0
+        self.calls = 0
         self.trusts_stat = self.has_shell = True
         self._shell_listed = False
         """A listing through the shell succeeded once: a later "no shell" answer is a failed call."""
@@ -92,12 +97,19 @@ class BackendFiles:
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
         self._listed: dict[str, tuple[str, FileMeta]] = {}
-        self._previous: dict[str, FileMeta] = {}
+        self._expected: Expected | None = None
         self._records: list[bytes] = []
         self.companion: Companion | None = None
 
+    def expect(self, known: Expected | None) -> None:
+        """What the last scan saw (each memory file's stat, and the racy mark before which an
+        equal stat vouches for a file): the next ``walk`` reads, in one batch, exactly the files
+        that the scan will want; without it (no cache), every file."""
+        self._expected = known
+
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         self.forget()
+        expected, self._expected = self._expected, None
         self.has_shell = self.trusts_stat = self._no_shell_answers < _NO_SHELL_PROBES
         listed = self._run(self._list_with_shell) if self.has_shell else None
         if listed is None:
@@ -108,8 +120,7 @@ class BackendFiles:
             return walked
         self._listed = listed
         found = {path: meta for path, (kind, meta) in listed.items() if kind == "f" and _is_memory_file(path)}
-        self._read_companion(self._worth_reading(found))
-        self._previous = found
+        self._read_companion(_worth_reading(found, expected))
         return found, _undecodable(listed)
 
     def stat(self, path: str) -> FileMeta | None:
@@ -207,25 +218,29 @@ class BackendFiles:
         meta = await self._fetch(path)  # without a shell: read it
         return None if meta is None else ("f", meta)
 
-    def _worth_reading(self, found: dict[str, FileMeta]) -> list[str]:
-        """Files whose metadata moved since the last walk, or moved so recently that equal metadata proves nothing."""
-        recent = self._walk_started_ns - RACY_WINDOW_NS
-        self._walk_started_ns = wall_ns()
-        return [
-            path
-            for path, meta in found.items()
-            if self._previous.get(path) != meta or max(meta.mtime_ns, meta.ctime_ns) >= recent
-        ]
-
     async def _read_many(self, paths: list[str]) -> None:
-        """Read files in as few calls as the argument limit allows, keeping regular files only."""
-        for batch in _batches(paths):
+        """Read files in one call (every memory file at once when the names do not fit in one
+        command), keeping regular files only."""
+        batches = list(_batches(paths))
+        others = [path for path in paths if not _is_memory_file(path)]  # the lock: the find does not select it
+        if len(batches) > 1 and self.has_shell and await self._read_all(others):
+            return
+        for batch in batches:
             if self.has_shell:
                 result = await self._sh(_READ_SCRIPT, *("./" + path for path in batch))
                 if result.exit_code not in _NO_SHELL:
                     self._content.update(_regular_members(result, self.folder))
                     continue
             await self._read_without_shell(batch)
+
+    async def _read_all(self, also: list[str]) -> bool:
+        """Read every visible memory file and ``also`` in one call; False when the shell's ``tar``
+        cannot take names from its input (then the names go as arguments)."""
+        result = await self._sh(_READ_ALL_SCRIPT, *("./" + path for path in also))
+        if result.exit_code != 0:
+            return False
+        self._content.update(_regular_members(result, self.folder))
+        return True
 
     async def _walk_file_by_file(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         entries = await self._call(self.backend.list_dir(self.folder, recursive=True))
@@ -322,6 +337,18 @@ class BackendFiles:
         if loop is None or running is loop:
             raise RuntimeError("BackendFiles must be used from a worker thread with the agent's event loop set")
         return asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+
+def _worth_reading(found: dict[str, FileMeta], expected: Expected | None) -> list[str]:
+    """The files the scan will read: those whose stat is not the last scan's, or is too recent to vouch for them."""
+    if expected is None:
+        return list(found)
+    known, racy_from_ns = expected
+    return [
+        path
+        for path, meta in found.items()
+        if known.get(path) != meta or max(meta.mtime_ns, meta.ctime_ns) >= racy_from_ns
+    ]
 
 
 def _end_status(records: list[bytes]) -> int | None:
