@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from extras import needs
 from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, write
+from test_agentscope_sandbox import a_year_later  # noqa: F401 (a fixture)
 
 pytestmark = needs("agentscope")
 
@@ -25,12 +26,13 @@ pytestmark = needs("agentscope")
 def agentscope_loaded() -> None:
     """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
     global Agent, AgenticMemoryMiddleware, InjectionConfig, LINEAGE_TOOL, LIST_TOOL, LocalWorkspace
-    global ProvenanceMiddleware, RECORD_TOOL, ScriptedModel, tool_call, Toolkit, UserMsg
+    global ProvenanceMiddleware, RECORD_TOOL, SandboxWorkspace, ScriptedModel, tool_call, Toolkit, UserMsg
     from agentscope.agent import Agent, InjectionConfig
     from agentscope.message import UserMsg
     from agentscope.middleware import AgenticMemoryMiddleware
     from agentscope.tool import Toolkit
     from agentscope.workspace import LocalWorkspace
+    from sandbox_backend import SandboxWorkspace
     from scripted_agent import ScriptedModel, tool_call
 
     from provgraph.integrations.agentscope import LINEAGE_TOOL, LIST_TOOL, RECORD_TOOL, ProvenanceMiddleware
@@ -89,3 +91,66 @@ def test_the_service_wiring_in_the_readme_runs(tmp_path: Path, monkeypatch: pyte
     assert MARKER in model.system_prompts[0].splitlines()
     assert MARKER not in model.system_prompts[1]  # recorded through the collected tool
     assert app.state.extra_agent_middlewares is factory
+
+
+# -- sandboxed workspaces, all mounted at /workspace -------------------------------------
+
+
+def sandboxed(tmp_path: Path, name: str) -> SandboxWorkspace:
+    """A sandboxed workspace holding the profile, its sources and 100 more notes."""
+    host = tmp_path / name
+    for relative, text in FILES.items():
+        write(host / "Memory", relative, text, OLD)
+    for number in range(100):
+        write(host / "Memory", f"notes/note-{number}.md", f"---\nname: note {number}\n---\nbody\n", OLD)
+    return SandboxWorkspace(str(host), workspace_id=f"id-of-{name}")
+
+
+def first_check(factory, workspace: SandboxWorkspace) -> tuple[str, int, int]:
+    """A turn's new middlewares, as the service makes them, and their first check: its prompt, calls and bytes."""
+    backend = workspace.get_backend()
+    _, provenance = asyncio.run(factory("user-1", "agent-1", "session-1", workspace))
+    backend.calls = backend.bytes = 0
+    prompt = asyncio.run(provenance.on_system_prompt(None, "prompt"))
+    return prompt, backend.calls, backend.bytes
+
+
+@pytest.mark.usefixtures("a_year_later")
+def test_each_sandboxed_workspace_keeps_its_own_warm_cache_though_all_are_mounted_at_the_same_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    factory = service_snippet()["memory_middlewares"]
+    one, other = sandboxed(tmp_path, "one"), sandboxed(tmp_path, "other")
+    write(Path(other.get_backend().host) / "Memory", "user-facts.md", MOVED, EDITED)
+    for workspace in (one, other):
+        asyncio.run(adopt(asyncio.run(factory("u", "a", "s", workspace))[1], monkeypatch))
+    write(Path(one.get_backend().host) / "Memory", "user-facts.md", MOVED, EDITED)
+    first_check(factory, one)
+
+    turns = [first_check(factory, workspace) for workspace in (one, other, one, other)]
+
+    assert [(MARKER in prompt, calls) for prompt, calls, _ in turns] == [(True, 1), (False, 1)] * 2
+    states = {asyncio.run(factory("u", "a", "s", workspace))[1].state_path for workspace in (one, other)}
+    assert len(states) == 2
+
+
+@pytest.mark.usefixtures("a_year_later")
+def test_a_new_turn_on_an_unchanged_workspace_costs_what_a_warm_check_costs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    factory = service_snippet()["memory_middlewares"]
+    workspace = sandboxed(tmp_path, "one")
+    backend = workspace.get_backend()
+    _, provenance = asyncio.run(factory("u", "a", "s", workspace))
+    asyncio.run(adopt(provenance, monkeypatch))
+    backend.calls = backend.bytes = 0
+    asyncio.run(provenance.on_system_prompt(None, "prompt"))
+    warm = (backend.calls, backend.bytes)
+
+    prompt, calls, read = first_check(factory, workspace)
+
+    assert prompt == "prompt"
+    assert warm[0] == calls == 1
+    assert read <= 1.2 * warm[1]
