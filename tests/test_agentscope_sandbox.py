@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,37 @@ def test_an_unchanged_check_costs_one_backend_call_whatever_the_number_of_files(
     assert unchanged_calls == 1
     assert MARKER in edited.splitlines()
     assert edited_calls <= 5  # the listing, the one file that changed, the lock written back
+
+
+@pytest.mark.parametrize("names_per_command", [None, 2_000])
+@pytest.mark.usefixtures("a_year_later")
+def test_a_lost_cache_costs_one_batch_of_reads_whatever_the_number_of_files(
+    names_per_command: int | None,
+    sandbox: tuple[SandboxBackend, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the host's cache, the files are read in one call after the listing, also when
+    their names would not fit in one command (a limit lowered here to 2,000 bytes)."""
+    backend, workdir = sandbox
+    if names_per_command is not None:
+        monkeypatch.setattr(provgraph.integrations.agentscope_backend, "_ARGUMENT_BYTES", names_per_command)
+    for number in range(300):
+        write(workdir / "Memory", f"notes/note-{number}.md", f"---\nname: note {number}\n---\nbody\n", OLD)
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+    expected = prompt(provenance)
+    shutil.rmtree(tmp_path / "state")  # the host's cache and lock mirror are gone; the workspace's lock is not
+
+    backend.calls = 0
+    cold = prompt(provenance)
+    cold_calls = backend.calls
+    backend.calls = 0
+    warm = prompt(provenance)
+
+    assert cold == warm == expected
+    assert cold_calls <= 3
+    assert backend.calls == 1
+    assert not [path for path in backend.read_paths if path.startswith("/")]  # nothing read one by one
 
 
 @pytest.mark.usefixtures("a_year_later")

@@ -45,7 +45,7 @@ _LIST_SCRIPT = (  # list the folder (hidden entries pruned), then an end marker 
 _STAT_SCRIPT = f"cd -- \"$1\" && shift && find \"$@\" -maxdepth 0 -printf '{_FIELDS}'; printf '{_END}\\t0\\0'\n"
 _READ_SCRIPT = 'cd -- "$1" && shift && exec tar -cf - "$@"\n'
 _READ_ALL_SCRIPT = (  # every visible *.md file and the names given, however many: no argument limit
-    "cd -- \"$1\" && shift && { find . -name '.*' -prune -o -type f -name '*.md' -print0; "
+    "cd -- \"$1\" && shift && { find . -mindepth 1 -name '.*' -prune -o -type f -name '*.md' -print0; "
     "for name; do printf '%s\\0' \"$name\"; done; } | tar --null -T - -cf -\n"
 )
 _MISSING_FOLDER = 4
