@@ -11,7 +11,8 @@ It counts its calls, can add a delay to each one (the round trip of a real
 sandbox), can fail every call (a sandbox restarting), can fail the next
 commands to spawn (``spawn_failures``: exit status 127, as AgentScope's local
 backends answer an ``OSError`` such as EAGAIN at spawn), and can hang a call
-forever.  ``bytes`` counts what its calls returned.
+forever, or make each listing of a whole folder (a ``find -mindepth 1 ... -printf``)
+take ``listing_delay`` seconds more.  ``bytes`` counts what its calls returned.
 
 ``SandboxWorkspace`` is a real AgentScope ``WorkspaceBase`` over it, mounted as
 the service mounts every sandbox: at ``/workspace``, whatever host folder
@@ -42,6 +43,7 @@ class SandboxBackend(BackendBase):
         self.failing = False
         self.hanging = False
         self.spawn_failures = 0
+        self.listing_delay = 0.0
 
     async def _round_trip(self) -> None:
         self.calls += 1
@@ -58,6 +60,8 @@ class SandboxBackend(BackendBase):
             self.spawn_failures -= 1
             return ExecResult(exit_code=127, stdout=b"", stderr=b"[Errno 11] Resource temporarily unavailable")
         self.read_paths.update(argument for argument in command if argument.startswith("./"))
+        if self.listing_delay and any("-mindepth 1" in argument and "-printf" in argument for argument in command):
+            await asyncio.sleep(self.listing_delay)
         process = await asyncio.create_subprocess_exec(
             *map(self._on_host, command), cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )

@@ -1,4 +1,5 @@
-"""The documented wiring for AgentScope's agent service (docs/agentscope.md), run as written.
+"""The documented wiring for AgentScope's agent service (docs/agentscope.md), run as written:
+the very code the sandbox benchmark measures (``tests.bench.sandbox.service_wiring``).
 
 The service calls the factory once per chat turn with the session's
 workspace, appends what it returns to its own middlewares, and collects
@@ -10,7 +11,6 @@ with a real ``LocalWorkspace`` and a real ``Agent``, and checks that
 from __future__ import annotations
 
 import asyncio
-import re
 import tempfile
 from pathlib import Path
 
@@ -18,6 +18,8 @@ import pytest
 from extras import needs
 from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, write
 from test_agentscope_sandbox import a_year_later  # noqa: F401 (a fixture)
+
+from tests.bench.sandbox import service_wiring
 
 pytestmark = needs("agentscope")
 
@@ -36,19 +38,6 @@ def agentscope_loaded() -> None:
     from scripted_agent import ScriptedModel, tool_call
 
     from provgraph.integrations.agentscope import LINEAGE_TOOL, LIST_TOOL, RECORD_TOOL, ProvenanceMiddleware
-
-
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "agentscope.md"
-
-
-def service_snippet() -> dict:
-    """The Python block of the "In AgentScope's agent service" section, executed."""
-    text = PAGE.read_text(encoding="utf-8")
-    section = text[text.index("## In AgentScope's agent service") :]
-    [code] = re.findall(r"```python\n(.*?)```", section, re.S)[:1]
-    namespace: dict = {}
-    exec(compile(code, "docs/agentscope.md", "exec"), namespace)
-    return namespace
 
 
 async def one_turn(factory, workspace: LocalWorkspace, script: list) -> ScriptedModel:
@@ -73,7 +62,7 @@ def test_the_service_wiring_in_the_readme_runs(tmp_path: Path, monkeypatch: pyte
     from agentscope.app.message_bus import InMemoryMessageBus
     from agentscope.app.workspace_manager import LocalWorkspaceManager
 
-    snippet = service_snippet()
+    snippet = service_wiring()
     factory = snippet["memory_middlewares"]
     workspace = LocalWorkspace(workdir=str(tmp_path / "workspace"))
     for relative, text in FILES.items():
@@ -120,7 +109,7 @@ def test_each_sandboxed_workspace_keeps_its_own_warm_cache_though_all_are_mounte
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    factory = service_snippet()["memory_middlewares"]
+    factory = service_wiring()["memory_middlewares"]
     one, other = sandboxed(tmp_path, "one"), sandboxed(tmp_path, "other")
     write(Path(other.get_backend().host) / "Memory", "user-facts.md", MOVED, EDITED)
     for workspace in (one, other):
@@ -140,7 +129,7 @@ def test_a_new_turn_on_an_unchanged_workspace_costs_what_a_warm_check_costs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    factory = service_snippet()["memory_middlewares"]
+    factory = service_wiring()["memory_middlewares"]
     workspace = sandboxed(tmp_path, "one")
     backend = workspace.get_backend()
     _, provenance = asyncio.run(factory("u", "a", "s", workspace))
