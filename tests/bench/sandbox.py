@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text_table(found))
     if options.markdown:
         command = " ".join(["python -m tests.bench.sandbox", *(sys.argv[1:] if argv is None else argv)])
-        print("\n" + markdown_table(found, f"Measured with `{command}`, the checkout in place."))
+        machine = f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}"
+        print("\n" + markdown_table(found, f"Measured on {machine}, with `{command}`, the checkout in place."))
     return 0
 
 
