@@ -95,10 +95,21 @@ def sandboxed(tmp_path: Path, name: str) -> SandboxWorkspace:
     return SandboxWorkspace(str(host), workspace_id=f"id-of-{name}")
 
 
-def first_check(factory, workspace: SandboxWorkspace) -> tuple[str, int, int]:
-    """A turn's new middlewares, as the service makes them, and their first check: its prompt, calls and bytes."""
+@pytest.fixture
+def wiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The service wiring's factory, with its default state folder in the test's folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return service_wiring()["memory_middlewares"]
+
+
+def new_turn(factory, workspace: SandboxWorkspace) -> ProvenanceMiddleware:
+    """The provenance middleware of a new chat turn, made as the service makes it."""
+    return asyncio.run(factory("user-1", "agent-1", "session-1", workspace))[1]
+
+
+def checked(provenance: ProvenanceMiddleware, workspace: SandboxWorkspace) -> tuple[str, int, int]:
+    """A check, as a model call asks for it: its prompt, and the backend calls and bytes it took."""
     backend = workspace.get_backend()
-    _, provenance = asyncio.run(factory("user-1", "agent-1", "session-1", workspace))
     backend.calls = backend.bytes = 0
     prompt = asyncio.run(provenance.on_system_prompt(None, "prompt"))
     return prompt, backend.calls, backend.bytes
@@ -106,40 +117,32 @@ def first_check(factory, workspace: SandboxWorkspace) -> tuple[str, int, int]:
 
 @pytest.mark.usefixtures("a_year_later")
 def test_each_sandboxed_workspace_keeps_its_own_warm_cache_though_all_are_mounted_at_the_same_path(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    wiring, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    factory = service_wiring()["memory_middlewares"]
     one, other = sandboxed(tmp_path, "one"), sandboxed(tmp_path, "other")
-    write(Path(other.get_backend().host) / "Memory", "user-facts.md", MOVED, EDITED)
+    write(tmp_path / "other" / "Memory", "user-facts.md", MOVED, EDITED)
     for workspace in (one, other):
-        asyncio.run(adopt(asyncio.run(factory("u", "a", "s", workspace))[1], monkeypatch))
-    write(Path(one.get_backend().host) / "Memory", "user-facts.md", MOVED, EDITED)
-    first_check(factory, one)
+        asyncio.run(adopt(new_turn(wiring, workspace), monkeypatch))
+    write(tmp_path / "one" / "Memory", "user-facts.md", MOVED, EDITED)
+    checked(new_turn(wiring, one), one)
 
-    turns = [first_check(factory, workspace) for workspace in (one, other, one, other)]
+    turns = [checked(new_turn(wiring, workspace), workspace) for workspace in (one, other, one, other)]
 
     assert [(MARKER in prompt, calls) for prompt, calls, _ in turns] == [(True, 1), (False, 1)] * 2
-    states = {asyncio.run(factory("u", "a", "s", workspace))[1].state_path for workspace in (one, other)}
-    assert len(states) == 2
+    assert new_turn(wiring, one).state_path != new_turn(wiring, other).state_path
 
 
 @pytest.mark.usefixtures("a_year_later")
 def test_a_new_turn_on_an_unchanged_workspace_costs_what_a_warm_check_costs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    wiring, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    factory = service_wiring()["memory_middlewares"]
     workspace = sandboxed(tmp_path, "one")
-    backend = workspace.get_backend()
-    _, provenance = asyncio.run(factory("u", "a", "s", workspace))
+    provenance = new_turn(wiring, workspace)
     asyncio.run(adopt(provenance, monkeypatch))
-    backend.calls = backend.bytes = 0
-    asyncio.run(provenance.on_system_prompt(None, "prompt"))
-    warm = (backend.calls, backend.bytes)
+    _, warm_calls, warm_bytes = checked(provenance, workspace)
 
-    prompt, calls, read = first_check(factory, workspace)
+    prompt, calls, read = checked(new_turn(wiring, workspace), workspace)
 
     assert prompt == "prompt"
-    assert warm[0] == calls == 1
-    assert read <= 1.2 * warm[1]
+    assert warm_calls == calls == 1
+    assert read <= 1.2 * warm_bytes
