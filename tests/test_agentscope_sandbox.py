@@ -131,6 +131,24 @@ def test_a_lost_cache_costs_one_batch_of_reads_whatever_the_number_of_files(
 
 
 @pytest.mark.usefixtures("a_year_later")
+def test_a_tar_that_cannot_take_names_from_its_input_reads_them_as_arguments(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``tar`` without ``--null -T -`` (BusyBox's) gets the names in commands of its own instead."""
+    backend, workdir = sandbox
+    backend_module = provgraph.integrations.agentscope_backend
+    monkeypatch.setattr(backend_module, "_ARGUMENT_BYTES", 200)
+    monkeypatch.setattr(backend_module, "_READ_ALL_SCRIPT", "echo 'tar: unrecognized option: null' >&2; exit 1\n")
+    for number in range(30):
+        write(workdir / "Memory", f"notes/note-{number}.md", f"---\nname: note {number}\n---\nbody\n", OLD)
+
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+
+    assert provenance.files is not None and provenance.files.has_shell
+    assert not [path for path in backend.read_paths if path.startswith("/")]  # nothing read one by one
+
+
+@pytest.mark.usefixtures("a_year_later")
 def test_one_failed_spawn_costs_its_check_only_the_next_is_back_to_the_shell(
     sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
 ) -> None:

@@ -237,7 +237,7 @@ class BackendFiles:
         """Read every visible memory file and ``also`` in one call; False when the shell's ``tar``
         cannot take names from its input (then the names go as arguments)."""
         result = await self._sh(_READ_ALL_SCRIPT, *("./" + path for path in also))
-        if result.exit_code != 0:
+        if result.exit_code >= 0 and not result.stdout:
             return False
         self._content.update(_regular_members(result, self.folder))
         return True
