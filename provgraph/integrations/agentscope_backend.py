@@ -1,7 +1,9 @@
 """A memory folder read through an AgentScope backend (a Docker, E2B or bubblewrap sandbox, a custom store).
 
 Every backend call is a round trip, so with a POSIX shell one ``find`` lists the whole
-folder with each file's stat, and one ``tar`` reads every file whose stat moved; without
+folder with each file's stat, and one ``tar`` reads every file whose stat is not the one the
+cache records (``expect``: what a check learned outlives the middleware; no cache, every
+file, in one call whatever their number); without
 one, files are read one by one through ``list_dir``/``read_file``.  Whether it has one is
 what the backend is: a shell that listed the folder once is used on every check, a failed
 call (exit status 127 at spawn under load, a timeout) abandoning its check only; one that
