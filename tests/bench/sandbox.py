@@ -39,6 +39,8 @@ BUDGET = 0.5
 """The model call's budget for a check (``backend_timeout``) in the slow backend's figure."""
 SLOW_LISTING = 1.5 * BUDGET
 CHECKS_FOR_THE_MARK = 5
+MODEL_ANSWER = 0.25
+"""Seconds the model takes to answer a call, between two checks of the slow backend's figure."""
 TURNS = 100
 HEADER = ("figure", "size", "measured", "goal", "met/OVER")
 
@@ -168,19 +170,23 @@ def _slow_backend(workspace: Any, workload: Workload) -> tuple[list[float], int 
     source = workload.root / workload.leaf
     source.write_text(source.read_text(encoding="utf-8") + "A change.\n", encoding="utf-8")
     workspace.get_backend().listing_delay = SLOW_LISTING
-    waits: list[float] = []
-    checks = None
     try:
-        for number in range(1, CHECKS_FOR_THE_MARK + 1):
-            started = time.perf_counter()
-            prompt = _check(provenance)
-            waits.append(time.perf_counter() - started)
-            if "source(s) changed" in prompt and checks is None:
-                checks = number
-                break
+        return asyncio.run(_model_calls(provenance))
     finally:
         workspace.get_backend().listing_delay = 0.0
-    return waits, checks
+
+
+async def _model_calls(provenance: Any) -> tuple[list[float], int | None]:
+    """Model calls in one event loop, as an agent makes them, each answered in ``MODEL_ANSWER`` s."""
+    waits: list[float] = []
+    for number in range(1, CHECKS_FOR_THE_MARK + 1):
+        started = time.perf_counter()
+        prompt = await provenance.on_system_prompt(None, "prompt")
+        waits.append(time.perf_counter() - started)
+        if "source(s) changed" in prompt:
+            return waits, number
+        await asyncio.sleep(MODEL_ANSWER)
+    return waits, None
 
 
 def _inotify(factory: Callable[..., Any], host: Path, workload: Workload, files: int, turns: int) -> Row:
