@@ -131,6 +131,27 @@ def test_a_lost_cache_costs_one_batch_of_reads_whatever_the_number_of_files(
 
 
 @pytest.mark.usefixtures("a_year_later")
+def test_a_source_gone_missing_costs_a_few_calls_not_a_read_per_file(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing source makes the scan hash every memory file (to find where its content went)."""
+    backend, workdir = sandbox
+    for number in range(200):
+        write(workdir / "Memory", f"notes/note-{number}.md", f"---\nname: note {number}\n---\nbody\n", OLD)
+    provenance = middleware(backend, workdir, tmp_path)
+    asyncio.run(adopt(provenance, monkeypatch))
+    prompt(provenance)
+    (workdir / "Memory" / "preferences.md").unlink()
+
+    backend.calls = 0
+    shown = prompt(provenance)
+
+    assert "preferences.md" in shown
+    assert backend.calls <= 5  # the listing, two batches of reads, the lock written back
+    assert not [path for path in backend.read_paths if path.startswith("/")]  # nothing read one by one
+
+
+@pytest.mark.usefixtures("a_year_later")
 def test_a_tar_that_cannot_take_names_from_its_input_reads_them_as_arguments(
     sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

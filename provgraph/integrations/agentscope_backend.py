@@ -98,6 +98,8 @@ class BackendFiles:
         """A file the last listing without a shell found: an empty listing while it exists is a failure."""
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
+        self._misses = 0
+        """Files read since the last ``walk`` that its batch had not read."""
         self._listed: dict[str, tuple[str, FileMeta]] = {}
         self._expected: Expected | None = None
         self._records: list[bytes] = []
@@ -138,7 +140,7 @@ class BackendFiles:
         if content is None:
             if self.stat(path) is None:
                 raise FileNotFoundError(f"{path} does not exist in the backend")
-            self._run(lambda: self._read_many([path]))
+            self._run(lambda: self._read_many(self._missed(path)))
             content = self._content.get(path)
             if content is None:
                 raise FileNotFoundError(f"{path} vanished from the backend")
@@ -147,6 +149,17 @@ class BackendFiles:
     def forget(self) -> None:
         """Drop the bytes kept since the last ``walk``."""
         self._content.clear()
+        self._misses = 0
+
+    def _missed(self, path: str) -> list[str]:
+        """What to read for ``path``, which the listing's batch did not read: from the second such
+        file on, with every listed memory file not read yet (a scan that hashes every file, for a
+        source gone missing, would otherwise cost a call per file)."""
+        self._misses += 1
+        if self._misses < 2 or not self.has_shell:
+            return [path]
+        unread = (name for name, (kind, _) in self._listed.items() if kind == "f" and name not in self._content)
+        return [path, *(name for name in unread if name != path and _is_memory_file(name))]
 
     def listed_identity(self, name: str) -> str | None:
         """A top-level entry's type, size, times and inode as the last listing printed them;
