@@ -23,15 +23,16 @@ VOLATILE_FIELDS = ("last_accessed", "last_updated", "originSessionId", "updated"
 
 @functools.cache
 def volatile_lines(extra: tuple[str, ...] = ()) -> re.Pattern[bytes]:
-    """The lines that start a top-level volatile field: one of ``VOLATILE_FIELDS`` or ``extra``."""
+    """A line break, then the key of a top-level volatile field: one of ``VOLATILE_FIELDS`` or
+    ``extra`` (a pattern that starts with a plain character is searched for quickly)."""
     names = b"|".join(re.escape(name.encode()) for name in sorted({*VOLATILE_FIELDS, *extra}))
-    return re.compile(rb"^(?:" + names + rb")[ \t]*:", re.MULTILINE)
+    return re.compile(rb"\n(?:" + names + rb")[ \t]*:")
 
 
 def meaning_hash(data: bytes, volatile: re.Pattern[bytes]) -> str | None:
     """The sha256 of what ``data`` means, or None when that is the sha256 of its bytes: as for
     nearly every file, which a few searches tell."""
-    if not (_loose(data) or volatile.search(data, 0, _frontmatter_end(data))):
+    if not (_loose(data) or volatile.search(data, 0, _frontmatter_end(data) + 1)):
         return None
     meaning = Meaning(volatile)
     meaning.update(data)
@@ -126,7 +127,7 @@ def _without_volatile(lines: list[bytes], volatile: re.Pattern[bytes]) -> list[b
     kept: list[bytes] = []
     dropping = False
     for line in lines:
-        if volatile.match(line):
+        if volatile.match(b"\n" + line):
             dropping = True
         elif not (dropping and (line[:1] in (b" ", b"\t") or line[:2] == b"- " or line == b"-")):
             dropping = False
