@@ -23,6 +23,7 @@ from .clock import current, wall_ns
 from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
+from .index import INDEX_NAME, index_text
 from .lineage import children_of, find_cycles, hinted, propagate, to_networkx, typo_hint
 from .model import (
     EdgeStatus,
@@ -38,7 +39,7 @@ from .model import (
     broken_edges,
 )
 from .render import lineage_hints, safe_name
-from .scan import Rescan, scan
+from .scan import Rescan, check_indexes, fields_of, read_indexes, scan
 from .stamps import Derivation, reconcile_as_table
 from .store.cache import Cache, Rows, Watched
 from .store.folder import LockBusy
@@ -55,7 +56,7 @@ DEFAULT_SOURCES_HEADING = "## Sources"
 READ_WAIT = 2.0
 """Seconds a refresh waits for another process's lock before it answers from a scan it does
 not save: a provgraph suspended while holding the lock must not hang every agent start."""
-READING_OPTIONS = ("sources_heading",)
+READING_OPTIONS = ("sources_heading", "index_files", "unindexed")
 """The options that change what is read, recorded in the lock by the run that writes it."""
 WRITE_WAIT = 10.0
 """Seconds a stamp waits for the lock before it reports it held, as one error line."""
@@ -97,19 +98,26 @@ class Memory:
         sources_heading: str | None = None,
         also_known_as: Iterable[str] = (),
         trust_cache: bool = True,
+        index_files: Iterable[str] = (),
+        unindexed: Iterable[str] = (),
     ) -> None:
         """``progress(done, total)`` hears how far a scan that reads files has got.
         ``sources_heading`` (``"## Sources"``) makes the links under that heading declare
         sources; it is recorded in the lock, and one that differs from the lock's raises
         ``OptionsDiffer``.  ``also_known_as`` are other absolute paths of this folder (where
         a sandboxed agent sees it).  ``trust_cache`` False reads and hashes every file on
-        every refresh, for content that changes without moving metadata (``mmap``)."""
+        every refresh, for content that changes without moving metadata (``mmap``).
+        ``index_files`` are indexes beside ``MEMORY.md`` (root-relative); ``unindexed`` are
+        patterns (``fnmatch``) of memory files no index needs to list; both are recorded
+        in the lock like ``sources_heading``."""
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
         self._asked = {} if sources_heading is None else {"sources_heading": sources_heading}
+        self._asked.update((name, "\n".join(sorted(set(value)))) for name, value in _listed(index_files, unindexed))
         self.sources_heading = sources_heading
         """The heading the last refresh read with: the one asked for, else the lock's."""
-        self._settings = _settings(sources_heading, self.roots)
+        self.index_files, self.unindexed = _split(self._asked, "index_files"), _split(self._asked, "unindexed")
+        self._settings = _settings(sources_heading, self.roots, self.index_files, self.unindexed)
         if files is None:
             if not os.path.isdir(self._root):
                 raise RootError(self._root)
@@ -183,8 +191,8 @@ class Memory:
         if not restamp and self._store.absent():  # none of provgraph's files: none written until a file derives
             with self._store.unlocked():
                 report = self._run(now, restamp, save=False)
-            if not report.edges:
-                return report
+            if not report.edges and not (self._unsaved and any(d.stamps for d in self._unsaved.derivations.values())):
+                return report  # nothing derived and no index entry to stamp
             pending = self._unsaved
         where = self._store.state_path
         try:
@@ -202,7 +210,9 @@ class Memory:
         started_ns = wall_ns()
         options = self._store.reading_options(self._asked, READING_OPTIONS)
         self.sources_heading = options.get("sources_heading")
-        self._store.settings = self._settings = _settings(self.sources_heading, self.roots)
+        self.index_files, self.unindexed = _split(options, "index_files"), _split(options, "unindexed")
+        self._settings = _settings(self.sources_heading, self.roots, self.index_files, self.unindexed)
+        self._store.settings = self._settings
         if pending is not None and self._store.cache() is None and self._store.lock_data() is None:
             return self._saved(pending)  # the scan that found something derived, saved under the lock
         listing, found = self.files.walk()
@@ -249,7 +259,7 @@ class Memory:
         cache = known.cache
         racy_mark = cache.scan_started_ns - RACY_WINDOW_NS
         changed = incremental.changed_files(cache, listing, racy_mark)
-        if changed is None or cache.refused or not self._store.lock_unchanged(cache.lock):
+        if changed is None or not self._index_paths().isdisjoint(listing) or cache.refused or not self._store.lock_unchanged(cache.lock):
             return None
         changed |= incremental.others_changed(cache, self._look, racy_mark)
         data = self._store.lock_data()
@@ -281,6 +291,8 @@ class Memory:
     ) -> Report:
         """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
         derivations = self._store.stamps()
+        indexes = self._index_paths()
+        entry_stamps = {path: derivations.pop(path) for path in indexes.intersection(derivations)}
         remembered = {path: tuple(derivation.stamps) for path, derivation in derivations.items()}
         previous, racy_ns = ({}, 0) if cache is None else (Rows(cache.rows), cache.scan_started_ns)
         walked = (listing, list(walk_problems))
@@ -294,10 +306,20 @@ class Memory:
             roots=self.roots,
             sources_heading=self.sources_heading,
         )
-        not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
+        readings = read_indexes(self.files, listing, sorted(indexes))
+        index_found: tuple[Problem, ...] = ()
+        if readings:  # an index is never a derived file: its lock lines are its entries' stamps
+            declarations = {path: found for path, found in snapshot.declarations.items() if path not in indexes}
+            snapshot = snapshot._replace(declarations=declarations)
+            entry_stamps, index_found = check_indexes(
+                self.files, listing, readings, entry_stamps, now.timestamp(), restamp, self.unindexed
+            )
+        read = {reading.path for reading in readings}
+        not_derived = tuple(sorted(path for path in restamp - read if path not in snapshot.declarations))
         if not_derived:
             raise NotDerived(not_derived)
         derivations, edges = reconcile_as_table(derivations, snapshot, now.timestamp(), restamp)
+        derivations.update(entry_stamps)
         children = children_of(edges)  # for staleness and the cycle search: built once
         report = Report(
             root=self._root,
@@ -306,7 +328,7 @@ class Memory:
             edges=edges,
             stale=propagate(edges, children),
             cycles=find_cycles(edges, children),
-            problems=snapshot.problems,
+            problems=snapshot.problems + index_found,
             hints=() if edges else lineage_hints(snapshot.lineage_like),
         )
         scanned = incremental.scanned_cache(
@@ -324,6 +346,25 @@ class Memory:
         self._unsaved = None if save else _Unsaved(scanned, derivations, report)
         self._known = _Known(saved, incremental.newest(saved.memory), report)
         return report
+
+    def index(self, *, now: datetime | None = None) -> str:
+        """The index as it should be (``provgraph index``): ``MEMORY.md``, else the first of
+        ``index_files``, with outdated entries rewritten, dangling and repeated ones dropped
+        and orphans appended; "" when there is no index.  Writes no memory file."""
+        report = self.refresh(now=now)
+        listing, _ = self.files.walk()
+        readings = read_indexes(self.files, listing, [INDEX_NAME, *self.index_files])
+        if not readings:
+            return ""
+        found = {kind: [problem.path for problem in report.problems if problem.kind is kind] for kind in ProblemKind}
+        reading, added = readings[0], found[ProblemKind.ORPHAN]
+        listed = {entry.target for entry in reading.entries if entry.target in listing}
+        fields = fields_of(self.files, sorted({*listed, *added}))
+        return index_text(reading, fields, found[ProblemKind.OUTDATED_ENTRY], found[ProblemKind.DANGLING_ENTRY], added)
+
+    def _index_paths(self) -> frozenset[str]:
+        """The index files read: ``MEMORY.md`` at the root and those the options name."""
+        return frozenset([INDEX_NAME, *self.index_files])
 
     def _look(self, path: str) -> Watched | None:
         """How a source outside the listing looks now (``incremental.SourceStat``)."""
@@ -385,9 +426,19 @@ def _exists(files: FileSource, path: str) -> bool:
         return True
 
 
-def _settings(sources_heading: str | None, roots: tuple[str, ...]) -> str:
-    """The reading settings, part of the cache's key."""
-    return orjson.dumps([sources_heading, [as_text(path) for path in roots]]).decode()
+def _settings(sources_heading: str | None, roots: tuple[str, ...], *indexing: tuple[str, ...]) -> str:
+    """The reading settings, part of the cache's key (the index options only when given)."""
+    return orjson.dumps([sources_heading, [as_text(path) for path in roots], *filter(any, indexing)]).decode()
+
+
+def _listed(index_files: Iterable[str], unindexed: Iterable[str]) -> Iterable[tuple[str, list[str]]]:
+    """The index options asked for, as lists (an option given empty is not asked)."""
+    return ((name, value) for name, value in (("index_files", list(index_files)), ("unindexed", list(unindexed))) if value)
+
+
+def _split(options: dict[str, str], name: str) -> tuple[str, ...]:
+    """A list option as recorded in the lock: one value a line."""
+    return tuple(filter(None, options.get(name, "").split("\n")))
 
 
 def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:
