@@ -321,6 +321,11 @@ class Report:
         return tuple(sorted(set(column(self.edges, "derived"))))
 
     @property
+    def index_problems(self) -> tuple[Problem, ...]:
+        """The problems of the memory indexes, in the order to repair them."""
+        return tuple(problem for problem in self.problems if problem.kind in INDEX_KINDS)
+
+    @property
     def ok(self) -> bool:
         """True when nothing is stale and there is no cycle (what ``check`` asks)."""
         return not self.stale and not self.cycles

@@ -93,6 +93,11 @@ def status_command(root: str, options: tuple[str, ...] = (), program: Program = 
     return _command(program, "status", root, *options)
 
 
+def index_command(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
+    """``provgraph index``, which prints the root's memory index as it should be."""
+    return _command(program, "index", root, *options)
+
+
 def hook_command(root: str, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)) -> str:
     """``provgraph hook claude-code``, as Claude Code's settings run it with ``program``."""
     return " ".join(map(shlex.quote, (*program, "hook", "claude-code", root, *options)))

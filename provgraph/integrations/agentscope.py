@@ -57,6 +57,7 @@ from .agentscope_lock import LockMirror
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
+    "INDEX_TOOL",
     "LINEAGE_TOOL",
     "LIST_TOOL",
     "RECORD_TOOL",
@@ -73,6 +74,8 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 LINEAGE_TOOL = "memory_lineage"
+INDEX_TOOL = "print_memory_index"
+INDEX_HINT = f"call `{INDEX_TOOL}` to get it as it should be, then write it"
 
 ADVICE = (
     f"After you update one of them from its sources, or check that it still holds, "
@@ -136,7 +139,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
-        self._last_block: tuple[tuple[StaleEntry, ...] | None, int, str] = (None, 0, "")
+        self._last_block: tuple[tuple[object, object] | None, int, str] = (None, 0, "")
         """The stale entries and line cap of the last block made, and that block."""
         self._checked_at = current()
         """When the last check that completed ran: the date of the marks kept while checks fail."""
@@ -184,11 +187,12 @@ class ProvenanceMiddleware(MiddlewareBase):
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
     def _block(self, report: Report) -> str:
-        """The block of ``report``, made once for the same stale entries (the watch's, unchanged)."""
-        stale, max_lines, block = self._last_block
-        if stale is not report.stale or max_lines != self.max_lines:
-            block = prompt_block(report, max_lines=self.max_lines, advice=ADVICE, more_hint=MORE_HINT)
-            self._last_block = (report.stale, self.max_lines, block)
+        """The block of ``report``, made once for the same stale entries and problems (the watch's, unchanged)."""
+        marks, max_lines, block = self._last_block
+        if marks is None or marks[0] is not report.stale or marks[1] is not report.problems or max_lines != self.max_lines:
+            hints = {"advice": ADVICE, "more_hint": MORE_HINT, "index_hint": INDEX_HINT}
+            block = prompt_block(report, max_lines=self.max_lines, **hints)
+            self._last_block = ((report.stale, report.problems), self.max_lines, block)
         return block
 
     def _last_known_block(self) -> str:
@@ -276,6 +280,20 @@ class ProvenanceMiddleware(MiddlewareBase):
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
             return f"Could not check the memory folder: {_one_line(error)}"
         return _stale_page(report, offset, max_lines=max(self.max_lines, _PAGE_LINES))
+
+    async def print_memory_index(self) -> str:
+        """Print the memory index (MEMORY.md) as it should be, to write over it when it is out of step.
+
+        Its lines in their order, entries of changed files rewritten from their
+        name and description, entries of missing files and repeated ones
+        dropped, and the memory files it does not list appended.  Nothing is
+        changed: write the text to MEMORY.md yourself.
+        """
+        try:
+            text = await self._in_worker(lambda memory: memory.index(now=_now()))
+        except Exception as error:  # a tool answers in words; it never raises into the agent loop
+            return f"Could not read the memory index: {_one_line(error)}"
+        return text or f"There is no MEMORY.md in the memory folder {named(self.memory_path)}."
 
     def _candidates(self, path: str) -> list[str]:
         """The memory-folder-relative paths the agent may mean, likeliest first: names are
@@ -584,6 +602,7 @@ def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
             permission=allow,
         ),
         FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
+        FunctionTool(middleware.print_memory_index, name=INDEX_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
     )
 
 
