@@ -39,7 +39,7 @@ from .model import (
     broken_edges,
 )
 from .render import lineage_hints, safe_name
-from .scan import Rescan, check_indexes, fields_of, read_indexes, scan
+from .scan import FieldsRead, Rescan, check_indexes, fields_of, read_indexes, scan
 from .stamps import Derivation, reconcile_as_table
 from .store.cache import Cache, Rows, Watched
 from .store.folder import LockBusy
@@ -129,6 +129,8 @@ class Memory:
         self._warn = warn or log_warning
         self._progress = progress
         self._known: _Known | None = None
+        self._fields: dict[str, FieldsRead] = {}
+        """The index entries' fields as last read, by file."""
         self._unsaved: _Unsaved | None = None
         """The last scan of a folder where nothing of provgraph's is written yet, saved as it
         is once something derived is found."""
@@ -259,7 +261,12 @@ class Memory:
         cache = known.cache
         racy_mark = cache.scan_started_ns - RACY_WINDOW_NS
         changed = incremental.changed_files(cache, listing, racy_mark)
-        if changed is None or not self._index_paths().isdisjoint(listing) or cache.refused or not self._store.lock_unchanged(cache.lock):
+        if (
+            changed is None
+            or not self._index_paths().isdisjoint(listing)
+            or cache.refused
+            or not self._store.lock_unchanged(cache.lock)
+        ):
             return None
         changed |= incremental.others_changed(cache, self._look, racy_mark)
         data = self._store.lock_data()
@@ -312,7 +319,14 @@ class Memory:
             declarations = {path: found for path, found in snapshot.declarations.items() if path not in indexes}
             snapshot = snapshot._replace(declarations=declarations)
             entry_stamps, index_found = check_indexes(
-                self.files, listing, readings, entry_stamps, now.timestamp(), restamp, self.unindexed
+                self.files,
+                listing,
+                readings,
+                entry_stamps,
+                now.timestamp(),
+                restamp,
+                self.unindexed,
+                (self._fields, started_ns - RACY_WINDOW_NS),
             )
         read = {reading.path for reading in readings}
         not_derived = tuple(sorted(path for path in restamp - read if path not in snapshot.declarations))
@@ -359,7 +373,7 @@ class Memory:
         found = {kind: [problem.path for problem in report.problems if problem.kind is kind] for kind in ProblemKind}
         reading, added = readings[0], found[ProblemKind.ORPHAN]
         listed = {entry.target for entry in reading.entries if entry.target in listing}
-        fields = fields_of(self.files, sorted({*listed, *added}))
+        fields = fields_of(self.files, sorted({*listed, *added}), listing, self._fields, wall_ns() - RACY_WINDOW_NS)
         return index_text(reading, fields, found[ProblemKind.OUTDATED_ENTRY], found[ProblemKind.DANGLING_ENTRY], added)
 
     def _index_paths(self) -> frozenset[str]:
@@ -433,7 +447,9 @@ def _settings(sources_heading: str | None, roots: tuple[str, ...], *indexing: tu
 
 def _listed(index_files: Iterable[str], unindexed: Iterable[str]) -> Iterable[tuple[str, list[str]]]:
     """The index options asked for, as lists (an option given empty is not asked)."""
-    return ((name, value) for name, value in (("index_files", list(index_files)), ("unindexed", list(unindexed))) if value)
+    return (
+        (name, value) for name, value in (("index_files", list(index_files)), ("unindexed", list(unindexed))) if value
+    )
 
 
 def _split(options: dict[str, str], name: str) -> tuple[str, ...]:

@@ -119,7 +119,9 @@ def _check(options: Options) -> int:
     """Exit 1 on a stale file, a cycle, or (unless ``--allow-broken``) a declaration that
     could not be read: a typo in ``derived_from`` must not pass CI quietly."""
     report = _open(options).refresh(now=pinned_now())
-    broken = set(INDEX_KINDS) if options.allow_broken else {ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY, *INDEX_KINDS}
+    broken = (
+        set(INDEX_KINDS) if options.allow_broken else {ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY, *INDEX_KINDS}
+    )
     if report.ok and all(problem.kind not in broken for problem in report.problems):
         return EXIT_OK
     sys.stdout.write(render.status_text(report))
@@ -168,7 +170,9 @@ def _stamp(options: Options) -> int:
     report = memory.stamp(stamped, now=pinned_now()) if stamped else report
     for path in stamped:
         count = sum(1 for edge in report.edges if edge.derived == path)
-        what = f"re-derived from {count} source{'s' * (count != 1)}" if count else "its entries stamped from their files"
+        what = (
+            f"re-derived from {count} source{'s' * (count != 1)}" if count else "its entries stamped from their files"
+        )
         print(f"stamped {safe_name(path)}: {what} as they are now")
     behind = {p: ", ".join(map(safe_name, explain(report, p).stale_sources)) for p in stamped if report.entry(p)}
     for path, names in behind.items():
@@ -283,7 +287,13 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
     heading, trust = _sources_heading(options), not options.no_cache
     indexing = {"index_files": options.index_files or (), "unindexed": options.unindexed or ()}
     return Memory(
-        folder, state=options.state, warn=warn, progress=progress, sources_heading=heading, trust_cache=trust, **indexing
+        folder,
+        state=options.state,
+        warn=warn,
+        progress=progress,
+        sources_heading=heading,
+        trust_cache=trust,
+        **indexing,
     )
 
 

@@ -186,7 +186,9 @@ def index_problems(
             where = f"{reading.path} line {numbers[0]}"
             stamp = None if own is None else own.stamps.get(target)
             if target not in files:
-                found.append(Problem(target, ProblemKind.DANGLING_ENTRY, _dangling(where, target, stamp, digests, lookup)))
+                found.append(
+                    Problem(target, ProblemKind.DANGLING_ENTRY, _dangling(where, target, stamp, digests, lookup))
+                )
             elif stamp is not None and stamp.mismatch_since is not None:
                 since = _date(stamp.mismatch_since)
                 detail = f"{where} predates a change of its name, description or type (since {since})"
@@ -195,7 +197,7 @@ def index_problems(
                 lines = ", ".join(map(str, numbers))
                 found.append(Problem(target, ProblemKind.DUPLICATE_ENTRY, f"{reading.path} lists it on lines {lines}"))
     named = ", ".join(sorted(indexes))
-    for path in sorted(orphans(files, listed | indexes, unindexed)):
+    for path in sorted(orphans(files, indexes, listed, unindexed)):
         found.append(Problem(path, ProblemKind.ORPHAN, f"no line of {named} links it"))
     return tuple(sorted(found, key=lambda problem: (INDEX_KINDS.index(problem.kind), problem.path, problem.detail)))
 
@@ -211,13 +213,19 @@ def _dangling(where: str, target: str, stamp: Stamp | None, digests: Mapping[str
     return f"{where} links it, and it does not exist" + (f" (renamed to {hint}?)" if hint else "")
 
 
-def orphans(files: Collection[str], listed: Collection[str], unindexed: Collection[str] = ()) -> list[str]:
-    """The Markdown files no index lists, but those matching an ``unindexed`` pattern."""
+def orphans(
+    files: Collection[str], indexes: Collection[str], listed: Collection[str], unindexed: Collection[str] = ()
+) -> list[str]:
+    """The Markdown files beside an index (in its folder, not below) that no index lists
+    and no ``unindexed`` pattern matches."""
+    folders = {posixpath.dirname(index) for index in indexes}
     return [
         path
         for path in files
         if path.endswith(".md")
+        and posixpath.dirname(path) in folders
         and path not in listed
+        and path not in indexes
         and not any(fnmatch.fnmatchcase(path, pattern) for pattern in unindexed)
     ]
 

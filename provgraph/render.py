@@ -194,7 +194,12 @@ def clip(line: str, limit: int = PROMPT_LINE_LIMIT) -> str:
 
 
 def prompt_block(
-    report: Report, *, max_lines: int = 20, advice: str | None = None, more_hint: str | None = None, index_hint: str = ""
+    report: Report,
+    *,
+    max_lines: int = 20,
+    advice: str | None = None,
+    more_hint: str | None = None,
+    index_hint: str = "",
 ) -> str:
     """The block appended to an agent's system prompt; empty when nothing is stale and no
     index has a problem.

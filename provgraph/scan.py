@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Set
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
+from typing import NamedTuple
 
 from .declarations import (
     FRONTMATTER_LIMIT,
@@ -432,20 +433,47 @@ class DanglingEntries(ProvgraphError):
 
 
 def read_indexes(files: FileSource, listing: Mapping[str, FileMeta], paths: list[str]) -> tuple[IndexReading, ...]:
-    """The index files among ``paths`` that exist and can be read, their links resolved."""
+    """The index files among ``paths`` that exist, can be read and link a memory file, their
+    links resolved: a ``MEMORY.md`` of prose alone is no index."""
     lookup = Lookup(listing)
     readings = []
     for path in paths:
         data = _read(files, path, None) if path in listing else None
         if data is not None:
-            text = data.decode("utf-8", "replace")
-            readings.append(IndexReading(path, entries_of(path, text, lookup), hashlib.sha256(data).hexdigest()))
+            entries = entries_of(path, data.decode("utf-8", "replace"), lookup)
+            if any(entry.target is not None for entry in entries):
+                readings.append(IndexReading(path, entries, hashlib.sha256(data).hexdigest()))
     return tuple(readings)
 
 
-def fields_of(files: FileSource, paths: Iterable[str]) -> dict[str, Fields]:
-    """The ``name``, ``description`` and ``type`` of each file that can be read."""
-    return {path: read_fields(head) for path in paths if (head := _read(files, path, FRONTMATTER_LIMIT)) is not None}
+class FieldsRead(NamedTuple):
+    """A file's fields, trusted while its metadata stays ``meta`` and older than ``racy_mark``
+    (the time of the read less the racy window)."""
+
+    meta: FileMeta
+    fields: Fields
+    racy_mark: int
+
+
+def fields_of(
+    files: FileSource,
+    paths: Iterable[str],
+    listing: Mapping[str, FileMeta],
+    kept: dict[str, FieldsRead],
+    racy_mark: int,
+) -> dict[str, Fields]:
+    """The ``name``, ``description`` and ``type`` of each file that can be read: from
+    ``kept`` while the file's metadata is unchanged and older than the racy window, else
+    read now (and kept)."""
+    found = {}
+    for path in paths:
+        meta, old = listing[path], kept.get(path)
+        if old is not None and files.trusts_stat and old.meta == meta and max(meta[1:3]) < old.racy_mark:
+            found[path] = old.fields
+        elif (head := _read(files, path, FRONTMATTER_LIMIT)) is not None:
+            found[path] = read_fields(head)
+            kept[path] = FieldsRead(meta, found[path], racy_mark)
+    return found
 
 
 def _read(files: FileSource, path: str, limit: int | None) -> bytes | None:
@@ -463,6 +491,7 @@ def check_indexes(
     now: float,
     restamp: Set[str] = frozenset(),
     unindexed: Collection[str] = (),
+    kept: tuple[dict[str, FieldsRead], int] = ({}, 0),
 ) -> tuple[dict[str, Derivation], tuple[Problem, ...]]:
     """The indexes' entry stamps after this scan, and their problems; ``DanglingEntries``
     when an index to ``restamp`` links a file that does not exist."""
@@ -471,14 +500,16 @@ def check_indexes(
         missing = sorted({target for entry in reading.entries if (target := entry.target) and target not in listing})
         if reading.path in restamp and missing:
             raise DanglingEntries(reading.path, missing)
-    fields = fields_of(files, sorted(targets.intersection(listing)))
+    fields = fields_of(files, sorted(targets.intersection(listing)), listing, *kept)
     mtimes = {path: listing[path].mtime for path in fields}
     updated = dict(stamps)
     for reading in readings:
-        updated[reading.path] = restamped(reading, stamps.get(reading.path), fields, mtimes, now, reading.path in restamp)
+        updated[reading.path] = restamped(
+            reading, stamps.get(reading.path), fields, mtimes, now, reading.path in restamp
+        )
     digests: dict[str, str] = {}
     if targets - listing.keys():  # a dangling entry: an unlisted file holding its fields may be where it went
         indexes = [reading.path for reading in readings]
-        unlisted = orphans(listing, targets.union(indexes), unindexed)
-        digests = {path: found.digest for path, found in fields_of(files, unlisted).items()}
+        unlisted = orphans(listing, indexes, targets, unindexed)
+        digests = {path: found.digest for path, found in fields_of(files, unlisted, listing, *kept).items()}
     return updated, index_problems(readings, updated, listing.keys(), unindexed, digests)

@@ -66,7 +66,10 @@ OLD = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 MARKER = "- profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed"
 BASE_PROMPT = "You are a helpful assistant."
 
-INDEX = "- [User facts](user-facts.md) — where the user lives\n- [Profile](profile.md) — who the user is\n"
+INDEX = (
+    "- [User facts](user-facts.md) — where the user lives\n- [Preferences](preferences.md) — what the user drinks\n"
+    "- [Profile](profile.md) — who the user is\n"
+)
 FILES = {
     "MEMORY.md": INDEX,
     "user-facts.md": "---\nname: User facts\ndescription: facts\ntype: user\n---\nThe user lives in Lyon.\n",

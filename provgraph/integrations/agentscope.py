@@ -189,7 +189,12 @@ class ProvenanceMiddleware(MiddlewareBase):
     def _block(self, report: Report) -> str:
         """The block of ``report``, made once for the same stale entries and problems (the watch's, unchanged)."""
         marks, max_lines, block = self._last_block
-        if marks is None or marks[0] is not report.stale or marks[1] is not report.problems or max_lines != self.max_lines:
+        if (
+            marks is None
+            or marks[0] is not report.stale
+            or marks[1] is not report.problems
+            or max_lines != self.max_lines
+        ):
             hints = {"advice": ADVICE, "more_hint": MORE_HINT, "index_hint": INDEX_HINT}
             block = prompt_block(report, max_lines=self.max_lines, **hints)
             self._last_block = ((report.stale, report.problems), self.max_lines, block)
