@@ -95,6 +95,13 @@ def write(folder: Path, relative: str, text: str, when: datetime | None = None) 
         os.utime(target, (when.timestamp(), when.timestamp()))
 
 
+def indexed(folder: Path, relative: str, text: str, when: datetime | None = None) -> None:
+    """``write``, and a line for the file in the folder's ``MEMORY.md``, which then stays in step."""
+    write(folder, relative, text, when)
+    with (folder / "MEMORY.md").open("a", encoding="utf-8") as index:
+        index.write(f"- [{relative}]({relative}) — a note\n")
+
+
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every memory file's bytes (provgraph's own state folder excluded)."""
     return {
@@ -153,6 +160,8 @@ def test_stale_derived_file_is_marked_after_the_snapshot_and_its_truncation(
 ) -> None:
     folder = workdir / "Memory"
     write(folder, "MEMORY.md", INDEX + "".join(f"- [Item {i}](item-{i}.md) — note {i}\n" for i in range(80)))
+    for number in range(80):
+        write(folder, f"item-{number}.md", f"note {number}\n", OLD)
     memory = memory_middleware(workdir, memory_max_tokens=120)
     provenance = ProvenanceMiddleware.from_memory_middleware(memory)
     asyncio.run(adopt(provenance, monkeypatch))
@@ -192,7 +201,7 @@ def test_a_stale_file_older_than_the_newest_200_is_still_marked(workdir: Path, m
 def test_the_line_cap_points_to_the_listing_tool(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = workdir / "Memory"
     for name in ("digest.md", "summary.md"):
-        write(folder, name, "---\nderived_from: user-facts.md\n---\nsummary\n", OLD)
+        indexed(folder, name, "---\nderived_from: user-facts.md\n---\nsummary\n", OLD)
     provenance = ProvenanceMiddleware(workdir=str(workdir), max_lines=1)
     asyncio.run(adopt(provenance, monkeypatch))
     write(folder, "user-facts.md", MOVED, EDITED)
@@ -249,7 +258,7 @@ def record(provenance: ProvenanceMiddleware, path: str) -> str:
 
 def test_the_record_tool_answers_in_words_for_every_path(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = workdir / "Memory"
-    write(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
+    indexed(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
     provenance = ProvenanceMiddleware(workdir=str(workdir))
     asyncio.run(adopt(provenance, monkeypatch))
     write(folder, "user-facts.md", MOVED, EDITED)
@@ -287,8 +296,8 @@ def family(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> ProvenanceMiddlewa
     from provgraph.integrations.agentscope import ProvenanceMiddleware
 
     folder = workdir / "Memory"
-    write(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
-    write(folder, "drinks.md", "---\nderived_from: preferences.md\n---\ntea, no sugar\n", OLD)
+    indexed(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
+    indexed(folder, "drinks.md", "---\nderived_from: preferences.md\n---\ntea, no sugar\n", OLD)
     provenance = ProvenanceMiddleware(workdir=str(workdir))
     asyncio.run(adopt(provenance, monkeypatch))
     write(folder, "user-facts.md", MOVED, EDITED)

@@ -21,6 +21,7 @@ PURE = frozenset(
         "declarations",
         "frontmatter",
         "stamps",
+        "index",
         "incremental",
         "lineage",
         "queries",

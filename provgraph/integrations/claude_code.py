@@ -30,7 +30,7 @@ import orjson
 
 from ..errors import ProvgraphError
 from ..model import Report
-from ..paths import hook_command, parts_under, shell_advice, stamp_command, status_command
+from ..paths import hook_command, index_command, parts_under, shell_advice, stamp_command, status_command
 from ..queries import EditContext, edit_notes
 from ..render import prompt_block
 from ..store.folder import (
