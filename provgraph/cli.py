@@ -285,7 +285,6 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
         raise UsageError(f"memory root {Path(folder)} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
     heading, trust = _sources_heading(options), not options.no_cache
-    indexing = {"index_files": options.index_files or (), "unindexed": options.unindexed or ()}
     return Memory(
         folder,
         state=options.state,
@@ -293,7 +292,8 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
         progress=progress,
         sources_heading=heading,
         trust_cache=trust,
-        **indexing,
+        index_files=options.index_files or (),
+        unindexed=options.unindexed or (),
     )
 
 
