@@ -193,7 +193,7 @@ def test_the_block_lists_index_problems_in_repair_order_within_the_line_cap(memo
 
 
 def test_the_index_kinds_are_documented_for_json() -> None:
-    page = (Path(__file__).resolve().parent.parent / "docs" / "command-line.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "command-line.md").read_text(encoding="utf-8")
     assert all(f"`{kind.value}`" in page for kind in INDEX_KINDS)
 
 
