@@ -112,6 +112,7 @@ def shell_advice(root: str, options: tuple[str, ...] = (), program: Program = PR
         list_all=lambda path: status,
         list_stale=status,
         read_when="before writing it, since your previous write",
+        print_index=f"run `{index_command(root, options, program)}`",
     )
 
 

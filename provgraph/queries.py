@@ -149,6 +149,8 @@ class Advice:
     read_when: str = "before writing it, in this reply"
     """When the reads it names happened: AgentScope keeps a reply's, Claude Code a session's,
     each since the previous write."""
+    print_index: str = "run `provgraph index` in the memory folder"
+    """How to get the memory index as it should be: "call `print_memory_index`"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +184,7 @@ def edit_notes(
         _impact(report, edit.path, advice, max_lines, budget),
         _suggestion(report, edit, advice.read_when),
         _rederivation(report, edit, advice),
+        _index_entry(report, edit.path, advice),
     ):
         lines = [clip(line) for line in lines]
         cost = sum(len(line) + 1 for line in lines)
@@ -189,6 +192,14 @@ def edit_notes(
             sections += lines
             budget -= cost
     return "\n".join([HEADING, *sections]) if sections else ""
+
+
+def _index_entry(report: Report, path: str, advice: Advice) -> list[str]:
+    """What the write left wrong in the memory index about the file: no entry, or an outdated one."""
+    found = [problem for problem in report.index_problems if problem.path == path]
+    lines = [f"- The memory index: {problem.kind.value}: {safe_name(problem.detail)}." for problem in found]
+    action = advice.print_index[:1].upper() + advice.print_index[1:]
+    return [*lines, f"  {action} for the index as it should be, then write it."] if lines else []
 
 
 def _impact(report: Report, path: str, advice: Advice, max_lines: int, budget: int) -> list[str]:

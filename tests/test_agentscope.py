@@ -610,3 +610,27 @@ def test_importing_provgraph_does_not_import_agentscope() -> None:
         "assert not [name for name in sys.modules if name.split('.')[0] == 'agentscope'], 'agentscope imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the memory index ------------------------------------------------------------------------
+
+
+def test_the_block_names_the_index_tool_which_prints_the_index_as_it_should_be(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from provgraph.integrations.agentscope import INDEX_TOOL
+
+    folder = workdir / "Memory"
+    provenance = ProvenanceMiddleware(workdir=str(workdir))
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "travel.md", "---\nname: Travel\ndescription: trips planned\n---\nRome\n", EDITED)
+    before = snapshot(folder)
+
+    block = asyncio.run(provenance.on_system_prompt(None, "prompt"))
+    [tool] = [tool for tool in asyncio.run(provenance.list_tools()) if tool.name == INDEX_TOOL]
+    [printed] = [chunk.text for chunk in asyncio.run(tool.call()).content]
+
+    assert "- travel.md: orphan: no line of MEMORY.md links it" in block.splitlines()
+    assert f"call `{INDEX_TOOL}`" in block
+    assert printed == INDEX + "- [Travel](travel.md) — trips planned\n"
+    assert snapshot(folder) == before

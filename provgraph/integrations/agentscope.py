@@ -517,6 +517,7 @@ _EDIT_ADVICE = Advice(
     record_any=f"call `{RECORD_TOOL}` with its path",
     list_all=lambda path: f"call `{LINEAGE_TOOL}` with `{safe_name(path)}`",
     list_stale=f"call `{LIST_TOOL}`",
+    print_index=f"call `{INDEX_TOOL}`",
 )
 
 _HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)

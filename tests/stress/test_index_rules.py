@@ -208,9 +208,13 @@ _WORDS = st.text(alphabet="abc xyz", min_size=1, max_size=12).map(lambda text: "
     edits=st.dictionaries(_NAMES, st.tuples(_WORDS, _WORDS)),
     removed=st.sets(_NAMES),
 )
-def test_the_printed_index_once_written_leaves_no_index_problem(tmp_path_factory, present, listed, edits, removed) -> None:
+def test_the_printed_index_once_written_leaves_no_index_problem(
+    tmp_path_factory, present, listed, edits, removed
+) -> None:
     root = tmp_path_factory.mktemp("memory")
-    (root / "MEMORY.md").write_text("# Memory\n" + "".join(f"- [{name}]({name}) — hook\n" for name in listed or ["n0.md"]))
+    (root / "MEMORY.md").write_text(
+        "# Memory\n" + "".join(f"- [{name}]({name}) — hook\n" for name in listed or ["n0.md"])
+    )
     for name, (title, description) in present.items():
         (root / name).write_text(note(title, description))
     Memory(root).refresh(now=at(0))
