@@ -14,7 +14,7 @@ import fnmatch
 import hashlib
 import posixpath
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
@@ -24,7 +24,17 @@ from .declarations import Lookup, did_you_mean, resolve_entries
 from .model import INDEX_KINDS, Problem, ProblemKind, Stamp
 from .stamps import Derivation, first_observed
 
-__all__ = ["INDEX_NAME", "Entry", "Fields", "IndexReading", "entries_of", "index_problems", "index_text", "read_fields"]
+__all__ = [
+    "INDEX_NAME",
+    "Entry",
+    "Fields",
+    "IndexReading",
+    "block_lines",
+    "entries_of",
+    "index_problems",
+    "index_text",
+    "read_fields",
+]
 
 INDEX_NAME = "MEMORY.md"
 """The index every Claude Code memory folder keeps at its root."""
@@ -255,6 +265,16 @@ def index_text(
         new = Entry(0, f"{model.bullet}[{title}]({link})", path, model.bullet, model.separator)
         lines.append(_line(new, fields.get(path, NO_FIELDS)))
     return "\n".join(lines) + "\n"
+
+
+def block_lines(problems: Sequence[Problem], room: int, hint: str, shown: Callable[[str], str]) -> list[str]:
+    """The prompt block's lines about the indexes: what is wrong, ``room`` lines at most, and
+    ``hint``, how to print the index; names go through ``shown`` (``render.safe_name``)."""
+    if not problems:
+        return []
+    lines = [f"The memory index is out of step with the files; {hint}:"]
+    lines += [f"- {shown(problem.path)}: {problem.kind.value}: {shown(problem.detail)}" for problem in problems[:room]]
+    return lines + ([f"- … and {len(problems) - room} more index problems."] if len(problems) > room else [])
 
 
 def _line(entry: Entry, fields: Fields) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from .index import block_lines
 from .lineage import nearest, node_statuses, to_networkx
 from .model import (
     INDEX_KINDS,
@@ -61,7 +62,6 @@ __all__ = [
 ]
 
 PROMPT_HEADING = "## Derived memories with changed sources"
-INDEX_HINT = "run `provgraph index` in the memory folder to print it as it should be, then write it"
 PROMPT_LINE_LIMIT = 400
 """Characters of one prompt line at most: with the line cap, a hard bound on the block."""
 _CHAIN_LIMIT = 6
@@ -199,14 +199,12 @@ def prompt_block(
     max_lines: int = 20,
     advice: str | None = None,
     more_hint: str | None = None,
-    index_hint: str = "",
+    index_hint: str = "run `provgraph index` in the memory folder to print it as it should be, then write it",
 ) -> str:
-    """The block appended to an agent's system prompt; empty when nothing is stale and no
-    index has a problem.
+    """The block appended to an agent's system prompt; empty when nothing is stale or wrong in an index.
 
-    Files come in repair order, so the line cap cuts what derives from the files shown.
-    ``advice`` is one more instruction line; ``more_hint`` says how to list the rest;
-    ``index_hint`` how to get the index as it should be."""
+    Files come in repair order, so the line cap cuts what derives from the files shown. ``advice`` is one
+    more instruction line; ``more_hint`` says how to list the rest, ``index_hint`` how to print the index."""
     index = report.index_problems
     if not report.stale and not index:
         return ""
@@ -225,11 +223,7 @@ def prompt_block(
     if hidden:
         hint = more_hint or "run `provgraph status` in the memory folder to list them all"
         lines.append(clip(f"- … and {hidden} more stale derived files; {safe_name(hint)}."))
-    if index:
-        lines += [clip(f"The memory index is out of step with the files; {safe_name(index_hint or INDEX_HINT)}:")]
-        room = max(0, max_lines - len(shown))
-        lines += [clip(f"- {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}") for p in index[:room]]
-        lines += [f"- … and {len(index) - room} more index problems."] if len(index) > room else []
+    lines += map(clip, block_lines(index, max(0, max_lines - len(shown)), safe_name(index_hint), safe_name))
     lines.append("</system-reminder>")
     return "\n".join(lines) + "\n"
 
