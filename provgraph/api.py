@@ -261,13 +261,14 @@ class Memory:
         cache = known.cache
         racy_mark = cache.scan_started_ns - RACY_WINDOW_NS
         changed = incremental.changed_files(cache, listing, racy_mark)
+        indexes = sorted(self._index_paths().intersection(listing))
         if (
             changed is None
-            or not self._index_paths().isdisjoint(listing)
+            or changed.intersection(indexes)
             or cache.refused
             or not self._store.lock_unchanged(cache.lock)
         ):
-            return None
+            return None  # an index that changed is read again by the full scan
         changed |= incremental.others_changed(cache, self._look, racy_mark)
         data = self._store.lock_data()
         lock = incremental.LockLines.of(data, cache.lock is not None and cache.lock.canonical)
@@ -279,11 +280,42 @@ class Memory:
             found = incremental.patch(cache, known.index(), lock, rescan, changed, now, self._root)
         except (TypeError, ValueError, KeyError, IndexError):
             return None  # a row that does not fit the last result: the full scan answers
+        if found is not None and indexes:
+            found = self._entries_patched(found, lock, listing, indexes, now, started_ns - RACY_WINDOW_NS)
         if found is None:
             return None
         saved = self._store.save(None, incremental.patched_cache(cache, found, started_ns, listing), found.lock)
         self._known = _Known(saved, incremental.newest(listing), found.report)
         return _with_hints(found.report, listing)
+
+    def _entries_patched(
+        self,
+        found: incremental.Patch,
+        lock: incremental.LockLines,
+        listing: dict[str, FileMeta],
+        indexes: list[str],
+        now: datetime,
+        racy_mark: int,
+    ) -> incremental.Patch | None:
+        """``found`` with the index entries compared again with the files the change moved; None
+        when the lock's lines cannot be rewritten in place (the full scan answers)."""
+        stamps = lock.derivations(indexes)
+        readings = read_indexes(self.files, listing, indexes)
+        if stamps is None or not readings:
+            return found if stamps is not None else None
+        kept = (self._fields, racy_mark)
+        updated, problems = check_indexes(
+            self.files, listing, readings, stamps, now.timestamp(), kept=kept, unindexed=self.unindexed
+        )
+        report = replace(found.report, problems=found.report.problems + problems)
+        updated = {
+            path: derivation for path, derivation in updated.items() if derivation.stamps
+        }  # as the lock holds them
+        if updated == stamps:
+            return found._replace(report=report)
+        lines = lock if found.lock is None else incremental.LockLines.of(found.lock, True)
+        data = None if lines is None else lines.replaced(indexes, updated)
+        return None if data is None else found._replace(report=report, lock=data)
 
     def _rescan(
         self,

@@ -111,6 +111,16 @@ def test_a_description_edit_marks_the_entry_and_the_derived_files_with_the_date(
     assert later.index_problems == report.index_problems  # the date does not move
 
 
+def test_a_refresh_patched_after_a_description_edit_reports_the_index_as_a_full_scan_does(with_profile) -> None:
+    lived = Memory(with_profile.root)
+    lived.refresh(now=at(0.5))
+    with_profile.write("facts.md", note("Facts", "where the user lives now"), mtime=at(0.7))
+    patched = lived.refresh(now=at(1))
+    full = Memory(with_profile.root, trust_cache=False).refresh(now=at(1))
+    assert patched.problems == full.problems and index_problems(patched) == [("outdated-entry", "facts.md")]
+    assert lived.refresh(now=at(2)).problems == full.problems
+
+
 def test_a_description_edit_undone_clears_the_entry(claude_folder) -> None:
     claude_folder.write("facts.md", note("Facts", "elsewhere"))
     assert index_problems(Memory(claude_folder.root).refresh(now=at(1))) == [("outdated-entry", "facts.md")]
