@@ -440,7 +440,7 @@ def read_indexes(files: FileSource, listing: Mapping[str, FileMeta], paths: list
     for path in paths:
         data = _read(files, path, None) if path in listing else None
         if data is not None:
-            entries = entries_of(path, data.decode("utf-8", "replace"), lookup)
+            entries = entries_of(path, data.decode("utf-8", "replace").removeprefix("\ufeff"), lookup)
             if any(entry.target is not None for entry in entries):
                 readings.append(IndexReading(path, entries, hashlib.sha256(data).hexdigest()))
     return tuple(readings)

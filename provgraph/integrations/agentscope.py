@@ -2,7 +2,7 @@
 
 ``ProvenanceMiddleware`` looks at ``AgenticMemoryMiddleware``'s folder through the same backend
 (the local disk, a Docker or E2B sandbox, ...), checks every memory file on each model call,
-marks stale retrieved files and memory writes, and gives the agent three tools; it never
+marks stale retrieved files and memory writes, and gives the agent four tools; it never
 withholds or edits a memory file.  With ``agentscope_backend`` and ``agentscope_lock``, the
 only provgraph modules that import AgentScope.
 """
@@ -99,8 +99,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         agent = Agent(..., middlewares=[memory, provenance],
                       toolkit=Toolkit(tools=[*file_tools, *await provenance.list_tools()]))
 
-    The tools: ``record_memory_rederivation``, ``list_stale_derived_memories`` and
-    ``memory_lineage``.  With ``LocalBackend`` (the default) the state is ``<memory
+    The tools: ``record_memory_rederivation``, ``list_stale_derived_memories``,
+    ``memory_lineage`` and ``print_memory_index``.  With ``LocalBackend`` (the default) the state is ``<memory
     folder>/.provgraph/``; with another backend (a sandbox) the lock is still
     ``<memory folder>/provgraph.lock`` there, and the cache and a mirror of the lock stay on
     this machine, in ``state=`` or ``default_state_path(...)``.
@@ -622,6 +622,7 @@ def _look_up_first(memory: Memory, candidates: list[str]) -> FileLineage:
 def _recorded(path: str, report: Report) -> str:
     count = sum(1 for edge in report.edges if edge.derived == path)
     sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
+    sources = sources if count else "the name, description and type of each file it lists, as they are"
     entry = report.entry(path)
     if entry is None:
         return f"Recorded: {named(path)} is now derived from {sources} now."
