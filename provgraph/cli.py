@@ -407,7 +407,7 @@ _COMMON: tuple[_Argument, ...] = (
 )
 """The options every command takes, right after ``-h``."""
 
-_BROKEN = "do not fail on bad-frontmatter or bad-entry problems (stale files and cycles still fail)"
+_BROKEN = "do not fail on bad-frontmatter or bad-entry problems (stale files, cycles and index problems still fail)"
 _COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]], ...] = (
     (
         "status",
@@ -418,7 +418,7 @@ _COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]
     (
         "check",
         _check,
-        "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)",
+        "exit 1 if a derived file is stale, a cycle exists, a declaration is broken or an index is out of step",
         (_ROOT, _flag("--allow-broken", _BROKEN)),
     ),
     (
