@@ -110,7 +110,11 @@ def entries_of(index: str, text: str, lookup: Lookup) -> tuple[Entry, ...]:
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines and lines[-1] == "":
         lines.pop()
-    return tuple(_entry(index, number, line, lookup) for number, line in enumerate(lines, 1))
+    entries, fenced = [], False
+    for number, line in enumerate(lines, 1):
+        fenced ^= line.lstrip().startswith(("```", "~~~"))  # a code block lists nothing
+        entries.append(Entry(number, line, None) if fenced else _entry(index, number, line, lookup))
+    return tuple(entries)
 
 
 def _entry(index: str, number: int, line: str, lookup: Lookup) -> Entry:

@@ -128,6 +128,8 @@ INDEX = "MEMORY.md"
 """The memory index: it links every file and is derived from none of them."""
 HEADING = "Memory lineage after this write (provgraph):"
 _MORE_RESERVE = 120
+_INDEX_NOTES = 5
+"""Index problems noted after a write of the index at most."""
 _SUGGESTION_LIMIT = 300
 """Characters of a suggested ``derived_from`` line at most (lines are clipped at 400)."""
 
@@ -195,9 +197,10 @@ def edit_notes(
 
 
 def _index_entry(report: Report, path: str, advice: Advice) -> list[str]:
-    """What the write left wrong in the memory index about the file: no entry, or an outdated one."""
-    found = [problem for problem in report.index_problems if problem.path == path]
-    lines = [f"- The memory index: {problem.kind.value}: {safe_name(problem.detail)}." for problem in found]
+    """What the write left wrong in the memory index about the file (no entry, or an outdated
+    one), or, for a write of the index itself, its first problems."""
+    found = [problem for problem in report.index_problems if problem.path == path or path == INDEX][:_INDEX_NOTES]
+    lines = [f"- The memory index: {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}." for p in found]
     action = advice.print_index[:1].upper() + advice.print_index[1:]
     return [*lines, f"  {action} for the index as it should be, then write it."] if lines else []
 

@@ -453,7 +453,12 @@ def test_both_hooks_name_the_index_problems_and_the_command_that_prints_the_inde
     notes = context(hook(memory.root, tool_use("Write", new, content="x"))[1])
     block = context(hook(memory.root, event("SessionStart", source="startup"))[1], "SessionStart")
 
-    assert "- The memory index: orphan: no line of MEMORY.md links it." in notes.splitlines()
+    assert "- The memory index: travel.md: orphan: no line of MEMORY.md links it." in notes.splitlines()
     assert f"provgraph index {memory.root}" in notes
     assert "- travel.md: orphan: no line of MEMORY.md links it" in block.splitlines()
     assert f"provgraph index {memory.root}" in block
+    (memory.root / "MEMORY.md").write_text("- [Facts](facts.md) — facts\n- [Gone](gone.md) — x\n")
+    index_notes = context(hook(memory.root, tool_use("Write", memory.root / "MEMORY.md", content="x"))[1])
+    assert (
+        "- The memory index: gone.md: dangling-entry: MEMORY.md line 2 links it, and it does not exist." in index_notes
+    )

@@ -142,7 +142,7 @@ def test_entries_are_read_in_every_line_form(memory) -> None:
         "MEMORY.md",
         "# Memory\n\nSome prose with a [link](https://example.com).\n"
         "- [A](a.md) — hook\n* [B](./b.md) -- hook\n- [C](c.md) - hook\n- [D](notes/../d.md): hook\n- [[e]] — hook\n"
-        "- [F](f.md)\n",
+        "- [F](f.md)\n```markdown\n- [Example](example.md) — in a code block, no entry\n```\n",
     )
     for name in "abcdef":
         memory.write(f"{name}.md", note(name.upper(), "d"))
