@@ -181,11 +181,13 @@ def test_the_index_options_are_recorded_in_the_lock_and_another_refused(memory) 
         Memory(memory.root, index_files=["other.md"]).refresh(now=at(2))
 
 
-def test_a_memory_md_of_prose_alone_is_no_index(memory) -> None:
+def test_a_memory_md_of_prose_alone_is_no_index_and_a_folder_without_one_reads_as_before(memory) -> None:
     memory.write("MEMORY.md", "# Memory\nNotes about the user.\n")
     memory.write("a.md", note("A", "a"))
     report = Memory(memory.root).refresh(now=at(0))
     assert report.problems == () and not (memory.root / "provgraph.lock").exists()
+    memory.path("MEMORY.md").unlink()  # a folder without one reads as it always has
+    assert Memory(memory.root).refresh(now=at(1)).problems == () and not (memory.root / "provgraph.lock").exists()
 
 
 def test_the_block_lists_index_problems_in_repair_order_within_the_line_cap(memory, run) -> None:
