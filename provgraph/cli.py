@@ -27,7 +27,7 @@ from .demo import run_demo
 from .errors import ProvgraphError, listening
 from .integrations import claude_code
 from .model import INDEX_KINDS, ProblemKind
-from .paths import command_options, parts_under, shell_advice, status_command
+from .paths import command_options, list_hint, parts_under, shell_advice
 from .queries import EditContext, explain, missing_sources, refusal_text
 from .render import lineage_document, lineage_text, safe_name
 
@@ -201,7 +201,7 @@ def _graph(options: Options) -> int:
 
 def _prompt(options: Options) -> int:
     report = _open(options).refresh(now=pinned_now())
-    hint = f"run `{status_command(report.root, _printed_options(options))}` to list them all"
+    hint = list_hint(report.root, _printed_options(options))
     sys.stdout.write(render.prompt_block(report, max_lines=options.max_lines, more_hint=hint))
     return EXIT_OK
 
@@ -257,6 +257,32 @@ def _hook_tool_use(options: Options, event: claude_code.HookEvent) -> None:
         reads.record(event.session, path, write=write)
     except OSError as error:
         _say("hook", f"the {'write' if write else 'read'} was not recorded: {_os_message(error)}")
+
+
+MCP_INSTALL = "pip install 'provgraph[mcp]'"
+
+
+def _mcp(options: Options) -> int:
+    """The MCP server of the folder on stdin and stdout, or with ``--config`` the snippets that add it to a client."""
+    try:
+        from .integrations import mcp  # heavy, and an extra: only this command needs the MCP SDK
+    except ImportError:
+        raise UsageError(f"the MCP server needs the MCP SDK, which is not installed: {MCP_INSTALL}") from None
+    root = os.path.abspath(os.path.expanduser(options.root))
+    if options.config:
+        lines = ("--max-lines", str(options.max_lines)) if options.max_lines != DEFAULT_MAX_LINES else ()
+        cache = ("--no-cache",) if options.no_cache else ()
+        sys.stdout.write(mcp.config_text(root, _printed_options(options) + cache + lines))
+        return EXIT_OK
+    if not os.path.isdir(root):
+        raise UsageError(f"memory root {root} is not a folder")
+    heading, trust = _sources_heading(options), not options.no_cache
+    mcp.serve(
+        mcp.MemoryServer(
+            root, state=options.state, sources_heading=heading, trust_cache=trust, max_lines=options.max_lines
+        )
+    )
+    return EXIT_OK
 
 
 STDIN_WAIT = 3.0
@@ -467,6 +493,16 @@ _COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]
         _hook,
         "Claude Code hook: answers the event on stdin (SessionStart, PostToolUse), or prints nothing",
         (_ROOT, _flag("--settings", "print the settings JSON that installs the hooks"), _MAX_STALE),
+    ),
+    (
+        "mcp",
+        _mcp,
+        "serve the folder to MCP clients (Claude Code and Desktop, Cursor, ...) over stdin and stdout",
+        (
+            _ROOT,
+            _flag("--config", "print the snippets that add this server to Claude Code, Claude Desktop and Cursor"),
+            _MAX_STALE,
+        ),
     ),
     (
         "demo",

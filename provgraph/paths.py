@@ -23,6 +23,7 @@ from .queries import Advice
 __all__ = [
     "command_options",
     "hook_command",
+    "list_hint",
     "normalized",
     "parts_under",
     "relative_to",
@@ -96,6 +97,11 @@ def status_command(root: str, options: tuple[str, ...] = (), program: Program = 
 def index_command(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
     """``provgraph index``, which prints the root's memory index as it should be."""
     return _command(program, "index", root, *options)
+
+
+def list_hint(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
+    """The block's last line's advice when it is cut: the command that lists every stale file."""
+    return f"run `{status_command(root, options, program)}` to list them all"
 
 
 def hook_command(root: str, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)) -> str:

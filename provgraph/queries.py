@@ -8,17 +8,30 @@ the two files.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .lineage import children_of, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
-from .render import LINEAGE_MAX_CHARS, chain_text, clip, moved_text, named, safe_name
+from .render import (
+    LINEAGE_MAX_CHARS,
+    MORE_RESERVE,
+    NAME_SHOWN,
+    causes_text,
+    chain_text,
+    clip,
+    fit_lines,
+    moved_text,
+    named,
+    safe_name,
+    stale_phrase,
+)
 
 __all__ = ["EDIT_NOTES_MAX_CHARS", "Advice", "EditContext", "FileLineage", "Relative", "derived_from", "edit_notes"]
 __all__ += ["explain", "file_lineage", "missing_sources", "refusal_text", "sources_of", "stale_after_editing"]
-__all__ += ["suggested_line"]
+__all__ += ["one_line", "recorded_text", "stale_note", "stale_page", "suggested_line", "unescaped"]
 
 
 def explain(report: Report, path: str) -> Explanation:
@@ -107,6 +120,65 @@ def refusal_text(path: str, missing: tuple[Edge, ...], again: str) -> str:
         f"from its derived_from, or fix it to the file's current name, then {again}.",
         LINEAGE_MAX_CHARS,
     )
+
+
+def recorded_text(path: str, report: Report) -> str:
+    """What an agent's record tool answers once ``path`` is stamped, from the stamp's ``report``."""
+    count = sum(1 for edge in report.edges if edge.derived == path)
+    sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
+    sources = sources if count else "the name, description and type of each file it lists, as they are"
+    entry = report.entry(path)
+    if entry is None:
+        return f"Recorded: {named(path)} is now derived from {sources} now."
+    return (
+        f"Recorded for {named(path)}, but it stays marked because a file it is derived "
+        f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
+    )
+
+
+NOTHING_STALE = "No derived memory file has changed sources."
+
+
+def stale_note(entry: StaleEntry, mark: str = "Note:") -> str:
+    """The line that marks a stale file in an agent's answer (``- `` opens a line of a page)."""
+    return clip(f"{mark} {safe_name(entry.path)}: {stale_phrase(entry)}: {causes_text(entry)}")
+
+
+def stale_page(stale: tuple[StaleEntry, ...], offset: int, *, max_lines: int, list_tool: str, advice: str) -> str:
+    """One page of the ``stale`` files, from ``offset``: at most ``max_lines`` files and
+    ``LINEAGE_MAX_CHARS`` characters, then where the next page starts (``list_tool``'s offset)."""
+    total = len(stale)
+    if not total:
+        return NOTHING_STALE
+    start = min(max(0, offset), total)
+    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
+    head = [f"{files} changed sources (a source changed after they were written)."]
+    tail = [clip(advice)]
+    budget = LINEAGE_MAX_CHARS - sum(len(line) + 1 for line in head + tail) - MORE_RESERVE
+    lines = [stale_note(entry, "-") for entry in stale[start : start + max(1, max_lines)]]
+    shown = fit_lines(lines, max(1, max_lines), budget)
+    end = start + len(shown)
+    if end < total:
+        where = f"Shown: {start + 1} to {end} of {total}; call `{list_tool}` with offset={end} for the next ones."
+    elif shown:
+        where = f"Shown: {start + 1} to {end} of {total}; that is all."
+    else:
+        where = f"Nothing past offset {start}: there are {total}; call `{list_tool}` with offset=0."
+    return "\n".join(head + shown + [where] + tail)
+
+
+_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
+
+
+def unescaped(shown: str) -> str:
+    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone,
+    so that an agent may pass a name back as an answer showed it."""
+    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
+
+
+def one_line(error: Exception) -> str:
+    """An error message as one safe line: a tool answer stays short and cannot inject anything."""
+    return clip(safe_name(" ".join(str(error).split())), NAME_SHOWN) or type(error).__name__
 
 
 def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> FileLineage:

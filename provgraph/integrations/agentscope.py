@@ -28,28 +28,34 @@ from agentscope.message import HintBlock, TextBlock, ToolResultState
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, ToolResponse
+from agentscope.workspace import WorkspaceBase
 
 from ..api import Memory, NotDerived
 from ..clock import current
 from ..clock import pinned_now as _now
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, FileLineage, Report, StaleEntry
+from ..model import Edge, FileLineage, Report
 from ..paths import relative_to
-from ..queries import Advice, EditContext, edit_notes, missing_sources, refusal_text
+from ..queries import (
+    Advice,
+    EditContext,
+    edit_notes,
+    missing_sources,
+    one_line,
+    recorded_text,
+    refusal_text,
+    stale_note,
+    stale_page,
+    unescaped,
+)
 from ..render import (
     LINEAGE_MAX_CHARS,
     LIST_TOOL,
-    MORE_RESERVE,
-    NAME_SHOWN,
     RECORD_TOOL,
-    causes_text,
-    clip,
-    fit_lines,
     lineage_text,
     named,
     prompt_block,
     safe_name,
-    stale_phrase,
 )
 from ..watch import WatchedRefresh
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
@@ -83,7 +89,6 @@ ADVICE = (
     f"Before or after editing a memory file, `{LINEAGE_TOOL}` shows what derives from it."
 )
 MORE_HINT = f"call `{LIST_TOOL}` to list them all"
-_NOTHING_STALE = "No derived memory file has changed sources."
 _OUTAGE = "(as of the last check, {:%Y-%m-%d %H:%M}; the memory folder could not be read now)"
 
 
@@ -103,7 +108,8 @@ class ProvenanceMiddleware(MiddlewareBase):
     ``memory_lineage`` and ``print_memory_index``.  With ``LocalBackend`` (the default) the state is ``<memory
     folder>/.provgraph/``; with another backend (a sandbox) the lock is still
     ``<memory folder>/provgraph.lock`` there, and the cache and a mirror of the lock stay on
-    this machine, in ``state=`` or ``default_state_path(...)``.
+    this machine, in ``state=`` or ``default_state_path(...)``: the ``workspace`` that holds
+    the folder (the agent service's) names it, as every sandbox mounts its own at one path.
     """
 
     def __init__(
@@ -116,6 +122,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         state: str | os.PathLike[str] | None = None,
         sources_heading: str | None = None,
         backend_timeout: float = DEFAULT_BACKEND_TIMEOUT,
+        workspace: WorkspaceBase | None = None,
     ) -> None:
         self.backend: BackendBase = backend if backend is not None else LocalBackend()
         self.max_lines = max_lines
@@ -128,7 +135,9 @@ class ProvenanceMiddleware(MiddlewareBase):
         else:
             self.memory_path = self.backend.normpath(self.backend.join_path(workdir, memory_dir))
             self.files = BackendFiles(self.backend, self.memory_path, timeout=backend_timeout)
-            self.state_path = Path(state) if state is not None else default_state_path(self.backend, self.memory_path)
+            self.state_path = (
+                Path(state) if state is not None else default_state_path(self.backend, self.memory_path, workspace)
+            )
             # The lineage lock lives in the workspace; the state folder keeps a mirror of it (agentscope_lock).
             self.lock_mirror = LockMirror(self.files, self.state_path)
         self._memory: Memory | None = None
@@ -240,11 +249,11 @@ class ProvenanceMiddleware(MiddlewareBase):
             except NotDerived:
                 continue
             except Exception as error:  # a tool answers in words; it never raises into the agent loop
-                return f"Could not record the re-derivation of {named(relative)}: {_one_line(error)}"
+                return f"Could not record the re-derivation of {named(relative)}: {one_line(error)}"
             return (
                 refusal_text(relative, missing, f"call `{RECORD_TOOL}` again")
                 if missing
-                else _recorded(relative, report)
+                else recorded_text(relative, report)
             )
         return (
             f"Nothing recorded: {named(candidates[0])} is not a derived memory file "
@@ -270,7 +279,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         try:
             found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the lineage of {named(candidates[0])}: {_one_line(error)}"
+            return f"Could not check the lineage of {named(candidates[0])}: {one_line(error)}"
         return lineage_text(found, max_lines=self.max_lines)
 
     async def list_stale_derived_memories(self, offset: int = 0) -> str:
@@ -283,8 +292,10 @@ class ProvenanceMiddleware(MiddlewareBase):
         try:
             report = await self.refresh()
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the memory folder: {_one_line(error)}"
-        return _stale_page(report, offset, max_lines=max(self.max_lines, _PAGE_LINES))
+            return f"Could not check the memory folder: {one_line(error)}"
+        return stale_page(
+            report.stale, offset, max_lines=max(self.max_lines, _PAGE_LINES), list_tool=LIST_TOOL, advice=ADVICE
+        )
 
     async def print_memory_index(self) -> str:
         """Print the memory index (MEMORY.md) as it should be, to write over it when it is out of step.
@@ -297,7 +308,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         try:
             text = await self._in_worker(lambda memory: memory.index(now=_now()))
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not read the memory index: {_one_line(error)}"
+            return f"Could not read the memory index: {one_line(error)}"
         return text or f"There is no MEMORY.md in the memory folder {named(self.memory_path)}."
 
     def _candidates(self, path: str) -> list[str]:
@@ -532,7 +543,7 @@ def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]
         path = relative(match["path"])
         entry = None if path is None else report.entry(path)
         if entry is not None:
-            notes.append(_note(entry))
+            notes.append(stale_note(entry))
     return list(dict.fromkeys(notes))
 
 
@@ -566,19 +577,17 @@ def _reme_notes(hint: str, report: Report, texts: dict[str, str]) -> list[str]:
         for path, text in texts.items():
             entry = report.entry(path)
             if entry is not None and chunk in text:
-                notes.append(_note(entry))
+                notes.append(stale_note(entry))
     return list(dict.fromkeys(notes))
 
 
-def _note(entry: StaleEntry, mark: str = "Note:") -> str:
-    """The line added to a hint that shows a stale file (``- `` opens a line of a page)."""
-    return clip(f"{mark} {safe_name(entry.path)}: {stale_phrase(entry)}: {causes_text(entry)}")
-
-
-def default_state_path(backend: BackendBase, memory_path: str) -> Path:
+def default_state_path(backend: BackendBase, memory_path: str, workspace: WorkspaceBase | None = None) -> Path:
     """Where the state of a remote memory folder is kept when no ``state=`` is given: a folder
-    under the user's cache folder named by a hash of the backend class and the folder's path."""
+    under the user's cache folder named by a hash of the backend class, the folder's path and
+    the id of the ``workspace`` that holds it (its path alone is every sandbox's ``/workspace``)."""
     key = f"{type(backend).__module__}.{type(backend).__qualname__}\0{memory_path}"
+    if workspace is not None:
+        key += f"\0workspace\0{workspace.workspace_id}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     return _cache_home() / "provgraph" / "agentscope" / digest
 
@@ -619,19 +628,6 @@ def _look_up_first(memory: Memory, candidates: list[str]) -> FileLineage:
     return next((one for one in found if one.exists), found[0])
 
 
-def _recorded(path: str, report: Report) -> str:
-    count = sum(1 for edge in report.edges if edge.derived == path)
-    sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
-    sources = sources if count else "the name, description and type of each file it lists, as they are"
-    entry = report.entry(path)
-    if entry is None:
-        return f"Recorded: {named(path)} is now derived from {sources} now."
-    return (
-        f"Recorded for {named(path)}, but it stays marked because a file it is derived "
-        f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
-    )
-
-
 def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
     """Stamp ``path`` again, unless a source it names does not exist: the report and those sources."""
     before = memory.refresh(now=_now())
@@ -641,37 +637,3 @@ def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
 
 _PAGE_LINES = 20
 """Stale files on a page of ``list_stale_derived_memories`` at least, when the block lists fewer."""
-
-_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
-
-
-def unescaped(shown: str) -> str:
-    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone."""
-    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
-
-
-def _stale_page(report: Report, offset: int, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
-    """One page of the stale files, from ``offset``: at most ``max_lines`` files and ``max_chars`` characters."""
-    total = len(report.stale)
-    if not total:
-        return _NOTHING_STALE
-    start = min(max(0, offset), total)
-    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
-    head = [f"{files} changed sources (a source changed after they were written)."]
-    tail = [clip(ADVICE)]
-    budget = max_chars - sum(len(line) + 1 for line in head + tail) - MORE_RESERVE
-    lines = [_note(entry, "-") for entry in report.stale[start : start + max(1, max_lines)]]
-    shown = fit_lines(lines, max(1, max_lines), budget)
-    end = start + len(shown)
-    if end < total:
-        where = f"Shown: {start + 1} to {end} of {total}; call `{LIST_TOOL}` with offset={end} for the next ones."
-    elif shown:
-        where = f"Shown: {start + 1} to {end} of {total}; that is all."
-    else:
-        where = f"Nothing past offset {start}: there are {total}; call `{LIST_TOOL}` with offset=0."
-    return "\n".join(head + shown + [where] + tail)
-
-
-def _one_line(error: Exception) -> str:
-    """An error message as one safe line: a tool answer stays short and cannot inject anything."""
-    return clip(safe_name(" ".join(str(error).split())), NAME_SHOWN) or type(error).__name__
