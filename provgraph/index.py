@@ -25,6 +25,7 @@ from .model import INDEX_KINDS, Problem, ProblemKind, Stamp
 from .stamps import Derivation, first_observed
 
 __all__ = [
+    "INDEX_HEADING",
     "INDEX_NAME",
     "Entry",
     "Fields",
@@ -38,6 +39,8 @@ __all__ = [
 
 INDEX_NAME = "MEMORY.md"
 """The index every Claude Code memory folder keeps at its root."""
+INDEX_HEADING = "## The memory index is out of step with the files"
+"""The prompt block's heading when nothing is stale but an index has a problem."""
 
 _ENTRY = re.compile(
     r"(?P<bullet>[ \t]*[-*][ \t]+)(?P<link>\[(?P<title>(?:[^\]\\\n]|\\.)*)\]\([^)]*\)|\[\[[^\[\]]+\]\])"
@@ -276,7 +279,7 @@ def block_lines(problems: Sequence[Problem], room: int, hint: str, shown: Callab
     ``hint``, how to print the index; names go through ``shown`` (``render.safe_name``)."""
     if not problems:
         return []
-    lines = [f"The memory index is out of step with the files; {hint}:"]
+    lines = [f"The memory index disagrees with the files; {hint}:"]
     lines += [f"- {shown(problem.path)}: {problem.kind.value}: {shown(problem.detail)}" for problem in problems[:room]]
     return lines + ([f"- … and {len(problems) - room} more index problems."] if len(problems) > room else [])
 

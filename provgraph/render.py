@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from .index import block_lines
+from .index import INDEX_HEADING, block_lines
 from .lineage import nearest, node_statuses, to_networkx
 from .model import (
     INDEX_KINDS,
@@ -208,7 +208,7 @@ def prompt_block(
     index = report.index_problems
     if not report.stale and not index:
         return ""
-    lines = [PROMPT_HEADING, "<system-reminder>"]
+    lines = [PROMPT_HEADING if report.stale else INDEX_HEADING, "<system-reminder>"]
     if report.stale:
         lines += [
             "These memory files were written from other memory files that changed afterwards.",
