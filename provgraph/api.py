@@ -117,6 +117,9 @@ class Memory:
         self.sources_heading = sources_heading
         """The heading the last refresh read with: the one asked for, else the lock's."""
         self.index_files, self.unindexed = _split(self._asked, "index_files"), _split(self._asked, "unindexed")
+        for path in self.index_files:
+            if path.startswith("/") or ".." in path.split("/") or not path.endswith(".md"):
+                raise ProvgraphError(f"an index is a Markdown file named from the memory root, not {path!r}")
         self._settings = _settings(sources_heading, self.roots, self.index_files, self.unindexed)
         if files is None:
             if not os.path.isdir(self._root):

@@ -181,6 +181,13 @@ def test_the_index_options_are_recorded_in_the_lock_and_another_refused(memory) 
         Memory(memory.root, index_files=["other.md"]).refresh(now=at(2))
 
 
+def test_an_index_outside_the_root_is_refused_in_one_line(memory, run) -> None:
+    memory.write("a.md", note("A", "a"))
+    for named in ("../MEMORY.md", "/etc/MEMORY.md", "notes.txt"):
+        code, out, err = run("status", "--index", named, cwd=memory.root)
+        assert (code, out) == (2, "") and err.count("\n") == 1 and repr(named) in err
+
+
 def test_a_memory_md_of_prose_alone_is_no_index_and_a_folder_without_one_reads_as_before(memory) -> None:
     memory.write("MEMORY.md", "# Memory\nNotes about the user.\n")
     memory.write("a.md", note("A", "a"))
