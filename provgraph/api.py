@@ -311,7 +311,7 @@ class Memory:
             return found if stamps is not None else None
         kept = (self._fields, racy_mark)
         updated, problems = check_indexes(
-            self.files, listing, readings, stamps, now.timestamp(), kept=kept, unindexed=self.unindexed
+            self.files, listing, readings, stamps, now.timestamp(), kept, unindexed=self.unindexed
         )
         report = replace(found.report, problems=found.report.problems + problems)
         updated = {
@@ -362,9 +362,9 @@ class Memory:
                 readings,
                 entry_stamps,
                 now.timestamp(),
+                (self._fields, started_ns - RACY_WINDOW_NS),
                 restamp,
                 self.unindexed,
-                (self._fields, started_ns - RACY_WINDOW_NS),
             )
         read = {reading.path for reading in readings}
         not_derived = tuple(sorted(path for path in restamp - read if path not in snapshot.declarations))

@@ -489,12 +489,13 @@ def check_indexes(
     readings: tuple[IndexReading, ...],
     stamps: Mapping[str, Derivation],
     now: float,
+    kept: tuple[dict[str, FieldsRead], int],
     restamp: Set[str] = frozenset(),
     unindexed: Collection[str] = (),
-    kept: tuple[dict[str, FieldsRead], int] = ({}, 0),
 ) -> tuple[dict[str, Derivation], tuple[Problem, ...]]:
     """The indexes' entry stamps after this scan, and their problems; ``DanglingEntries``
-    when an index to ``restamp`` links a file that does not exist."""
+    when an index to ``restamp`` links a file that does not exist.  ``kept``: the fields
+    read before, and the racy mark of this scan (see ``fields_of``)."""
     targets = {entry.target for reading in readings for entry in reading.entries if entry.target is not None}
     for reading in readings:
         missing = sorted({target for entry in reading.entries if (target := entry.target) and target not in listing})
