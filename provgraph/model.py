@@ -45,6 +45,18 @@ class ProblemKind(enum.StrEnum):
     """An entry or a link resolves outside the memory root; it is refused and never opened."""
     UNREADABLE = "unreadable"
     """A file or folder could not be read (permissions, invalid UTF-8, vanished, not a regular file)."""
+    DANGLING_ENTRY = "dangling-entry"
+    """An index line links a memory file that does not exist."""
+    ORPHAN = "orphan"
+    """A memory file that no line of an index links."""
+    OUTDATED_ENTRY = "outdated-entry"
+    """The name, description or type of a file changed since its index line was stamped."""
+    DUPLICATE_ENTRY = "duplicate-entry"
+    """An index links one file on several lines."""
+
+
+INDEX_KINDS = (ProblemKind.DANGLING_ENTRY, ProblemKind.ORPHAN, ProblemKind.OUTDATED_ENTRY, ProblemKind.DUPLICATE_ENTRY)
+"""The problems of a memory index, in the order to repair them."""
 
 
 class EdgeStatus(enum.StrEnum):
@@ -327,6 +339,11 @@ class Report:
     def derived(self) -> tuple[str, ...]:
         """Paths of the files that declare at least one source, sorted."""
         return tuple(sorted(set(column(self.edges, "derived"))))
+
+    @property
+    def index_problems(self) -> tuple[Problem, ...]:
+        """The problems of the memory indexes, in the order to repair them."""
+        return tuple(problem for problem in self.problems if problem.kind in INDEX_KINDS)
 
     @property
     def ok(self) -> bool:

@@ -99,6 +99,11 @@ def status_command(root: str, options: tuple[str, ...] = (), program: Program = 
     return _command(program, "status", root, *options)
 
 
+def index_command(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
+    """``provgraph index``, which prints the root's memory index as it should be."""
+    return _command(program, "index", root, *options)
+
+
 def list_hint(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
     """The block's last line's advice when it is cut: the command that lists every stale file."""
     return f"run `{status_command(root, options, program)}` to list them all"
@@ -118,6 +123,7 @@ def shell_advice(root: str, options: tuple[str, ...] = (), program: Program = PR
         list_all=lambda path: status,
         list_stale=status,
         read_when="before writing it, since your previous write",
+        print_index=f"run `{index_command(root, options, program)}`",
     )
 
 

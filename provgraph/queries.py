@@ -126,6 +126,7 @@ def recorded_text(path: str, report: Report) -> str:
     """What an agent's record tool answers once ``path`` is stamped, from the stamp's ``report``."""
     count = sum(1 for edge in report.edges if edge.derived == path)
     sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
+    sources = sources if count else "the name, description and type of each file it lists, as they are"
     entry = report.entry(path)
     if entry is None:
         return f"Recorded: {named(path)} is now derived from {sources} now."
@@ -199,6 +200,8 @@ INDEX = "MEMORY.md"
 """The memory index: it links every file and is derived from none of them."""
 HEADING = "Memory lineage after this write (provgraph):"
 _MORE_RESERVE = 120
+_INDEX_NOTES = 5
+"""Index problems noted after a write of the index at most."""
 _SUGGESTION_LIMIT = 300
 """Characters of a suggested ``derived_from`` line at most (lines are clipped at 400)."""
 
@@ -220,6 +223,8 @@ class Advice:
     read_when: str = "before writing it, in this reply"
     """When the reads it names happened: AgentScope keeps a reply's, Claude Code a session's,
     each since the previous write."""
+    print_index: str = "run `provgraph index` in the memory folder"
+    """How to get the memory index as it should be: "call `print_memory_index`"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +258,7 @@ def edit_notes(
         _impact(report, edit.path, advice, max_lines, budget),
         _suggestion(report, edit, advice.read_when),
         _rederivation(report, edit, advice),
+        _index_entry(report, edit.path, advice),
     ):
         lines = [clip(line) for line in lines]
         cost = sum(len(line) + 1 for line in lines)
@@ -260,6 +266,15 @@ def edit_notes(
             sections += lines
             budget -= cost
     return "\n".join([HEADING, *sections]) if sections else ""
+
+
+def _index_entry(report: Report, path: str, advice: Advice) -> list[str]:
+    """What the write left wrong in the memory index about the file (no entry, or an outdated
+    one), or, for a write of the index itself, its first problems."""
+    found = [problem for problem in report.index_problems if problem.path == path or path == INDEX][:_INDEX_NOTES]
+    lines = [f"- The memory index: {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}." for p in found]
+    action = advice.print_index[:1].upper() + advice.print_index[1:]
+    return [*lines, f"  {action} for the index as it should be, then write it."] if lines else []
 
 
 def _impact(report: Report, path: str, advice: Advice, max_lines: int, budget: int) -> list[str]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Set
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
+from typing import NamedTuple
 
 from .declarations import (
     FRONTMATTER_LIMIT,
@@ -23,12 +24,15 @@ from .declarations import (
     read_declaration,
     resolve_entries,
 )
+from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
+from .index import Fields, IndexReading, entries_of, index_problems, orphans, read_fields, restamped
 from .meaning import Meaning, meaning_hash, volatile_lines
 from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
+from .stamps import Derivation
 from .store.cache import FileRow, Resolution
 
-__all__ = ["RACY_WINDOW_NS", "FileRow", "Rescan", "Snapshot", "SourceState", "scan"]
+__all__ = ["RACY_WINDOW_NS", "DanglingEntries", "FileRow", "Rescan", "Snapshot", "SourceState", "check_indexes", "scan"]
 
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
@@ -445,3 +449,96 @@ def describe(error: Exception) -> str:
     if isinstance(error, OSError):
         return error.strerror or type(error).__name__
     return str(error)
+
+
+class DanglingEntries(ProvgraphError):
+    """``stamp`` of an index that links files that do not exist: nothing is stamped."""
+
+    def __init__(self, index: str, missing: list[str]) -> None:
+        names = ", ".join(missing)
+        super().__init__(f"{index} links files that do not exist: {names}; print it anew with `provgraph index`")
+        self.index, self.missing = index, missing
+
+
+def read_indexes(files: FileSource, listing: Mapping[str, FileMeta], paths: list[str]) -> tuple[IndexReading, ...]:
+    """The index files among ``paths`` that exist, can be read and link a memory file, their
+    links resolved: a ``MEMORY.md`` of prose alone is no index."""
+    lookup = Lookup(listing)
+    readings = []
+    for path in paths:
+        data = _read(files, path, None) if path in listing else None
+        if data is not None:
+            entries = entries_of(path, data.decode("utf-8", "replace").removeprefix("\ufeff"), lookup)
+            if any(entry.target is not None for entry in entries):
+                readings.append(IndexReading(path, entries, hashlib.sha256(data).hexdigest()))
+    return tuple(readings)
+
+
+class FieldsRead(NamedTuple):
+    """A file's fields, trusted while its metadata stays ``meta`` and older than ``racy_mark``
+    (the time of the read less the racy window)."""
+
+    meta: FileMeta
+    fields: Fields
+    racy_mark: int
+
+
+def fields_of(
+    files: FileSource,
+    paths: Iterable[str],
+    listing: Mapping[str, FileMeta],
+    kept: dict[str, FieldsRead],
+    racy_mark: int,
+) -> dict[str, Fields]:
+    """The ``name``, ``description`` and ``type`` of each file that can be read: from
+    ``kept`` while the file's metadata is unchanged and older than the racy window, else
+    read now (and kept)."""
+    found = {}
+    for path in paths:
+        meta, old = listing[path], kept.get(path)
+        if old is not None and files.trusts_stat and old.meta == meta and max(meta[1:3]) < old.racy_mark:
+            found[path] = old.fields
+        elif (head := _read(files, path, FRONTMATTER_LIMIT)) is not None:
+            found[path] = read_fields(head)
+            kept[path] = FieldsRead(meta, found[path], racy_mark)
+    return found
+
+
+def _read(files: FileSource, path: str, limit: int | None) -> bytes | None:
+    try:
+        return files.read(path, limit)
+    except (OSError, NotRegular, OutsideRoot):
+        return None
+
+
+def check_indexes(
+    files: FileSource,
+    listing: Mapping[str, FileMeta],
+    readings: tuple[IndexReading, ...],
+    stamps: Mapping[str, Derivation],
+    now: float,
+    kept: tuple[dict[str, FieldsRead], int],
+    restamp: Set[str] = frozenset(),
+    unindexed: Collection[str] = (),
+) -> tuple[dict[str, Derivation], tuple[Problem, ...]]:
+    """The indexes' entry stamps after this scan, and their problems; ``DanglingEntries``
+    when an index to ``restamp`` links a file that does not exist.  ``kept``: the fields
+    read before, and the racy mark of this scan (see ``fields_of``)."""
+    targets = {entry.target for reading in readings for entry in reading.entries if entry.target is not None}
+    for reading in readings:
+        missing = sorted({target for entry in reading.entries if (target := entry.target) and target not in listing})
+        if reading.path in restamp and missing:
+            raise DanglingEntries(reading.path, missing)
+    fields = fields_of(files, sorted(targets.intersection(listing)), listing, *kept)
+    mtimes = {path: listing[path].mtime for path in fields}
+    updated = dict(stamps)
+    for reading in readings:
+        updated[reading.path] = restamped(
+            reading, stamps.get(reading.path), fields, mtimes, now, reading.path in restamp
+        )
+    digests: dict[str, str] = {}
+    if targets - listing.keys():  # a dangling entry: an unlisted file holding its fields may be where it went
+        indexes = [reading.path for reading in readings]
+        unlisted = orphans(listing, indexes, targets, unindexed)
+        digests = {path: found.digest for path, found in fields_of(files, unlisted, listing, *kept).items()}
+    return updated, index_problems(readings, updated, listing.keys(), unindexed, digests)

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from .model import Edge, EdgeStatus, EdgeTable, HashRule, Snapshot, SourceState, Stamp
 
-__all__ = ["Derivation", "reconcile", "reconcile_as_table"]
+__all__ = ["Derivation", "first_observed", "reconcile", "reconcile_as_table"]
 
 
 class Derivation(NamedTuple):
@@ -196,7 +196,9 @@ def _compare(
         status = EdgeStatus.CLEAN
     else:
         status = EdgeStatus.MISSING if state.sha256 is None else EdgeStatus.CHANGED
-        since = stamp.mismatch_since if stamp.mismatch_since is not None else _first_observed(status, stamp, state, now)
+        since = stamp.mismatch_since
+        if since is None:
+            since = first_observed(status is EdgeStatus.CHANGED, stamp.stamped_at, state.mtime, now)
     if stamp.mismatch_since != since:
         stamp = Stamp(stamp.sha256, stamp.stamped_at, since, stamp.rule)
     moved_to = _moved_to(stamp, contents) if status is EdgeStatus.MISSING else None
@@ -209,8 +211,9 @@ def _moved_to(stamp: Stamp, contents: Mapping[str, tuple[str, ...]]) -> str | No
     return holders[0] if holders else None
 
 
-def _first_observed(status: EdgeStatus, stamp: Stamp, state: SourceState, now: float) -> float:
-    """The source's mtime when it is plausible (after the stamp, not in the future), else now."""
-    if status is EdgeStatus.CHANGED and state.mtime is not None and stamp.stamped_at <= state.mtime <= now:
-        return state.mtime
+def first_observed(changed: bool, stamped_at: float, mtime: float | None, now: float) -> float:
+    """The originating date of a difference first seen ``now``: the changed file's mtime
+    when it is plausible (after the stamp, not in the future), else now."""
+    if changed and mtime is not None and stamped_at <= mtime <= now:
+        return mtime
     return now

@@ -23,6 +23,7 @@ PURE = frozenset(
         "frontmatter",
         "meaning",
         "stamps",
+        "index",
         "incremental",
         "lineage",
         "queries",

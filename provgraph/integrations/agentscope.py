@@ -2,7 +2,7 @@
 
 ``ProvenanceMiddleware`` looks at ``AgenticMemoryMiddleware``'s folder through the same backend
 (the local disk, a Docker or E2B sandbox, ...), checks every memory file on each model call,
-marks stale retrieved files and memory writes, and gives the agent three tools; it never
+marks stale retrieved files and memory writes, and gives the agent four tools; it never
 withholds or edits a memory file.  With ``agentscope_backend`` and ``agentscope_lock``, the
 only provgraph modules that import AgentScope.
 """
@@ -34,7 +34,7 @@ from ..api import Memory, NotDerived
 from ..clock import current
 from ..clock import pinned_now as _now
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, FileLineage, Report, StaleEntry
+from ..model import Edge, FileLineage, Report
 from ..paths import relative_to
 from ..queries import (
     Advice,
@@ -63,6 +63,7 @@ from .agentscope_lock import LockMirror
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
+    "INDEX_TOOL",
     "LINEAGE_TOOL",
     "LIST_TOOL",
     "RECORD_TOOL",
@@ -79,6 +80,8 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 LINEAGE_TOOL = "memory_lineage"
+INDEX_TOOL = "print_memory_index"
+INDEX_HINT = f"call `{INDEX_TOOL}` to get it as it should be, then write it"
 
 ADVICE = (
     f"After you update one of them from its sources, or check that it still holds, "
@@ -101,8 +104,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         agent = Agent(..., middlewares=[memory, provenance],
                       toolkit=Toolkit(tools=[*file_tools, *await provenance.list_tools()]))
 
-    The tools: ``record_memory_rederivation``, ``list_stale_derived_memories`` and
-    ``memory_lineage``.  With ``LocalBackend`` (the default) the state is ``<memory
+    The tools: ``record_memory_rederivation``, ``list_stale_derived_memories``,
+    ``memory_lineage`` and ``print_memory_index``.  With ``LocalBackend`` (the default) the state is ``<memory
     folder>/.provgraph/``; with another backend (a sandbox) the lock is still
     ``<memory folder>/provgraph.lock`` there, and the cache and a mirror of the lock stay on
     this machine, in ``state=`` or ``default_state_path(...)``: the ``workspace`` that holds
@@ -147,7 +150,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
-        self._last_block: tuple[tuple[StaleEntry, ...] | None, int, str] = (None, 0, "")
+        self._last_block: tuple[tuple[object, object] | None, int, str] = (None, 0, "")
         """The stale entries and line cap of the last block made, and that block."""
         self._checked_at = current()
         """When the last check that completed ran: the date of the marks kept while checks fail."""
@@ -195,11 +198,17 @@ class ProvenanceMiddleware(MiddlewareBase):
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
     def _block(self, report: Report) -> str:
-        """The block of ``report``, made once for the same stale entries (the watch's, unchanged)."""
-        stale, max_lines, block = self._last_block
-        if stale is not report.stale or max_lines != self.max_lines:
-            block = prompt_block(report, max_lines=self.max_lines, advice=ADVICE, more_hint=MORE_HINT)
-            self._last_block = (report.stale, self.max_lines, block)
+        """The block of ``report``, made once for the same stale entries and problems (the watch's, unchanged)."""
+        marks, max_lines, block = self._last_block
+        if (
+            marks is None
+            or marks[0] is not report.stale
+            or marks[1] is not report.problems
+            or max_lines != self.max_lines
+        ):
+            hints = {"advice": ADVICE, "more_hint": MORE_HINT, "index_hint": INDEX_HINT}
+            block = prompt_block(report, max_lines=self.max_lines, **hints)
+            self._last_block = ((report.stale, report.problems), self.max_lines, block)
         return block
 
     def _last_known_block(self) -> str:
@@ -289,6 +298,20 @@ class ProvenanceMiddleware(MiddlewareBase):
         return stale_page(
             report.stale, offset, max_lines=max(self.max_lines, _PAGE_LINES), list_tool=LIST_TOOL, advice=ADVICE
         )
+
+    async def print_memory_index(self) -> str:
+        """Print the memory index (MEMORY.md) as it should be, to write over it when it is out of step.
+
+        Its lines in their order, entries of changed files rewritten from their
+        name and description, entries of missing files and repeated ones
+        dropped, and the memory files it does not list appended.  Nothing is
+        changed: write the text to MEMORY.md yourself.
+        """
+        try:
+            text = await self._in_worker(lambda memory: memory.index(now=_now()))
+        except Exception as error:  # a tool answers in words; it never raises into the agent loop
+            return f"Could not read the memory index: {one_line(error)}"
+        return text or f"There is no MEMORY.md in the memory folder {named(self.memory_path)}."
 
     def _candidates(self, path: str) -> list[str]:
         """The memory-folder-relative paths the agent may mean, likeliest first: names are
@@ -512,6 +535,7 @@ _EDIT_ADVICE = Advice(
     record_any=f"call `{RECORD_TOOL}` with its path",
     list_all=lambda path: f"call `{LINEAGE_TOOL}` with `{safe_name(path)}`",
     list_stale=f"call `{LIST_TOOL}`",
+    print_index=f"call `{INDEX_TOOL}`",
 )
 
 _HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)
@@ -600,6 +624,7 @@ def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
             permission=allow,
         ),
         FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
+        FunctionTool(middleware.print_memory_index, name=INDEX_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
     )
 
 

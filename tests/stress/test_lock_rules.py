@@ -30,7 +30,7 @@ NEWER = "provgraph.lock was written by a newer provgraph (lock format 3); upgrad
 
 def _stale(root: Path) -> None:
     """``d.md`` derived from ``a.md``, stamped, then ``a.md`` changed: ``check`` says 1."""
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md"))
     assert_clean(provgraph("status", root), 0)
