@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 from extras import needs
-from mcp_client import GRAPH, STALE, TIMEOUT, read, serving, text_of
+from mcp_client import GRAPH, INDEX, NOW, STALE, TIMEOUT, read, serving, text_of
 
 pytestmark = needs("mcp")
 
@@ -45,12 +45,13 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             assert sorted(tool.name for tool in (await client.list_tools()).tools) == [
                 "explain_memory",
                 "list_stale_memories",
+                "memory_index_problems",
                 "memory_lineage",
                 "record_rederivation",
             ]
             for tool in (await client.list_tools()).tools:
                 assert tool.input_schema["type"] == "object"
-            assert sorted(r.uri for r in (await client.list_resources()).resources) == [GRAPH, STALE]
+            assert sorted(r.uri for r in (await client.list_resources()).resources) == [GRAPH, INDEX, STALE]
             assert [p.name for p in (await client.list_prompts()).prompts] == ["rederive_stale_memory"]
 
             before = await read(client, STALE)
@@ -89,6 +90,9 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             refused = await client.call_tool("record_rederivation", {"path": "orphan.md"})
             assert refused.is_error and "gone.md" in text_of(refused)
 
+            no_index = text_of(await client.call_tool("memory_index_problems", {}))
+            assert no_index == f"There is no memory index (MEMORY.md) in the memory folder {folder}."
+
             outside = await client.call_tool("explain_memory", {"path": "../elsewhere.md"})
             assert outside.is_error and "is not a path inside the memory folder" in text_of(outside)
 
@@ -98,6 +102,53 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             await client.call_tool("record_rederivation", {"path": "digest.md"})
             cleared = await read(client, STALE)
             assert "profile.md" not in cleared and "digest.md" not in cleared and "orphan.md" in cleared
+
+    anyio.run(scenario)
+
+
+def _note(name: str, description: str) -> str:
+    return f"---\nname: {name}\ndescription: {description}\ntype: user\n---\nbody\n"
+
+
+def test_the_index_problems_are_named_with_their_kind_and_the_printed_index_written_and_recorded_clears_them(
+    memory: Any, run: Any
+) -> None:
+    """A drifted index (an entry to a deleted file, a file not listed, a description edited, a
+    line repeated): each problem named with its kind, then the index printed in the answer,
+    written over MEMORY.md and recorded with ``record_rederivation``, leaves none."""
+    memory.write("MEMORY.md", "- [Facts](facts.md) — where the user lives\n- [Prefs](prefs.md) — how to answer\n")
+    memory.write("facts.md", _note("Facts", "where the user lives"))
+    memory.write("prefs.md", _note("Prefs", "how to answer"))
+    root = Path(memory.root)
+    agrees = "The memory index agrees with the files: every entry is current, and it lists every memory file."
+
+    async def scenario() -> None:
+        async with serving(root) as client:
+            assert text_of(await client.call_tool("memory_index_problems", {})) == agrees  # its entries adopted
+            (root / "prefs.md").unlink()
+            (root / "team\u200bnotes.md").write_text(_note("Team", "who works with the user"))
+            (root / "facts.md").write_text(_note("Facts", "where the user lives and works"))
+            with (root / "MEMORY.md").open("a") as index:
+                index.write("- [Facts](facts.md) — again\n")
+            answer = text_of(await client.call_tool("memory_index_problems", {}))
+            problems, printed = answer.split("\nThe index as it should be, from the next line to the end; ")
+            assert problems.splitlines() == [
+                "4 problem(s) with the memory index, in the order to repair them:",
+                "- prefs.md: dangling-entry: MEMORY.md line 2 links it, and it does not exist",
+                "- team\\u200bnotes.md: orphan: no line of MEMORY.md links it",
+                "- facts.md: outdated-entry: MEMORY.md line 1 predates a change of its name, description or type "
+                "(since 2024-03-01)",
+                "- facts.md: duplicate-entry: MEMORY.md lists it on lines 1, 3",
+                "Shown: 1 to 4 of 4; that is all.",
+            ]
+            intro, index = printed.split("\n", 1)
+            assert intro == "write it over MEMORY.md, then call `record_rederivation` with path `MEMORY.md`:"
+            assert index + "\n" == await read(client, INDEX) == run("index", cwd=root, now=NOW)[1]
+            (root / "MEMORY.md").write_text(index + "\n")
+            recorded = text_of(await client.call_tool("record_rederivation", {"path": "MEMORY.md"}))
+            assert recorded.startswith("Recorded: MEMORY.md is now derived from the name, description and type")
+            assert text_of(await client.call_tool("memory_index_problems", {})) == agrees
+            assert await read(client, STALE) == ""
 
     anyio.run(scenario)
 
