@@ -91,7 +91,7 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             assert refused.is_error and "gone.md" in text_of(refused)
 
             no_index = text_of(await client.call_tool("memory_index_problems", {}))
-            assert no_index == f"There is no memory index (MEMORY.md) in the memory folder {folder}."
+            assert no_index == f"There is no memory index in {folder}: no MEMORY.md there links a memory file."
 
             outside = await client.call_tool("explain_memory", {"path": "../elsewhere.md"})
             assert outside.is_error and "is not a path inside the memory folder" in text_of(outside)
@@ -197,6 +197,24 @@ def test_a_listening_client_hears_of_a_source_edit(folder: Path) -> None:
     anyio.run(scenario)
 
 
+def test_a_client_listening_to_the_index_hears_of_a_file_it_does_not_list(memory: Any) -> None:
+    memory.write("MEMORY.md", "- [Facts](facts.md) — where the user lives\n")
+    memory.write("facts.md", _note("Facts", "where the user lives"))
+    root = Path(memory.root)
+
+    async def scenario() -> None:
+        async with serving(root) as client, client.listen(resource_subscriptions=[INDEX, STALE]) as events:
+            assert await read(client, STALE) == ""
+            (root / "travel.md").write_text(_note("Travel", "trips planned"))
+            with anyio.fail_after(TIMEOUT):
+                heard = {(await events.__anext__()).uri, (await events.__anext__()).uri}
+            assert heard == {INDEX, STALE}
+            assert (await read(client, INDEX)).endswith("- [Travel](travel.md) — trips planned\n")
+            assert "- travel.md: orphan: no line of MEMORY.md links it" in await read(client, STALE)
+
+    anyio.run(scenario)
+
+
 def test_config_prints_a_snippet_for_each_client_with_the_absolute_command(folder: Path, run: Any) -> None:
     code, out, err = run("mcp", "--config", ".", "--state", "state", cwd=folder)
     assert (code, err) == (0, "")
@@ -263,3 +281,23 @@ def test_the_benchmark_of_the_server_prints_each_figure_beside_its_floor(tmp_pat
         "tool call in process, nothing changed",
     ]
     assert all(re.search(r"\d×$", row) for row in rows)
+
+
+def test_a_long_index_problem_list_is_paged_and_a_long_index_is_pointed_to(memory: Any) -> None:
+    from provgraph.integrations.mcp import MemoryServer  # the mcp extra, present only when the test runs
+
+    memory.write("MEMORY.md", "# Memory\n- [Note 0](note00.md) — the first\n")
+    for number in range(30):
+        memory.write(f"note{number:02}.md", _note(f"Note {number}", "a description long enough to fill a line " * 2))
+    server = MemoryServer(memory.root)
+    try:
+        first = server.call("memory_index_problems", {})
+        second = server.call("memory_index_problems", {"offset": 20})
+    finally:
+        server.close()
+    assert first.startswith("29 problem(s) with the memory index, in the order to repair them:\n- note01.md: orphan:")
+    assert "Shown: 1 to 20 of 29; call `memory_index_problems` with offset=20 for the next ones." in first
+    assert "- note21.md: orphan:" in second and "Shown: 21 to 29 of 29; that is all." in second
+    pointer = "The index as it should be has 31 lines: read the resource provgraph://index (or run `provgraph index "
+    assert pointer in first and first.endswith("then call `record_rederivation` with path `MEMORY.md`.")
+    assert all(len(answer) <= 4000 for answer in (first, second))

@@ -271,7 +271,7 @@ class MemoryServer:
             read = (path for path in (INDEX_NAME, *watched.memory.index_files) if self._is_file(path))
             index = next(read, INDEX_NAME)  # the file ``Memory.index`` printed
         if not text:
-            return f"There is no memory index ({INDEX_NAME}) in the memory folder {named(self.root)}."
+            return f"There is no memory index in {named(self.root)}: no {INDEX_NAME} there links a memory file."
         if not problems:
             return "The memory index agrees with the files: every entry is current, and it lists every memory file."
         head = f"{len(problems)} problem(s) with the memory index, in the order to repair them:"
