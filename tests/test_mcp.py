@@ -301,3 +301,21 @@ def test_a_long_index_problem_list_is_paged_and_a_long_index_is_pointed_to(memor
     pointer = "The index as it should be has 31 lines: read the resource provgraph://index (or run `provgraph index "
     assert pointer in first and first.endswith("then call `record_rederivation` with path `MEMORY.md`.")
     assert all(len(answer) <= 4000 for answer in (first, second))
+
+
+def test_the_index_answered_follows_an_edit_of_the_index_that_changes_no_problem(memory: Any) -> None:
+    from provgraph.integrations.mcp import INDEX_URI, MemoryServer  # the mcp extra, present only when the test runs
+
+    memory.write("MEMORY.md", "- [Facts](facts.md) — where the user lives\n")
+    memory.write("facts.md", _note("Facts", "where the user lives"))
+    memory.write("travel.md", _note("Travel", "trips planned"))
+    server = MemoryServer(memory.root)
+    try:
+        assert server.resource_text(INDEX_URI).endswith("- [Travel](travel.md) — trips planned\n")
+        before = server.call("memory_index_problems", {})
+        memory.write("MEMORY.md", "# What I remember\n- [Facts](facts.md) — where the user lives\n")
+        after = server.call("memory_index_problems", {})
+        assert "# What I remember\n- [Facts](facts.md)" in after and "# What I remember" not in before
+        assert server.resource_text(INDEX_URI).startswith("# What I remember\n")
+    finally:
+        server.close()

@@ -207,6 +207,8 @@ class MemoryServer:
         self._changed: set[str] = set()
         """Resources changed since subscribers were told; under ``_changes``, not the calls' ``_guard``."""
         self._changes = threading.Lock()
+        self._printed: tuple[int, str] | None = None
+        """The index as ``Memory.index`` last printed it, and the watch's walks then."""
 
     def refresh(self) -> Report:
         """The folder's report: the watch's when nothing changed since the last one."""
@@ -265,9 +267,8 @@ class MemoryServer:
     def _index_problems(self, offset: int) -> str:
         """A page of the index's problems in repair order, then the index as it should be, or where to read it."""
         with self._guard:
-            watched = self._watch()
-            text = watched.memory.index(now=pinned_now())
-            problems = self._noted(watched.refresh(pinned_now())).index_problems
+            problems = self._noted(self._watch().refresh(pinned_now())).index_problems
+            text, watched = self._printed_index(), self._watch()
             read = (path for path in (INDEX_NAME, *watched.memory.index_files) if self._is_file(path))
             index = next(read, INDEX_NAME)  # the file ``Memory.index`` printed
         if not text:
@@ -279,6 +280,15 @@ class MemoryServer:
         return page(
             problems, lambda one: clip(problem_line(one, safe_name)), offset, self._page_lines, head, tail, INDEX_TOOL
         )
+
+    def _printed_index(self) -> str:
+        """``Memory.index``'s text (under the guard): again without a walk while the watch has
+        not walked the folder since it was printed."""
+        watched = self._watch()
+        if self._printed is None or self._printed[0] != watched.walks:
+            text = watched.memory.index(now=pinned_now())
+            self._printed = (watched.walks, text)
+        return self._printed[1]
 
     def _is_file(self, path: str) -> bool:
         return os.path.isfile(os.path.join(self.root, path))
@@ -350,7 +360,7 @@ class MemoryServer:
             return graph_json(report)
         if uri == INDEX_URI:
             with self._guard:
-                return self._watch().memory.index(now=pinned_now())
+                return self._printed_index()
         raise ToolRefused(f"there is no resource {named(uri)}")
 
     def prompt_text(self, path: str | None) -> str:
