@@ -279,6 +279,7 @@ def test_the_benchmark_of_the_server_prints_each_figure_beside_its_floor(tmp_pat
         "start: first answer",
         "tool call over stdio, nothing changed",
         "tool call in process, nothing changed",
+        "index tool in process, nothing changed",
     ]
     assert all(re.search(r"\d×$", row) for row in rows)
 
