@@ -133,7 +133,7 @@ def test_the_index_problems_are_named_with_their_kind_and_the_printed_index_writ
             answer = text_of(await client.call_tool("memory_index_problems", {}))
             problems, printed = answer.split("\nThe index as it should be, from the next line to the end; ")
             assert problems.splitlines() == [
-                "4 problem(s) with the memory index, in the order to repair them:",
+                "4 problems with the memory index, in the order to repair them:",
                 "- prefs.md: dangling-entry: MEMORY.md line 2 links it, and it does not exist",
                 "- team\\u200bnotes.md: orphan: no line of MEMORY.md links it",
                 "- facts.md: outdated-entry: MEMORY.md line 1 predates a change of its name, description or type "
@@ -296,7 +296,7 @@ def test_a_long_index_problem_list_is_paged_and_a_long_index_is_pointed_to(memor
         second = server.call("memory_index_problems", {"offset": 20})
     finally:
         server.close()
-    assert first.startswith("29 problem(s) with the memory index, in the order to repair them:\n- note01.md: orphan:")
+    assert first.startswith("29 problems with the memory index, in the order to repair them:\n- note01.md: orphan:")
     assert "Shown: 1 to 20 of 29; call `memory_index_problems` with offset=20 for the next ones." in first
     assert "- note21.md: orphan:" in second and "Shown: 21 to 29 of 29; that is all." in second
     pointer = "The index as it should be has 31 lines: read the resource provgraph://index (or run `provgraph index "

@@ -1,11 +1,12 @@
 """MCP: ``provgraph mcp ROOT``, a Model Context Protocol server over stdio for one memory folder.
 
-Any MCP client gets the AgentScope tools' bounded, paged answers, the agent's block and the
-lineage graph as resources, and a prompt for one re-derivation, through the same ``Memory``
-and lock as the command line; a subscriber hears of changes from the middleware's watch (a
-walk where it cannot vouch).  On the SDK's low-level ``Server``: the high-level one serves no
-``resources/subscribe``, which clients before protocol 2026-07-28 use.  The only module that
-imports ``mcp``.
+Any MCP client gets the AgentScope tools' bounded, paged answers and the memory index's
+problems; the agent's block, the lineage graph and the index as it should be as resources;
+and a prompt for one re-derivation, through the same ``Memory`` and lock as the command
+line; a subscriber hears of changes from the middleware's watch (a walk where it cannot
+vouch).  On the SDK's low-level ``Server``: the high-level one serves no
+``resources/subscribe``, which clients before protocol 2026-07-28 use.  The only module
+that imports ``mcp``.
 """
 
 from __future__ import annotations
@@ -267,15 +268,17 @@ class MemoryServer:
     def _index_problems(self, offset: int) -> str:
         """A page of the index's problems in repair order, then the index as it should be, or where to read it."""
         with self._guard:
-            problems = self._noted(self._watch().refresh(pinned_now())).index_problems
-            text, watched = self._printed_index(), self._watch()
+            watched = self._watch()
+            problems = self._noted(watched.refresh(pinned_now())).index_problems
+            text = self._printed_index()
             read = (path for path in (INDEX_NAME, *watched.memory.index_files) if self._is_file(path))
             index = next(read, INDEX_NAME)  # the file ``Memory.index`` printed
         if not text:
             return f"There is no memory index in {named(self.root)}: no {INDEX_NAME} there links a memory file."
         if not problems:
             return "The memory index agrees with the files: every entry is current, and it lists every memory file."
-        head = f"{len(problems)} problem(s) with the memory index, in the order to repair them:"
+        count = "1 problem" if len(problems) == 1 else f"{len(problems)} problems"
+        head = f"{count} with the memory index, in the order to repair them:"
         tail = self._index_tail(text, index)
         return page(
             problems, lambda one: clip(problem_line(one, safe_name)), offset, self._page_lines, head, tail, INDEX_TOOL
@@ -297,7 +300,8 @@ class MemoryServer:
         """The index as it should be (``text``, printed from ``index``) when short, else where to read it."""
         then = f"write it over {named(index)}, then call `{RECORD_TOOL}` with path `{named(index)}`"
         if len(text) <= INDEX_SHOWN:
-            return f"The index as it should be, from the next line to the end; {then}:\n{text.removesuffix(chr(10))}"
+            shown = text.removesuffix("\n")
+            return f"The index as it should be, from the next line to the end; {then}:\n{shown}"
         command = index_command(self.root, self.options)
         lines = text.count("\n")
         return (
@@ -511,7 +515,8 @@ def build(memory: MemoryServer) -> Server[MemoryServer]:
         NAME,
         version=VERSION,
         instructions=f"Memory lineage of {memory.root}: which memory files were derived from files that "
-        f"changed afterwards. Read {STALE_URI}, or call `{LIST_TOOL}`, before relying on a derived memory.",
+        f"changed afterwards. Read {STALE_URI}, or call `{LIST_TOOL}`, before relying on a derived memory; "
+        f"call `{INDEX_TOOL}` when it says the memory index disagrees with the files.",
         lifespan=watching,
         on_list_tools=_listing(lambda: types.ListToolsResult(tools=list(TOOLS))),
         on_call_tool=_call_tool,
