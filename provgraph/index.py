@@ -34,6 +34,7 @@ __all__ = [
     "entries_of",
     "index_problems",
     "index_text",
+    "problem_line",
     "read_fields",
 ]
 
@@ -280,8 +281,13 @@ def block_lines(problems: Sequence[Problem], room: int, hint: str, shown: Callab
     if not problems:
         return []
     lines = [f"The memory index disagrees with the files; {hint}:"]
-    lines += [f"- {shown(problem.path)}: {problem.kind.value}: {shown(problem.detail)}" for problem in problems[:room]]
+    lines += [problem_line(problem, shown) for problem in problems[:room]]
     return lines + ([f"- … and {len(problems) - room} more index problems."] if len(problems) > room else [])
+
+
+def problem_line(problem: Problem, shown: Callable[[str], str]) -> str:
+    """``- file: kind: what is wrong``, the line an agent reads of one index problem."""
+    return f"- {shown(problem.path)}: {problem.kind.value}: {shown(problem.detail)}"
 
 
 def _line(entry: Entry, fields: Fields) -> str:

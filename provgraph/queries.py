@@ -10,8 +10,10 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
 
 from .lineage import children_of, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
@@ -31,7 +33,9 @@ from .render import (
 
 __all__ = ["EDIT_NOTES_MAX_CHARS", "Advice", "EditContext", "FileLineage", "Relative", "derived_from", "edit_notes"]
 __all__ += ["explain", "file_lineage", "missing_sources", "refusal_text", "sources_of", "stale_after_editing"]
-__all__ += ["one_line", "recorded_text", "stale_note", "stale_page", "suggested_line", "unescaped"]
+__all__ += ["one_line", "page", "recorded_text", "stale_note", "stale_page", "suggested_line", "unescaped"]
+
+_Item = TypeVar("_Item")
 
 
 def explain(report: Report, path: str) -> Explanation:
@@ -147,24 +151,32 @@ def stale_note(entry: StaleEntry, mark: str = "Note:") -> str:
 def stale_page(stale: tuple[StaleEntry, ...], offset: int, *, max_lines: int, list_tool: str, advice: str) -> str:
     """One page of the ``stale`` files, from ``offset``: at most ``max_lines`` files and
     ``LINEAGE_MAX_CHARS`` characters, then where the next page starts (``list_tool``'s offset)."""
-    total = len(stale)
-    if not total:
+    if not stale:
         return NOTHING_STALE
+    files = "1 derived memory file has" if len(stale) == 1 else f"{len(stale)} derived memory files have"
+    head = f"{files} changed sources (a source changed after they were written)."
+    return page(stale, partial(stale_note, mark="-"), offset, max_lines, head, clip(advice), list_tool)
+
+
+def page(
+    items: Sequence[_Item], line: Callable[[_Item], str], offset: int, max_lines: int, head: str, tail: str, tool: str
+) -> str:
+    """``head``, the ``line`` of each of ``items`` from ``offset`` (``max_lines`` at most, the
+    answer ``LINEAGE_MAX_CHARS`` characters at most), where the next page starts (``tool``'s
+    offset), then ``tail``."""
+    total = len(items)
     start = min(max(0, offset), total)
-    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
-    head = [f"{files} changed sources (a source changed after they were written)."]
-    tail = [clip(advice)]
-    budget = LINEAGE_MAX_CHARS - sum(len(line) + 1 for line in head + tail) - MORE_RESERVE
-    lines = [stale_note(entry, "-") for entry in stale[start : start + max(1, max_lines)]]
+    budget = LINEAGE_MAX_CHARS - len(head) - len(tail) - 2 - MORE_RESERVE
+    lines = [line(item) for item in items[start : start + max(1, max_lines)]]
     shown = fit_lines(lines, max(1, max_lines), budget)
     end = start + len(shown)
     if end < total:
-        where = f"Shown: {start + 1} to {end} of {total}; call `{list_tool}` with offset={end} for the next ones."
+        where = f"Shown: {start + 1} to {end} of {total}; call `{tool}` with offset={end} for the next ones."
     elif shown:
         where = f"Shown: {start + 1} to {end} of {total}; that is all."
     else:
-        where = f"Nothing past offset {start}: there are {total}; call `{list_tool}` with offset=0."
-    return "\n".join(head + shown + [where] + tail)
+        where = f"Nothing past offset {start}: there are {total}; call `{tool}` with offset=0."
+    return "\n".join([head, *shown, where, tail])
 
 
 _ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")

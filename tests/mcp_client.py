@@ -9,7 +9,7 @@ from typing import Any
 
 NOW = "2024-03-01T12:00:00+00:00"
 """The server's clock (``PROVGRAPH_NOW``): every date it shows is 2024-03-01."""
-STALE, GRAPH = "provgraph://stale", "provgraph://graph"
+STALE, GRAPH, INDEX = "provgraph://stale", "provgraph://graph", "provgraph://index"
 TIMEOUT = 30
 
 

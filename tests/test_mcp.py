@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import pytest
 from extras import needs
-from mcp_client import GRAPH, STALE, TIMEOUT, read, serving, text_of
+from mcp_client import GRAPH, INDEX, NOW, STALE, TIMEOUT, read, serving, text_of
 
 pytestmark = needs("mcp")
 
@@ -45,12 +45,13 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             assert sorted(tool.name for tool in (await client.list_tools()).tools) == [
                 "explain_memory",
                 "list_stale_memories",
+                "memory_index_problems",
                 "memory_lineage",
                 "record_rederivation",
             ]
             for tool in (await client.list_tools()).tools:
                 assert tool.input_schema["type"] == "object"
-            assert sorted(r.uri for r in (await client.list_resources()).resources) == [GRAPH, STALE]
+            assert sorted(r.uri for r in (await client.list_resources()).resources) == [GRAPH, INDEX, STALE]
             assert [p.name for p in (await client.list_prompts()).prompts] == ["rederive_stale_memory"]
 
             before = await read(client, STALE)
@@ -89,6 +90,9 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             refused = await client.call_tool("record_rederivation", {"path": "orphan.md"})
             assert refused.is_error and "gone.md" in text_of(refused)
 
+            no_index = text_of(await client.call_tool("memory_index_problems", {}))
+            assert no_index == f"There is no memory index in {folder}: no MEMORY.md there links a memory file."
+
             outside = await client.call_tool("explain_memory", {"path": "../elsewhere.md"})
             assert outside.is_error and "is not a path inside the memory folder" in text_of(outside)
 
@@ -98,6 +102,53 @@ def test_every_tool_answers_a_real_folder_and_the_block_follows_an_edit(folder: 
             await client.call_tool("record_rederivation", {"path": "digest.md"})
             cleared = await read(client, STALE)
             assert "profile.md" not in cleared and "digest.md" not in cleared and "orphan.md" in cleared
+
+    anyio.run(scenario)
+
+
+def _note(name: str, description: str) -> str:
+    return f"---\nname: {name}\ndescription: {description}\ntype: user\n---\nbody\n"
+
+
+def test_the_index_problems_are_named_with_their_kind_and_the_printed_index_written_and_recorded_clears_them(
+    memory: Any, run: Any
+) -> None:
+    """A drifted index (an entry to a deleted file, a file not listed, a description edited, a
+    line repeated): each problem named with its kind, then the index printed in the answer,
+    written over MEMORY.md and recorded with ``record_rederivation``, leaves none."""
+    memory.write("MEMORY.md", "- [Facts](facts.md) — where the user lives\n- [Prefs](prefs.md) — how to answer\n")
+    memory.write("facts.md", _note("Facts", "where the user lives"))
+    memory.write("prefs.md", _note("Prefs", "how to answer"))
+    root = Path(memory.root)
+    agrees = "The memory index agrees with the files: every entry is current, and it lists every memory file."
+
+    async def scenario() -> None:
+        async with serving(root) as client:
+            assert text_of(await client.call_tool("memory_index_problems", {})) == agrees  # its entries adopted
+            (root / "prefs.md").unlink()
+            (root / "team\u200bnotes.md").write_text(_note("Team", "who works with the user"))
+            (root / "facts.md").write_text(_note("Facts", "where the user lives and works"))
+            with (root / "MEMORY.md").open("a") as index:
+                index.write("- [Facts](facts.md) — again\n")
+            answer = text_of(await client.call_tool("memory_index_problems", {}))
+            problems, printed = answer.split("\nThe index as it should be, from the next line to the end; ")
+            assert problems.splitlines() == [
+                "4 problems with the memory index, in the order to repair them:",
+                "- prefs.md: dangling-entry: MEMORY.md line 2 links it, and it does not exist",
+                "- team\\u200bnotes.md: orphan: no line of MEMORY.md links it",
+                "- facts.md: outdated-entry: MEMORY.md line 1 predates a change of its name, description or type "
+                "(since 2024-03-01)",
+                "- facts.md: duplicate-entry: MEMORY.md lists it on lines 1, 3",
+                "Shown: 1 to 4 of 4; that is all.",
+            ]
+            intro, index = printed.split("\n", 1)
+            assert intro == "write it over MEMORY.md, then call `record_rederivation` with path `MEMORY.md`:"
+            assert index + "\n" == await read(client, INDEX) == run("index", cwd=root, now=NOW)[1]
+            (root / "MEMORY.md").write_text(index + "\n")
+            recorded = text_of(await client.call_tool("record_rederivation", {"path": "MEMORY.md"}))
+            assert recorded.startswith("Recorded: MEMORY.md is now derived from the name, description and type")
+            assert text_of(await client.call_tool("memory_index_problems", {})) == agrees
+            assert await read(client, STALE) == ""
 
     anyio.run(scenario)
 
@@ -142,6 +193,24 @@ def test_a_listening_client_hears_of_a_source_edit(folder: Path) -> None:
             assert event.uri == GRAPH
             graph = await read(client, GRAPH)
             assert '"status": "missing"' in graph
+
+    anyio.run(scenario)
+
+
+def test_a_client_listening_to_the_index_hears_of_a_file_it_does_not_list(memory: Any) -> None:
+    memory.write("MEMORY.md", "- [Facts](facts.md) — where the user lives\n")
+    memory.write("facts.md", _note("Facts", "where the user lives"))
+    root = Path(memory.root)
+
+    async def scenario() -> None:
+        async with serving(root) as client, client.listen(resource_subscriptions=[INDEX, STALE]) as events:
+            assert await read(client, STALE) == ""
+            (root / "travel.md").write_text(_note("Travel", "trips planned"))
+            with anyio.fail_after(TIMEOUT):
+                heard = {(await events.__anext__()).uri, (await events.__anext__()).uri}
+            assert heard == {INDEX, STALE}
+            assert (await read(client, INDEX)).endswith("- [Travel](travel.md) — trips planned\n")
+            assert "- travel.md: orphan: no line of MEMORY.md links it" in await read(client, STALE)
 
     anyio.run(scenario)
 
@@ -210,5 +279,44 @@ def test_the_benchmark_of_the_server_prints_each_figure_beside_its_floor(tmp_pat
         "start: first answer",
         "tool call over stdio, nothing changed",
         "tool call in process, nothing changed",
+        "index tool in process, nothing changed",
     ]
     assert all(re.search(r"\d×$", row) for row in rows)
+
+
+def test_a_long_index_problem_list_is_paged_and_a_long_index_is_pointed_to(memory: Any) -> None:
+    from provgraph.integrations.mcp import MemoryServer  # the mcp extra, present only when the test runs
+
+    memory.write("MEMORY.md", "# Memory\n- [Note 0](note00.md) — the first\n")
+    for number in range(30):
+        memory.write(f"note{number:02}.md", _note(f"Note {number}", "a description long enough to fill a line " * 2))
+    server = MemoryServer(memory.root)
+    try:
+        first = server.call("memory_index_problems", {})
+        second = server.call("memory_index_problems", {"offset": 20})
+    finally:
+        server.close()
+    assert first.startswith("29 problems with the memory index, in the order to repair them:\n- note01.md: orphan:")
+    assert "Shown: 1 to 20 of 29; call `memory_index_problems` with offset=20 for the next ones." in first
+    assert "- note21.md: orphan:" in second and "Shown: 21 to 29 of 29; that is all." in second
+    pointer = "The index as it should be has 31 lines: read the resource provgraph://index (or run `provgraph index "
+    assert pointer in first and first.endswith("then call `record_rederivation` with path `MEMORY.md`.")
+    assert all(len(answer) <= 4000 for answer in (first, second))
+
+
+def test_the_index_answered_follows_an_edit_of_the_index_that_changes_no_problem(memory: Any) -> None:
+    from provgraph.integrations.mcp import INDEX_URI, MemoryServer  # the mcp extra, present only when the test runs
+
+    memory.write("MEMORY.md", "- [Facts](facts.md) — where the user lives\n")
+    memory.write("facts.md", _note("Facts", "where the user lives"))
+    memory.write("travel.md", _note("Travel", "trips planned"))
+    server = MemoryServer(memory.root)
+    try:
+        assert server.resource_text(INDEX_URI).endswith("- [Travel](travel.md) — trips planned\n")
+        before = server.call("memory_index_problems", {})
+        memory.write("MEMORY.md", "# What I remember\n- [Facts](facts.md) — where the user lives\n")
+        after = server.call("memory_index_problems", {})
+        assert "# What I remember\n- [Facts](facts.md)" in after and "# What I remember" not in before
+        assert server.resource_text(INDEX_URI).startswith("# What I remember\n")
+    finally:
+        server.close()

@@ -1,11 +1,12 @@
 """MCP: ``provgraph mcp ROOT``, a Model Context Protocol server over stdio for one memory folder.
 
-Any MCP client gets the AgentScope tools' bounded, paged answers, the agent's block and the
-lineage graph as resources, and a prompt for one re-derivation, through the same ``Memory``
-and lock as the command line; a subscriber hears of changes from the middleware's watch (a
-walk where it cannot vouch).  On the SDK's low-level ``Server``: the high-level one serves no
-``resources/subscribe``, which clients before protocol 2026-07-28 use.  The only module that
-imports ``mcp``.
+Any MCP client gets the AgentScope tools' bounded, paged answers and the memory index's
+problems; the agent's block, the lineage graph and the index as it should be as resources;
+and a prompt for one re-derivation, through the same ``Memory`` and lock as the command
+line; a subscriber hears of changes from the middleware's watch (a walk where it cannot
+vouch).  On the SDK's low-level ``Server``: the high-level one serves no
+``resources/subscribe``, which clients before protocol 2026-07-28 use.  The only module
+that imports ``mcp``.
 """
 
 from __future__ import annotations
@@ -31,12 +32,14 @@ from mcp.shared.exceptions import MCPError
 from ..api import Memory, NotDerived
 from ..clock import pinned_now
 from ..errors import ProvgraphError, log_warning
+from ..index import INDEX_NAME, problem_line
 from ..model import VERSION, FileLineage, Report
-from ..paths import command_options, list_hint, relative_to
-from ..queries import missing_sources, one_line, recorded_text, refusal_text, stale_page, unescaped
+from ..paths import command_options, index_command, list_hint, relative_to
+from ..queries import missing_sources, one_line, page, recorded_text, refusal_text, stale_page, unescaped
 from ..render import (
     LINEAGE_MAX_CHARS,
     MORE_RESERVE,
+    clip,
     explanation_text,
     graph_json,
     lineage_text,
@@ -52,18 +55,22 @@ from .claude_code import installed_program
 __all__ = ["POLL_SECONDS", "MemoryServer", "config_text", "serve"]
 
 NAME = "provgraph"
-LIST_TOOL, EXPLAIN_TOOL, LINEAGE_TOOL, RECORD_TOOL = (
+LIST_TOOL, EXPLAIN_TOOL, LINEAGE_TOOL, RECORD_TOOL, INDEX_TOOL = (
     "list_stale_memories",
     "explain_memory",
     "memory_lineage",
     "record_rederivation",
+    "memory_index_problems",
 )
-STALE_URI, GRAPH_URI = "provgraph://stale", "provgraph://graph"
+STALE_URI, GRAPH_URI, INDEX_URI = "provgraph://stale", "provgraph://graph", "provgraph://index"
 PROMPT = "rederive_stale_memory"
 POLL_SECONDS = 1.0
 """How often a subscribed folder is looked at: one non-blocking read of the watch, or a walk."""
 PAGE_LINES = 20
 """Stale files on a page of ``list_stale_memories`` at least, when the block lists fewer."""
+INDEX_SHOWN = 2000
+"""Characters of the index as it should be that an answer of ``memory_index_problems`` holds;
+a longer one is read as the resource ``provgraph://index``."""
 
 ADVICE = (
     f"After you update one of them from its sources, or check that it still holds, call `{RECORD_TOOL}` "
@@ -78,6 +85,9 @@ _OFFSET = {
     "minimum": 0,
     "default": 0,
     "description": "How many stale files to skip: 0 for the first page; each answer gives the next offset.",
+}
+_PROBLEMS_OFFSET = _OFFSET | {
+    "description": "How many problems to skip: 0 for the first page; each answer gives the next offset."
 }
 
 
@@ -125,14 +135,22 @@ TOOLS = (
         _PATH,
         read_only=False,
     ),
-    # memory_index_problems: to be added with the index entries (MEMORY.md's dangling, orphan, outdated and
-    # duplicate entries), answering from the report's index problems, bounded and paged like the list above.
+    _tool(
+        INDEX_TOOL,
+        "List what is wrong with the memory index (MEMORY.md): entries to missing files, files it does not list, "
+        "entries older than their file's name or description, repeated entries; in the order to repair them, "
+        "page by page, with the index as it should be.",
+        "offset",
+        _PROBLEMS_OFFSET,
+    ),
 )
 _BLOCK = "The block an agent gets in its system prompt, as `provgraph prompt` prints it (empty when nothing is stale)."
 _GRAPH = "Every derivation and each file's status, as `provgraph graph --format json` prints it."
+_INDEX = "The memory index (MEMORY.md) as it should be, as `provgraph index` prints it (empty without an index)."
 RESOURCES = (
     types.Resource(uri=STALE_URI, name="stale", description=_BLOCK, mime_type="text/markdown"),
     types.Resource(uri=GRAPH_URI, name="graph", description=_GRAPH, mime_type="application/json"),
+    types.Resource(uri=INDEX_URI, name="index", description=_INDEX, mime_type="text/markdown"),
 )
 _PROMPT_PATH = types.PromptArgument(name="path", description="The stale file (default: the first to repair).")
 _REDERIVING = "Walk through re-deriving one stale memory file from its sources and recording it."
@@ -192,10 +210,12 @@ class MemoryServer:
         """The events of ``subscriptions/listen`` streams (protocol 2026-07-28)."""
         self.listen = ListenHandler(self.bus)
         self._seen: tuple[object, ...] | None = None
-        """What the resources were made of at the last refresh: its stale files, edges and cycles."""
+        """What the resources were made of at the last refresh: its stale files, index problems, edges and cycles."""
         self._changed: set[str] = set()
         """Resources changed since subscribers were told; under ``_changes``, not the calls' ``_guard``."""
         self._changes = threading.Lock()
+        self._printed: tuple[int, str] | None = None
+        """The index as ``Memory.index`` last printed it, and the watch's walks then."""
 
     def refresh(self) -> Report:
         """The folder's report: the watch's when nothing changed since the last one."""
@@ -204,11 +224,13 @@ class MemoryServer:
 
     def _noted(self, report: Report) -> Report:
         """``report``, after noting which resources it changed: every answer feeds the subscribers'."""
-        seen, before = (report.stale, report.edges, report.cycles), self._seen
+        seen, before = (report.stale, report.index_problems, report.edges, report.cycles), self._seen
         self._seen = seen
         if before is not None and seen != before:  # the same tuples while the watch vouches: no comparison
+            stale, index = seen[0] != before[0], seen[1] != before[1]
+            changed = {STALE_URI: stale or index, INDEX_URI: index, GRAPH_URI: stale or seen[2:] != before[2:]}
             with self._changes:
-                self._changed.update([STALE_URI, GRAPH_URI] if seen[0] != before[0] else [GRAPH_URI])
+                self._changed.update(uri for uri, differs in changed.items() if differs)
         return report
 
     def record(self, path: str) -> str:
@@ -229,13 +251,14 @@ class MemoryServer:
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         """The answer of tool ``name``; ``ToolRefused`` (or another one-line error) when it has none."""
-        if name == LIST_TOOL:
+        if name in (LIST_TOOL, INDEX_TOOL):
             offset = arguments.get("offset", 0)
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
                 raise ToolRefused(f"offset takes a whole number from 0, not {named(repr(offset))}")
+            if name == INDEX_TOOL:
+                return self._index_problems(offset)
             stale = repair_order(self.refresh().stale)
-            page_lines = max(self.max_lines, PAGE_LINES)
-            return stale_page(stale, offset, max_lines=page_lines, list_tool=LIST_TOOL, advice=ADVICE)
+            return stale_page(stale, offset, max_lines=self._page_lines, list_tool=LIST_TOOL, advice=ADVICE)
         answer = {EXPLAIN_TOOL: self._explain, LINEAGE_TOOL: self._lineage, RECORD_TOOL: self._record}.get(name)
         if answer is None:
             raise ToolRefused(f"there is no tool {named(name)}")
@@ -243,6 +266,53 @@ class MemoryServer:
         if not isinstance(path, str) or not path.strip():
             raise ToolRefused(f"`{name}` takes `path`, a memory file's path inside {named(self.root)}")
         return answer(self.candidates(path))
+
+    @property
+    def _page_lines(self) -> int:
+        return max(self.max_lines, PAGE_LINES)
+
+    def _index_problems(self, offset: int) -> str:
+        """A page of the index's problems in repair order, then the index as it should be, or where to read it."""
+        with self._guard:
+            watched = self._watch()
+            problems = self._noted(watched.refresh(pinned_now())).index_problems
+            text = self._printed_index()
+            read = (path for path in (INDEX_NAME, *watched.memory.index_files) if self._is_file(path))
+            index = next(read, INDEX_NAME)  # the file ``Memory.index`` printed
+        if not text:
+            return f"There is no memory index in {named(self.root)}: no {INDEX_NAME} there links a memory file."
+        if not problems:
+            return "The memory index agrees with the files: every entry is current, and it lists every memory file."
+        count = "1 problem" if len(problems) == 1 else f"{len(problems)} problems"
+        head = f"{count} with the memory index, in the order to repair them:"
+        tail = self._index_tail(text, index)
+        return page(
+            problems, lambda one: clip(problem_line(one, safe_name)), offset, self._page_lines, head, tail, INDEX_TOOL
+        )
+
+    def _printed_index(self) -> str:
+        """``Memory.index``'s text (under the guard): again without a walk while the watch has
+        not walked the folder since it was printed."""
+        watched = self._watch()
+        if self._printed is None or self._printed[0] != watched.walks:
+            text = watched.memory.index(now=pinned_now())
+            self._printed = (watched.walks, text)
+        return self._printed[1]
+
+    def _is_file(self, path: str) -> bool:
+        return os.path.isfile(os.path.join(self.root, path))
+
+    def _index_tail(self, text: str, index: str) -> str:
+        """The index as it should be (``text``, printed from ``index``) when short, else where to read it."""
+        then = f"write it over {named(index)}, then call `{RECORD_TOOL}` with path `{named(index)}`"
+        if len(text) <= INDEX_SHOWN:
+            shown = text.removesuffix("\n")
+            return f"The index as it should be, from the next line to the end; {then}:\n{shown}"
+        command = index_command(self.root, self.options)
+        lines = text.count("\n")
+        return (
+            f"The index as it should be has {lines} lines: read the resource {INDEX_URI} (or run `{command}`), {then}."
+        )
 
     def candidates(self, path: str) -> list[str]:
         """The root-relative paths the agent may mean, likeliest first: a name is shown escaped
@@ -298,6 +368,9 @@ class MemoryServer:
             return prompt_block(report, max_lines=self.max_lines, more_hint=list_hint(report.root, self.options))
         if uri == GRAPH_URI:
             return graph_json(report)
+        if uri == INDEX_URI:
+            with self._guard:
+                return self._printed_index()
         raise ToolRefused(f"there is no resource {named(uri)}")
 
     def prompt_text(self, path: str | None) -> str:
@@ -448,7 +521,8 @@ def build(memory: MemoryServer) -> Server[MemoryServer]:
         NAME,
         version=VERSION,
         instructions=f"Memory lineage of {memory.root}: which memory files were derived from files that "
-        f"changed afterwards. Read {STALE_URI}, or call `{LIST_TOOL}`, before relying on a derived memory.",
+        f"changed afterwards. Read {STALE_URI}, or call `{LIST_TOOL}`, before relying on a derived memory; "
+        f"call `{INDEX_TOOL}` when it says the memory index disagrees with the files.",
         lifespan=watching,
         on_list_tools=_listing(lambda: types.ListToolsResult(tools=list(TOOLS))),
         on_call_tool=_call_tool,

@@ -10,8 +10,9 @@ The checkout's code in place, on a generated folder (1,000 files unless ``--file
 - **tool call, nothing changed**: one ``list_stale_memories`` round trip over stdio,
   beside its floor, the SDK's own ``ping`` round trip on the same connection;
 - **in process**: the server's answer to that call without the transport
-  (``MemoryServer.call``), beside the AgentScope middleware's check per model call on
-  the same folder (``on_system_prompt``), the cost the issue holds it to.
+  (``MemoryServer.call``), and to ``memory_index_problems`` (the generated folder's
+  ``MEMORY.md``), each beside the AgentScope middleware's check per model call on the
+  same folder (``on_system_prompt``), the cost the issue holds it to.
 
 Each pair alternates, so that a busy machine slows both; the medians and their ratio are
 printed.  Timings are never asserted.  (Not ``mcp.py``: ``inprocess.py`` runs as a script
@@ -29,6 +30,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from .generate import generate
 from .install import REPOSITORY
 from .measure import let_files_age, per_call, run
 
-LIST = "list_stale_memories"
+LIST, INDEX = "list_stale_memories", "memory_index_problems"
 SDK_IMPORT = "import mcp.server.lowlevel, mcp.server.stdio"
 """The floor of a start: a process that only imports what the server is built on."""
 BATCH = 20
@@ -127,21 +129,21 @@ def _in_process(root: Path, calls: int) -> list[tuple[str, float, str, float]]:
         return loop.run_until_complete(prompts(count))
 
     checks_of(3)  # the first calls scan and settle what they wrote
-    per_call(lambda: server.call(LIST, {}), 3)
-    checks, answers = [], []
+    answers: dict[str, list[float]] = {LIST: [], INDEX: []}
+    checks = []
+    for tool in answers:
+        per_call(partial(server.call, tool, {}), 3)
     for _ in range(max(1, calls // BATCH)):
         checks.append(per_call(lambda: checks_of(BATCH)).seconds / BATCH)
-        answers.append(per_call(lambda: server.call(LIST, {}), BATCH).seconds)
+        for tool, seconds in answers.items():
+            seconds.append(per_call(partial(server.call, tool, {}), BATCH).seconds)
     server.close()
     middleware.close()
     loop.close()
+    check = statistics.median(checks)
     return [
-        (
-            "tool call in process, nothing changed",
-            statistics.median(answers),
-            "middleware check",
-            statistics.median(checks),
-        )
+        ("tool call in process, nothing changed", statistics.median(answers[LIST]), "middleware check", check),
+        ("index tool in process, nothing changed", statistics.median(answers[INDEX]), "middleware check", check),
     ]
 
 
