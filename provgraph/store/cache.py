@@ -1,17 +1,19 @@
 """The cache, ``.provgraph/cache.json``: what a refresh of an unchanged or slightly changed
-folder reads instead of the files.  One JSON document, written whole and replaced
-atomically, keyed by the package's version, ``SCHEMA``, the root and the reading settings:
-a cache with another key is rebuilt, never read; one that does not decode into valid
-values raises ``Damaged`` and is never trusted either.
+folder reads instead of the files.  JSON lines, written whole and replaced atomically: a
+head keyed by the package's version, ``SCHEMA``, the root and the reading settings, then
+the rows and the last result's edges a few thousand to a line, then the checksum.  A cache
+with another key is rebuilt, never read; one that does not decode into valid values raises
+``Damaged`` and is never trusted either.  Lines are written and read one at a time, so
+that a large folder's cache is never held whole, as bytes, beside its values.
 """
 
 from __future__ import annotations
 
 import math
 from binascii import crc32
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -25,7 +27,7 @@ __all__ += ["checked_date", "decode", "encode", "encode_row", "memory_of"]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
-SCHEMA = 1
+SCHEMA = 2
 """The layout of the document; with the package's version, part of the cache's key."""
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
@@ -115,40 +117,52 @@ class Rows(Mapping[str, FileRow]):
         return len(self._rows)
 
 
-def encode(cache: Cache, version: str) -> list[bytes | memoryview]:
-    """The document written by provgraph ``version``, ending with its checksum (``_CHECK``)."""
+def encode(cache: Cache, version: str) -> Iterator[bytes]:
+    """The lines written by provgraph ``version``: the head, the rows (an object of
+    ``AT_ONCE`` rows a line), the last result's edges (a list of ``AT_ONCE`` a line), and
+    the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
     lock, last = cache.lock, cache.last
-    body = orjson.dumps(
-        {
-            "format": FORMAT,
-            "provgraph": version,
-            "schema": SCHEMA,
-            "root": as_text(cache.root),
-            "settings": cache.settings,
-            "scan_started_ns": cache.scan_started_ns,
-            "walk_problems": [list(problem.row) for problem in cache.walk_problems],
-            "lock": None if lock is None else [*lock.meta, lock.sha256, lock.recorded_ns, lock.canonical],
-            "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
-            "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
-            "last": None if last is None else _encoded_last(last),
-            "rows": cache.rows,
-        }
+    head = {
+        "format": FORMAT,
+        "provgraph": version,
+        "schema": SCHEMA,
+        "root": as_text(cache.root),
+        "settings": cache.settings,
+        "scan_started_ns": cache.scan_started_ns,
+        "walk_problems": [list(problem.row) for problem in cache.walk_problems],
+        "lock": None if lock is None else [*lock.meta, lock.sha256, lock.recorded_ns, lock.canonical],
+        "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
+        "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
+        "last": None if last is None else _encoded_last(last),
+    }
+    check = 0
+    for line in chain([head], _batches(iter(cache.rows.items()), dict), _edge_batches(last)):
+        data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+        check = crc32(data, check)
+        yield data
+    yield b"%d\n" % check
+
+
+AT_ONCE = 4096
+"""Rows, or edges, a line of the cache holds."""
+
+
+def _batches(items: Iterator[Any], kind: Callable[[Iterable[Any]], Any]) -> Iterator[Any]:
+    while batch := kind(islice(items, AT_ONCE)):
+        yield batch
+
+
+def _edge_batches(last: Last | None) -> Iterator[list[list[object]]]:
+    edges = () if last is None else last.edges
+    rows = (
+        [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to] for edge in edges
     )
-    head = memoryview(body)[:-1]  # a large folder's document is not copied to add its checksum
-    return [head, _CHECK + str(crc32(head)).encode() + b"}"]
-
-
-_CHECK = b',"check":'
-"""The last entry: the CRC-32 of the bytes before it (against damage into valid values, and tearing)."""
+    return _batches(rows, list)
 
 
 def _encoded_last(last: Last) -> dict[str, object]:
     return {
         "files": last.file_count,
-        "edges": [
-            [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to]
-            for edge in last.edges
-        ],
         "cycles": [list(cycle) for cycle in last.cycles],
         "problems": [list(problem.row) for problem in last.problems],
     }
@@ -173,44 +187,73 @@ def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
     return [list(entries), derived_at, [[kind.value, detail] for kind, detail in problems]]
 
 
-def decode(data: bytes, version: str, root: str, settings: str) -> Cache | None:
-    """The cache in ``data``; None when it is keyed for another provgraph ``version``,
-    schema, root or settings; ``Damaged`` when it is not a valid cache at all."""
-    try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError as error:
-        raise Damaged("it is not JSON") from error
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
+def decode(lines: Iterable[bytes], version: str, root: str, settings: str) -> Cache | None:
+    """The cache in ``lines`` (an open file reads one at a time); None when it is keyed for
+    another provgraph ``version``, schema, root or settings; ``Damaged`` when it is not a
+    valid cache at all."""
+    lines = iter(lines)
+    first = next(lines, b"")
+    head = _loaded(first)
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise Damaged("it is not a provgraph cache")
-    if "schema" not in document and document.get("version") in (1, 2, 3):
+    if "schema" not in head and head.get("version") in (1, 2, 3):
         return None  # provgraph's first layout: rebuilt like a cache of another version, not set aside
-    key = (document.get("provgraph"), document.get("schema"), document.get("root"), document.get("settings"))
-    if key != (version, SCHEMA, root, settings):
+    if (head.get("provgraph"), head.get("schema"), head.get("root"), head.get("settings")) != (
+        version,
+        SCHEMA,
+        root,
+        settings,
+    ):
         return None
-    end = data.rfind(_CHECK)
-    if end < 0 or str(crc32(memoryview(data)[:end])).encode() != data[end + len(_CHECK) : -1]:
-        raise Damaged("its checksum does not match its bytes")
+    rows, edges = _body(lines, crc32(first))
     try:
-        return _decode(document)
+        return _decode(head, rows, edges)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
         raise Damaged("its values are not what provgraph writes") from error
 
 
-def _decode(document: dict[str, Any]) -> Cache:
-    rows = document["rows"]
-    if not isinstance(rows, dict) or not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
+def _body(lines: Iterator[bytes], check: int) -> tuple[dict[str, list[Any]], list[Edge]]:
+    """The rows and the edges of the lines after the head, up to the checksum that ends them."""
+    rows: dict[str, list[Any]] = {}
+    edges: list[Edge] = []
+    for line in lines:
+        value = _loaded(line)
+        if type(value) is int:
+            if value != check or next(lines, None) is not None:
+                break
+            return rows, edges
+        check = crc32(line, check)
+        if type(value) is dict:
+            rows.update(value)
+        else:
+            edges += _edges(value)
+    raise Damaged("its checksum does not match its bytes")
+
+
+def _loaded(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        raise Damaged("it is not JSON") from error
+
+
+def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[Edge]) -> Cache:
+    if not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
         raise Damaged("a file's row must be a list of six or seven values")
     _check_rows(rows)
+    last = head["last"]
+    if last is None and edges:
+        raise Damaged("edges without a last result")
     return Cache(
-        root=_text(document["root"]),
-        settings=_text(document["settings"]),
-        scan_started_ns=_whole(document["scan_started_ns"]),
-        walk_problems=tuple(map(_problem, document["walk_problems"])),
-        lock=_lock_record(document["lock"]),
+        root=_text(head["root"]),
+        settings=_text(head["settings"]),
+        scan_started_ns=_whole(head["scan_started_ns"]),
+        walk_problems=tuple(map(_problem, head["walk_problems"])),
+        lock=_lock_record(head["lock"]),
         rows=rows,
-        refused={_text(path): ProblemKind(kind) for path, kind in document["refused"].items()},
-        watched=tuple(map(_watched, document["watched"])),
-        last=None if document["last"] is None else _last(document["last"]),
+        refused={_text(path): ProblemKind(kind) for path, kind in head["refused"].items()},
+        watched=tuple(map(_watched, head["watched"])),
+        last=None if last is None else _last(last, tuple(edges)),
         memory=memory_of(rows),
     )
 
@@ -284,17 +327,34 @@ def _watched(data: list[Any]) -> Watched:
 _WATCHED_KINDS = frozenset({"file", "missing", *(kind.value for kind in ProblemKind)})
 
 
-def _last(data: dict[str, Any]) -> Last:
-    status_of = {status.value: status for status in EdgeStatus}
-    edges = []
-    for source, derived, status, at, since, moved_to in data["edges"]:
-        at = None if at is None else checked_date(at)
-        since = None if since is None else checked_date(since)
-        moved_to = None if moved_to is None else _text(moved_to)
-        edges.append(Edge(_text(source), _text(derived), status_of[status], at, since, moved_to))
+def _edges(data: Any) -> list[Edge]:
+    """A line of the last result's edges."""
+    if type(data) is not list:
+        raise Damaged("a line of the cache must hold rows or edges")
+    try:
+        return [_edge(*edge) for edge in data]
+    except (TypeError, ValueError, KeyError) as error:
+        raise Damaged("an edge is not what provgraph writes") from error
+
+
+def _edge(source: str, derived: str, status: str, at: object, since: object, moved_to: object) -> Edge:
+    return Edge(
+        _text(source),
+        _text(derived),
+        _STATUS[status],
+        None if at is None else checked_date(at),
+        None if since is None else checked_date(since),
+        None if moved_to is None else _text(moved_to),
+    )
+
+
+_STATUS = {status.value: status for status in EdgeStatus}
+
+
+def _last(data: dict[str, Any], edges: tuple[Edge, ...]) -> Last:
     return Last(
         file_count=_whole(data["files"]),
-        edges=tuple(edges),
+        edges=edges,
         cycles=tuple(tuple(map(_text, cycle)) for cycle in data["cycles"]),
         problems=tuple(map(_problem, data["problems"])),
     )

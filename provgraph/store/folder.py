@@ -19,10 +19,11 @@ import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from ..errors import ProvgraphError
 
-__all__ = ["Folders", "LockBusy", "hold", "in_memory_tree", "open_folder", "read_file", "write_file"]
+__all__ = ["Folders", "LockBusy", "hold", "in_memory_tree", "open_file", "open_folder", "read_file", "write_file"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
@@ -101,6 +102,30 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int 
     Read in one call of the size the open file has, as it nearly always gives it all (a
     large read allocates its buffer once, and nothing is joined); a read that gives less,
     or a file that grew meanwhile, is read on to its end."""
+    opened = _open_regular(folder, name, where)
+    if opened is None:
+        return None
+    descriptor, size = opened
+    try:
+        first = os.read(descriptor, size + 1 if limit is None else min(limit, size + 1))
+        if limit is not None or len(first) == size or not first:
+            return first
+        chunks = [first]
+        while chunk := os.read(descriptor, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
+
+
+def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> BinaryIO | None:
+    """The regular file ``name`` open for reading, as ``read_file`` checks it; None when there is none."""
+    opened = _open_regular(folder, name, where)
+    return None if opened is None else os.fdopen(opened[0], "rb")
+
+
+def _open_regular(folder: int, name: str, where: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """A descriptor of the regular file ``name`` and its size, never through a symlink."""
     try:
         descriptor = os.open(name, _READ, dir_fd=folder)
     except FileNotFoundError:
@@ -115,15 +140,10 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int 
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
-        first = os.read(descriptor, info.st_size + 1 if limit is None else min(limit, info.st_size + 1))
-        if limit is not None or len(first) == info.st_size or not first:
-            return first
-        chunks = [first]
-        while chunk := os.read(descriptor, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
+    except BaseException:
         os.close(descriptor)
+        raise
+    return descriptor, info.st_size
 
 
 def write_file(

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,17 @@ from ..model import VERSION, FileMeta, Stamp, as_text
 from ..paths import normalized
 from ..stamps import Derivation
 from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
-from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
+from .folder import (
+    Folders,
+    hold,
+    in_memory_tree,
+    open_file,
+    open_folder,
+    read_file,
+    remove_temporaries,
+    set_aside,
+    write_file,
+)
 from .lock import (
     LOCK_NAME,
     LockError,
@@ -209,16 +219,25 @@ class StateStore:
         kept = self._kept
         if kept is not None and kept[0] == identity and kept[1].settings == self.settings:
             return kept[1]
-        data = self._read(folders.state, CACHE_NAME, self.state_path)
-        if data is None:
-            return None
         try:
-            cache = decode(data, VERSION, as_text(os.fsdecode(self.root)), self.settings)
+            cache = self._decoded(folders)
         except Damaged as error:
             self._set_aside(folders, folders.state, CACHE_NAME, str(error))
             return None
         self._kept = None if cache is None else (identity, cache)
         return cache
+
+    def _decoded(self, folders: Folders) -> Cache | None:
+        """The cache file read a line at a time (``decode``); None when there is none or it is another's."""
+        path = os.path.join(self.state_path, CACHE_NAME)
+        try:
+            opened = open_file(folders.state, CACHE_NAME, self.state_path)
+            if opened is None:
+                return None
+            with opened:
+                return decode(opened, VERSION, as_text(os.fsdecode(self.root)), self.settings)
+        except OSError as error:
+            raise StateError(path, _cannot("read", path, error)) from error
 
     def lock_unchanged(self, record: LockRecord | None) -> bool:
         """Whether the lock on disk is ``record``'s (same settled stat, or same sha256), with no sync copy."""
@@ -398,7 +417,7 @@ class StateStore:
         except OSError as error:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
-    def _write(self, folders: Folders, target: int, name: str, data: list[bytes | memoryview], what: str) -> None:
+    def _write(self, folders: Folders, target: int, name: str, data: Iterable[bytes], what: str) -> None:
         """Replace a file atomically, synced to the disk but for the cache (torn, it is not trusted)."""
         where = folders.path_of(target, name)
         try:
