@@ -81,6 +81,7 @@ class LocalFiles:
         return Path(self._root)
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
+        self._listed = {}  # the last walk's listing goes before the new one is built, not beside it
         found, problems = walk_folder(self._root, self._real_root)
         self._listed = found
         try:

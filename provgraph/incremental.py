@@ -23,7 +23,7 @@ import orjson
 from .lineage import children_of, find_cycles, propagate
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges
 from .stamps import Derivation, reconcile
-from .store.cache import Cache, FileRow, Last, Watched, encode_row, memory_of
+from .store.cache import Cache, FileRow, Last, Watched, encode_row
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
@@ -103,8 +103,9 @@ def scanned_cache(
     report: Report,
 ) -> Cache:
     """The cache of a full scan that started at ``started_ns`` and learned ``rows``."""
-    encoded = {path: encode_row(row) for path, row in sorted(rows.items())}
-    memory = memory_of(encoded)
+    ordered = sorted(rows.items())
+    encoded = {path: encode_row(row) for path, row in ordered}
+    memory = {path: row.meta for path, row in ordered if row.declaration is not None}  # the listing's own stats
     others = {path: row.meta for path, row in rows.items() if path not in memory}
     watched, last = _last(report, memory, refused, others)
     return Cache(root, settings, started_ns, walk_problems, None, encoded, dict(refused), watched, last, memory)
@@ -152,10 +153,10 @@ class Rereading(Protocol):
 
 
 class Patch(NamedTuple):
-    """The next result, the lock's next bytes (None: unchanged), and the rows read again."""
+    """The next result, the lock's next bytes in pieces (None: unchanged), and the rows read again."""
 
     report: Report
-    lock: bytes | None
+    lock: list[bytes | memoryview] | None
     rows: dict[str, FileRow | None]
     """The rows to write over the cache's (None: drop the row)."""
 
@@ -224,7 +225,7 @@ def patch(
     return Patch(report, next_lock, rows)
 
 
-def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: Mapping[str, FileMeta]) -> Cache:
+def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: dict[str, FileMeta]) -> Cache:
     """The cache after ``found``: its rows written over, the last result replaced."""
     rows = dict(cache.rows)
     for path, row in found.rows.items():
@@ -235,7 +236,7 @@ def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: Mapping[
     others = {path: FileMeta._make(row[:4]) for path, row in rows.items() if row[5] is None}
     watched, last = _last(found.report, listing, {}, others)
     return Cache(
-        cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, dict(listing)
+        cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, listing
     )
 
 
@@ -394,22 +395,24 @@ class LockLines:
             return None
         return {derived: Derivation(at, stamps) for derived, (at, stamps) in table.items()}
 
-    def replaced(self, paths: Collection[str], updated: Mapping[str, Derivation]) -> bytes | None:
+    def replaced(self, paths: Collection[str], updated: Mapping[str, Derivation]) -> list[bytes | memoryview] | None:
         """The lock with the lines of every file in ``paths`` replaced by its stamps in
         ``updated`` (none when it is not there); None when the lines are not exactly
-        what ``encode_lock`` writes, which a full scan then rewrites."""
+        what ``encode_lock`` writes, which a full scan then rewrites.  In pieces: the lines
+        kept are slices of the bytes read, not copies."""
         if not (self.canonical or self._is_canonical()):
             return None
-        chunks: list[bytes] = []
+        data = memoryview(self.data)
+        chunks: list[bytes | memoryview] = []
         position = 0
         for path in sorted(paths, key=lambda path: (self._block(path), orjson.dumps(path))):
             start, end = self._block(path)
             derivation = updated.get(path)
             records = [] if derivation is None else _records(path, derivation)
-            chunks += (self.data[position:start], encode_lock(records)[len(_HEADER) :])
+            chunks += (data[position:start], encode_lock(records)[len(_HEADER) :])
             position = end
-        chunks.append(self.data[position:])
-        return b"".join(chunks)
+        chunks.append(data[position:])
+        return chunks
 
     def _is_canonical(self) -> bool:
         """Sorted, as orjson writes them, one ``derived_at`` per file: as ``encode_lock`` writes."""

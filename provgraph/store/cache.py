@@ -23,7 +23,7 @@ from ..declarations import NOTHING, Declaration
 from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind, as_text
 
 __all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
-__all__ += ["checked_date", "decode", "encode", "encode_row", "memory_of"]
+__all__ += ["checked_date", "decode", "encode", "encode_row"]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
@@ -92,11 +92,11 @@ class Cache:
     refused: dict[str, ProblemKind]
     watched: tuple[Watched, ...]
     last: Last | None
-    memory: dict[str, tuple[int, int, int, int]]
-    """The stat of every memory file the rows hold (``memory_of``)."""
+    memory: Mapping[str, tuple[int, int, int, int]]
+    """The stat of every memory file the rows hold (``_memory_of`` of a cache read)."""
 
 
-def memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
+def _memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
     """The stat of the memory files among ``rows`` (with a declaration, even an empty one)."""
     return {path: _STAT(row) for path, row in rows.items() if row[5] is not None}
 
@@ -254,7 +254,7 @@ def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[Edge])
         refused={_text(path): ProblemKind(kind) for path, kind in head["refused"].items()},
         watched=tuple(map(_watched, head["watched"])),
         last=None if last is None else _last(last, tuple(edges)),
-        memory=memory_of(rows),
+        memory=_memory_of(rows),
     )
 
 

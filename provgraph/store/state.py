@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,8 @@ from .lock import (
 __all__ = ["LOCK_NAME", "STATE_DIR", "OptionsDiffer", "StateError", "StateStore", "lock_bytes"]
 
 STATE_DIR = ".provgraph"
+Bytes = bytes | memoryview
+"""A piece of a file written: a lock patched is written as slices of the lock read, not copies."""
 FLOCK_NAME = "flock"  # the file whose flock is the root's exclusive lock (it holds no data)
 ROOT_NAME = "root"  # in a --state folder: the memory root it belongs to
 
@@ -351,22 +353,25 @@ class StateStore:
         self._tx.migrating = self._tx.exclusive
         return derivations
 
-    def save(self, derivations: Mapping[str, Derivation] | None, cache: Cache, lock: bytes | None = None) -> Cache:
+    def save(
+        self, derivations: Mapping[str, Derivation] | None, cache: Cache, lock: Sequence[Bytes] | None = None
+    ) -> Cache:
         """Write the lock when its stamps changed (``derivations``, the stamps now, or ``lock``,
-        a patch's bytes), then ``cache`` with the lock it was written with; the cache as written."""
+        a patch's bytes in pieces), then ``cache`` with the lock it was written with; the cache as written."""
         folders, tx = self._tx.folders, self._tx
         if folders is None or not tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
         canonical = cache.lock is not None and cache.lock.canonical
         if derivations is not None:
             canonical = tx.as_locked is None or derivations != tx.as_locked or not self.options_recorded()
-            lock = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
+            whole = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
+            lock = None if whole is None else [whole]
         if lock is not None:
-            if lock != tx.lock_bytes:
-                self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
-                tx.lock_bytes = lock
+            if lock != [tx.lock_bytes]:
+                self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
             canonical = True
-        cache = replace(cache, lock=self._lock_record(folders, canonical))
+        written = lock if lock is not None else None if tx.lock_bytes is None else [tx.lock_bytes]
+        cache = replace(cache, lock=self._lock_record(folders, canonical, written))
         self._write(folders, folders.state, CACHE_NAME, encode(cache, VERSION), "write")
         with contextlib.suppress(OSError):
             info = os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
@@ -383,13 +388,15 @@ class StateStore:
             f"the old file is {os.path.basename(aside)}"
         )
 
-    def _lock_record(self, folders: Folders, canonical: bool) -> LockRecord | None:
-        """The lock as written or read now; canonical when written so, or as the last cache knew it."""
+    def _lock_record(self, folders: Folders, canonical: bool, pieces: Sequence[Bytes] | None) -> LockRecord | None:
+        """The lock as written or read now (``pieces``); canonical when written so, or as the last cache knew it."""
         meta = _lock_meta(folders)
-        data = self._tx.lock_bytes
-        if meta is None or data is None or meta.size != len(data):
+        if meta is None or pieces is None or meta.size != sum(map(len, pieces)):
             return None
-        sha256 = hashlib.sha256(data).hexdigest()
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
+        sha256 = digest.hexdigest()
         before = None if self._kept is None else self._kept[1].lock
         canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
         return LockRecord(meta, sha256, wall_ns(), canonical)
@@ -417,7 +424,7 @@ class StateStore:
         except OSError as error:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
-    def _write(self, folders: Folders, target: int, name: str, data: Iterable[bytes], what: str) -> None:
+    def _write(self, folders: Folders, target: int, name: str, data: Iterable[Bytes], what: str) -> None:
         """Replace a file atomically, synced to the disk but for the cache (torn, it is not trusted)."""
         where = folders.path_of(target, name)
         try:
