@@ -13,7 +13,7 @@ Pure: how a file is looked at or read again is passed in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Set
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol
@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 
 from .lineage import children_of, find_cycles, propagate
-from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges
+from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges, column
 from .stamps import Derivation, reconcile
 from .store.cache import Cache, FileRow, Last, Watched, encode_row
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
@@ -115,8 +115,8 @@ def _last(
     report: Report, listing: Collection[str], refused: Mapping[str, ProblemKind], others: Mapping[str, FileMeta]
 ) -> tuple[tuple[Watched, ...], Last]:
     """What a cache holds of ``report``: the sources to watch and the last result."""
-    watched = watched_sources({edge.source for edge in report.edges}, listing, refused, others)
-    return watched, Last(report.file_count, tuple(report.edges), report.cycles, report.problems)
+    watched = watched_sources(set(column(report.edges, "source")), listing, refused, others)
+    return watched, Last(report.file_count, report.edges, report.cycles, report.problems)
 
 
 class Index(NamedTuple):
@@ -127,7 +127,7 @@ class Index(NamedTuple):
     broken: tuple[Edge, ...]
 
     @classmethod
-    def of(cls, edges: tuple[Edge, ...]) -> Index:
+    def of(cls, edges: Sequence[Edge]) -> Index:
         by_derived: dict[str, list[Edge]] = {}
         for edge in edges:
             by_derived.setdefault(edge.derived, []).append(edge)
@@ -315,7 +315,7 @@ def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str
     return {sha: tuple(paths) for sha, paths in holders.items()}
 
 
-def _joined(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
+def _joined(before: Sequence[Edge], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
     """The last result's edges with those of the compared files replaced, in the result's order."""
     kept = [edge for edge in before if edge.derived not in compared]
     return tuple(sorted([*kept, *new_edges], key=_order))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import math
 from binascii import crc32
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, islice
@@ -22,7 +22,18 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..declarations import NOTHING, Declaration
-from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind, as_text
+from ..model import (
+    EDGE_COLUMNS,
+    LATEST_DATE,
+    Edge,
+    EdgeStatus,
+    EdgeTable,
+    FileMeta,
+    Problem,
+    ProblemKind,
+    as_text,
+    column,
+)
 
 __all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
 __all__ += ["checked_date", "decode", "encode", "encode_row"]
@@ -74,7 +85,8 @@ class Last(NamedTuple):
     """The last result as the cache keeps it: its stale entries follow from its edges."""
 
     file_count: int
-    edges: tuple[Edge, ...]
+    edges: Sequence[Edge]
+    """A tuple, or an ``EdgeTable`` (as a scan compares, and as the cache is read)."""
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
 
@@ -154,12 +166,9 @@ def _batches(items: Iterator[Any], kind: Callable[[Iterable[Any]], Any]) -> Iter
         yield batch
 
 
-def _edge_batches(last: Last | None) -> Iterator[list[list[object]]]:
+def _edge_batches(last: Last | None) -> Iterator[list[tuple[object, ...]]]:
     edges = () if last is None else last.edges
-    rows = (
-        [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to] for edge in edges
-    )
-    return _batches(rows, list)
+    return _batches(zip(*(column(edges, name) for name in EDGE_COLUMNS), strict=True), list)
 
 
 def _encoded_last(last: Last) -> dict[str, object]:
@@ -230,21 +239,24 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _body(lines: Iterator[bytes], check: int) -> tuple[dict[str, list[Any]], list[Edge]]:
-    """The rows and the edges of the lines after the head, up to the checksum that ends them."""
+def _body(lines: Iterator[bytes], check: int) -> tuple[dict[str, list[Any]], list[list[Any]]]:
+    """The rows and the edges' columns of the lines after the head, up to the checksum that ends them."""
     rows: dict[str, list[Any]] = {}
-    edges: list[Edge] = []
+    columns: list[list[Any]] = [[] for _ in EDGE_COLUMNS]
     for line in lines:
         value = _loaded(line)
         if type(value) is int:
             if value != check or next(lines, None) is not None:
                 break
-            return rows, edges
+            return rows, columns
         check = crc32(line, check)
         if type(value) is dict:
             rows.update(value)
+        elif type(value) is list and all(type(edge) is list and len(edge) == len(EDGE_COLUMNS) for edge in value):
+            for kept, values in zip(columns, zip(*value, strict=True), strict=False):  # an empty line: none
+                kept += values
         else:
-            edges += _edges(value)
+            raise Damaged("a line of the cache must hold rows or edges")
     raise Damaged("its checksum does not match its bytes")
 
 
@@ -255,12 +267,12 @@ def _loaded(line: bytes) -> Any:
         raise Damaged("it is not JSON") from error
 
 
-def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[Edge]) -> Cache:
+def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[list[Any]]) -> Cache:
     if not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
         raise Damaged("a file's row must be a list of six or seven values")
     _check_rows(rows)
     last = head["last"]
-    if last is None and edges:
+    if last is None and edges[0]:
         raise Damaged("edges without a last result")
     return Cache(
         root=_text(head["root"]),
@@ -271,7 +283,7 @@ def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[Edge])
         rows=rows,
         refused={_text(path): ProblemKind(kind) for path, kind in head["refused"].items()},
         watched=tuple(map(_watched, head["watched"])),
-        last=None if last is None else _last(last, tuple(edges)),
+        last=None if last is None else _last(last, _edge_table(*edges)),
         memory=_memory_of(rows),
     )
 
@@ -345,31 +357,23 @@ def _watched(data: list[Any]) -> Watched:
 _WATCHED_KINDS = frozenset({"file", "missing", *(kind.value for kind in ProblemKind)})
 
 
-def _edges(data: Any) -> list[Edge]:
-    """A line of the last result's edges."""
-    if type(data) is not list:
-        raise Damaged("a line of the cache must hold rows or edges")
-    try:
-        return [_edge(*edge) for edge in data]
-    except (TypeError, ValueError, KeyError) as error:
-        raise Damaged("an edge is not what provgraph writes") from error
+def _edge_table(
+    source: list[Any], derived: list[Any], status: list[Any], at: list[Any], since: list[Any], moved_to: list[Any]
+) -> EdgeTable:
+    """The last result's edges from their columns, checked a column at a time (no ``Edge`` is made)."""
+    if not set(map(type, chain(source, derived))) <= {str} or not set(map(type, moved_to)) <= {str, type(None)}:
+        raise Damaged("an edge's files must be text")
+    return EdgeTable(source, derived, [_STATUS[value] for value in status], _dates(at), _dates(since), moved_to)
 
 
-def _edge(source: str, derived: str, status: str, at: object, since: object, moved_to: object) -> Edge:
-    return Edge(
-        _text(source),
-        _text(derived),
-        _STATUS[status],
-        None if at is None else checked_date(at),
-        None if since is None else checked_date(since),
-        None if moved_to is None else _text(moved_to),
-    )
+def _dates(values: list[Any]) -> list[float | None]:
+    return [None if value is None else checked_date(value) for value in values]
 
 
 _STATUS = {status.value: status for status in EdgeStatus}
 
 
-def _last(data: dict[str, Any], edges: tuple[Edge, ...]) -> Last:
+def _last(data: dict[str, Any], edges: EdgeTable) -> Last:
     return Last(
         file_count=_whole(data["files"]),
         edges=edges,
