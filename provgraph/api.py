@@ -205,9 +205,12 @@ class Memory:
         self._store.settings = self._settings = _settings(self.sources_heading, self.roots)
         if pending is not None and self._store.cache() is None and self._store.lock_data() is None:
             return self._saved(pending)  # the scan that found something derived, saved under the lock
+        cache = self._store.cache()
+        expect = getattr(self.files, "expect", None)  # a remote source batches its reads with the listing
+        if expect is not None:
+            expect(None if cache is None else (cache.memory, cache.scan_started_ns - RACY_WINDOW_NS))
         listing, found = self.files.walk()
         walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
-        cache = self._store.cache()
         unsaved = self._unsaved
         if cache is None and unsaved is not None and not save and unsaved.cache.settings == self._settings:
             cache = unsaved.cache  # its no-change path only: a change reads every file again

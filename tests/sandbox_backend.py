@@ -11,7 +11,12 @@ It counts its calls, can add a delay to each one (the round trip of a real
 sandbox), can fail every call (a sandbox restarting), can fail the next
 commands to spawn (``spawn_failures``: exit status 127, as AgentScope's local
 backends answer an ``OSError`` such as EAGAIN at spawn), and can hang a call
-forever.
+forever, or make each listing of a whole folder (a ``find -mindepth 1 ... -printf``)
+take ``listing_delay`` seconds more.  ``bytes`` counts what its calls returned.
+
+``SandboxWorkspace`` is a real AgentScope ``WorkspaceBase`` over it, mounted as
+the service mounts every sandbox: at ``/workspace``, whatever host folder
+holds it.
 """
 
 from __future__ import annotations
@@ -21,18 +26,24 @@ import os
 from collections import Counter
 
 from agentscope.tool import BackendBase, ExecResult
+from agentscope.workspace import WorkspaceBase
+
+MOUNT = "/workspace"
 
 
 class SandboxBackend(BackendBase):
     """A counting, delaying, failing stand-in for a remote sandbox."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, host: str | None = None) -> None:
         self.delay = delay
-        self.calls = 0
+        self.host = host
+        """The host folder mounted at ``MOUNT``; None: paths in the sandbox are paths on this machine."""
+        self.calls = self.bytes = 0
         self.read_paths: Counter[str] = Counter()
         self.failing = False
         self.hanging = False
         self.spawn_failures = 0
+        self.listing_delay = 0.0
 
     async def _round_trip(self) -> None:
         self.calls += 1
@@ -49,8 +60,10 @@ class SandboxBackend(BackendBase):
             self.spawn_failures -= 1
             return ExecResult(exit_code=127, stdout=b"", stderr=b"[Errno 11] Resource temporarily unavailable")
         self.read_paths.update(argument for argument in command if argument.startswith("./"))
+        if self.listing_delay and any("-mindepth 1" in argument and "-printf" in argument for argument in command):
+            await asyncio.sleep(self.listing_delay)
         process = await asyncio.create_subprocess_exec(
-            *command, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            *map(self._on_host, command), cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
         try:
             stdout, stderr = await asyncio.wait_for(process.communicate(), timeout)
@@ -58,6 +71,7 @@ class SandboxBackend(BackendBase):
             process.kill()
             await process.wait()
             return ExecResult(exit_code=-1, stdout=b"", stderr=b"timed out")
+        self.bytes += len(stdout)
         return ExecResult(exit_code=process.returncode, stdout=stdout, stderr=stderr)
 
     async def read_file(self, path: str) -> bytes:
@@ -65,11 +79,31 @@ class SandboxBackend(BackendBase):
         if self.failing:
             raise ConnectionError("sandbox unreachable")
         self.read_paths[path] += 1
-        with open(path, "rb") as handle:
-            return handle.read()
+        with open(self._on_host(path), "rb") as handle:
+            data = handle.read()
+        self.bytes += len(data)
+        return data
 
     async def write_file(self, path: str, data: bytes) -> None:
         await self._round_trip()
+        path = self._on_host(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as handle:
             handle.write(data)
+
+    def _on_host(self, path: str) -> str:
+        """Where a path of the sandbox is on this machine (an argument that is no path is itself)."""
+        if self.host is not None and (path == MOUNT or path.startswith(MOUNT + "/")):
+            return self.host + path[len(MOUNT) :]
+        return path
+
+
+class SandboxWorkspace(WorkspaceBase):
+    """A sandboxed workspace as the agent service hands it to a middleware factory: its id, its
+    workdir (``MOUNT``, as for every sandbox) and its backend."""
+
+    def __init__(self, host: str, workspace_id: str, delay: float = 0.0) -> None:
+        super().__init__(workspace_id=workspace_id)
+        self.workdir = MOUNT
+        self._backend = SandboxBackend(delay, host)
+        self.is_alive = True

@@ -36,12 +36,12 @@ from agentscope.model import ChatModelBase, ChatResponse, StructuredResponse
 from agentscope.permission import PermissionBehavior, PermissionContext, PermissionDecision, PermissionMode
 from agentscope.state import AgentState
 from agentscope.tool import BackendBase, Edit, ExecResult, Read, ToolBase, ToolChunk, Toolkit, Write
-from sandbox_backend import SandboxBackend
+from sandbox_backend import MOUNT, SandboxBackend
 from test_agentscope import BASE_PROMPT, FILES, OLD
 
 from provgraph.integrations.agentscope import LINEAGE_TOOL, ProvenanceMiddleware
 
-WORKDIR = "/workspace"
+WORKDIR = MOUNT
 """Where a ``Workspace`` sandbox sees its folder."""
 
 # -- a scripted model ------------------------------------------------------------
@@ -346,20 +346,10 @@ class Workspace(SandboxBackend):
     can run just before the next temporary file is written."""
 
     def __init__(self, host: Path) -> None:
-        super().__init__()
-        self.host = host
+        super().__init__(host=str(host))
         self.failing_writes = False
         self.before_temporary_write = None
         self.answer_lost = False
-
-    def _on_host(self, text: str) -> str:
-        return str(self.host) + text[len(WORKDIR) :] if text.startswith(WORKDIR) else text
-
-    async def exec_shell(self, command: list[str], *, cwd: str | None = None, timeout: float | None = None):
-        return await super().exec_shell([self._on_host(argument) for argument in command], cwd=cwd, timeout=timeout)
-
-    async def read_file(self, path: str) -> bytes:
-        return await super().read_file(self._on_host(path))
 
     async def write_file(self, path: str, data: bytes) -> None:
         if self.failing_writes:
@@ -368,7 +358,7 @@ class Workspace(SandboxBackend):
         hook, self.before_temporary_write = self.before_temporary_write, None
         if hook is not None and path.endswith(".tmp"):
             await hook()
-        await super().write_file(self._on_host(path), data)
+        await super().write_file(path, data)
         if self.answer_lost:
             self.answer_lost = False
             raise ConnectionError("connection lost")

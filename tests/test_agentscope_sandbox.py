@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,17 @@ def prompt(provenance: ProvenanceMiddleware) -> str:
     return asyncio.run(asyncio.wait_for(provenance.on_system_prompt(None, "prompt"), 60))
 
 
+def add_notes(workdir: Path, count: int) -> None:
+    """``count`` plain memory files more, in a subfolder."""
+    for number in range(count):
+        write(workdir / "Memory", f"notes/note-{number}.md", f"---\nname: note {number}\n---\nbody\n", OLD)
+
+
+def read_one_by_one(backend: SandboxBackend) -> list[str]:
+    """The files read through ``read_file`` (by full path), not in a batch through the shell."""
+    return [path for path in backend.read_paths if path.startswith("/")]
+
+
 def made_stale(backend, workdir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options):
     """A middleware that adopted the sandbox's profile, whose source then changed: the profile is marked."""
     provenance = middleware(backend, workdir, tmp_path, **options)
@@ -76,8 +88,7 @@ def test_an_unchanged_check_costs_one_backend_call_whatever_the_number_of_files(
     extra_files: int, sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend, workdir = sandbox
-    for number in range(extra_files):
-        write(workdir / "Memory", f"notes/note-{number}.md", f"---\nname: note {number}\n---\nbody\n", OLD)
+    add_notes(workdir, extra_files)
     provenance = middleware(backend, workdir, tmp_path)
     asyncio.run(adopt(provenance, monkeypatch))
     cold_calls = backend.calls
@@ -96,6 +107,73 @@ def test_an_unchanged_check_costs_one_backend_call_whatever_the_number_of_files(
     assert unchanged_calls == 1
     assert MARKER in edited.splitlines()
     assert edited_calls <= 5  # the listing, the one file that changed, the lock written back
+
+
+@pytest.mark.parametrize("names_per_command", [None, 2_000])
+@pytest.mark.usefixtures("a_year_later")
+def test_a_lost_cache_costs_one_batch_of_reads_whatever_the_number_of_files(
+    names_per_command: int | None,
+    sandbox: tuple[SandboxBackend, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the host's cache, the files are read in one call after the listing, also when
+    their names would not fit in one command (a limit lowered here to 2,000 bytes)."""
+    backend, workdir = sandbox
+    if names_per_command is not None:
+        monkeypatch.setattr(provgraph.integrations.agentscope_backend, "_ARGUMENT_BYTES", names_per_command)
+    add_notes(workdir, 300)
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+    expected = prompt(provenance)
+    shutil.rmtree(tmp_path / "state")  # the host's cache and lock mirror are gone; the workspace's lock is not
+
+    backend.calls = 0
+    cold = prompt(provenance)
+    cold_calls = backend.calls
+    backend.calls = 0
+    warm = prompt(provenance)
+
+    assert cold == warm == expected
+    assert cold_calls <= 3
+    assert backend.calls == 1
+    assert not read_one_by_one(backend)
+
+
+@pytest.mark.usefixtures("a_year_later")
+def test_a_source_gone_missing_costs_a_few_calls_not_a_read_per_file(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A missing source makes the scan hash every memory file (to find where its content went)."""
+    backend, workdir = sandbox
+    add_notes(workdir, 200)
+    provenance = middleware(backend, workdir, tmp_path)
+    asyncio.run(adopt(provenance, monkeypatch))
+    prompt(provenance)
+    (workdir / "Memory" / "preferences.md").unlink()
+
+    backend.calls = 0
+    shown = prompt(provenance)
+
+    assert "preferences.md" in shown
+    assert backend.calls <= 5  # the listing, two batches of reads, the lock written back
+    assert not read_one_by_one(backend)
+
+
+@pytest.mark.usefixtures("a_year_later")
+def test_a_tar_that_cannot_take_names_from_its_input_reads_them_as_arguments(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``tar`` without ``--null -T -`` (BusyBox's) gets the names in commands of its own instead."""
+    backend, workdir = sandbox
+    backend_module = provgraph.integrations.agentscope_backend
+    monkeypatch.setattr(backend_module, "_ARGUMENT_BYTES", 200)
+    monkeypatch.setattr(backend_module, "_READ_ALL_SCRIPT", "echo 'tar: unrecognized option: null' >&2; exit 1\n")
+    add_notes(workdir, 30)
+
+    provenance = made_stale(backend, workdir, tmp_path, monkeypatch)
+
+    assert provenance.files is not None and provenance.files.has_shell
+    assert not read_one_by_one(backend)
 
 
 @pytest.mark.usefixtures("a_year_later")

@@ -28,6 +28,7 @@ from agentscope.message import HintBlock, TextBlock, ToolResultState
 from agentscope.middleware import AgenticMemoryMiddleware, MiddlewareBase
 from agentscope.permission import PermissionBehavior, PermissionDecision
 from agentscope.tool import BackendBase, FunctionTool, LocalBackend, ToolBase, ToolResponse
+from agentscope.workspace import WorkspaceBase
 
 from ..api import Memory, NotDerived
 from ..clock import current
@@ -100,7 +101,8 @@ class ProvenanceMiddleware(MiddlewareBase):
     ``memory_lineage``.  With ``LocalBackend`` (the default) the state is ``<memory
     folder>/.provgraph/``; with another backend (a sandbox) the lock is still
     ``<memory folder>/provgraph.lock`` there, and the cache and a mirror of the lock stay on
-    this machine, in ``state=`` or ``default_state_path(...)``.
+    this machine, in ``state=`` or ``default_state_path(...)``: the ``workspace`` that holds
+    the folder (the agent service's) names it, as every sandbox mounts its own at one path.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         state: str | os.PathLike[str] | None = None,
         sources_heading: str | None = None,
         backend_timeout: float = DEFAULT_BACKEND_TIMEOUT,
+        workspace: WorkspaceBase | None = None,
     ) -> None:
         self.backend: BackendBase = backend if backend is not None else LocalBackend()
         self.max_lines = max_lines
@@ -125,7 +128,9 @@ class ProvenanceMiddleware(MiddlewareBase):
         else:
             self.memory_path = self.backend.normpath(self.backend.join_path(workdir, memory_dir))
             self.files = BackendFiles(self.backend, self.memory_path, timeout=backend_timeout)
-            self.state_path = Path(state) if state is not None else default_state_path(self.backend, self.memory_path)
+            self.state_path = (
+                Path(state) if state is not None else default_state_path(self.backend, self.memory_path, workspace)
+            )
             # The lineage lock lives in the workspace; the state folder keeps a mirror of it (agentscope_lock).
             self.lock_mirror = LockMirror(self.files, self.state_path)
         self._memory: Memory | None = None
@@ -551,10 +556,13 @@ def _note(entry: StaleEntry, mark: str = "Note:") -> str:
     return clip(f"{mark} {safe_name(entry.path)}: {stale_phrase(entry)}: {causes_text(entry)}")
 
 
-def default_state_path(backend: BackendBase, memory_path: str) -> Path:
+def default_state_path(backend: BackendBase, memory_path: str, workspace: WorkspaceBase | None = None) -> Path:
     """Where the state of a remote memory folder is kept when no ``state=`` is given: a folder
-    under the user's cache folder named by a hash of the backend class and the folder's path."""
+    under the user's cache folder named by a hash of the backend class, the folder's path and
+    the id of the ``workspace`` that holds it (its path alone is every sandbox's ``/workspace``)."""
     key = f"{type(backend).__module__}.{type(backend).__qualname__}\0{memory_path}"
+    if workspace is not None:
+        key += f"\0workspace\0{workspace.workspace_id}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     return _cache_home() / "provgraph" / "agentscope" / digest
 

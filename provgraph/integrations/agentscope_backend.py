@@ -1,7 +1,9 @@
 """A memory folder read through an AgentScope backend (a Docker, E2B or bubblewrap sandbox, a custom store).
 
 Every backend call is a round trip, so with a POSIX shell one ``find`` lists the whole
-folder with each file's stat, and one ``tar`` reads every file whose stat moved; without
+folder with each file's stat, and one ``tar`` reads every file whose stat is not the one the
+cache records (``expect``: what a check learned outlives the middleware; no cache, every
+file, in one call whatever their number); without
 one, files are read one by one through ``list_dir``/``read_file``.  Whether it has one is
 what the backend is: a shell that listed the folder once is used on every check, a failed
 call (exit status 127 at spawn under load, a timeout) abandoning its check only; one that
@@ -16,12 +18,11 @@ import asyncio
 import io
 import posixpath
 import tarfile
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from agentscope.tool import BackendBase, ExecResult
 
-from ..clock import wall_ns
 from ..errors import ProvgraphError
 from ..files import RACY_WINDOW_NS, NotRegular
 from ..model import FileMeta, Problem, ProblemKind, as_text, is_utf8
@@ -32,6 +33,8 @@ DEFAULT_BACKEND_TIMEOUT = 10.0
 """Seconds one backend call may take before the check is abandoned (prompt unchanged, a warning)."""
 
 _T = TypeVar("_T")
+Expected = tuple[Mapping[str, tuple[int, int, int, int]], int]
+"""What the last scan saw: each memory file's (size, mtime, ctime, inode), and its racy mark in nanoseconds."""
 _END = "provgraph-end"
 IDENTITY_FIELDS = "%y\\t%s\\t%T@\\t%C@\\t%i"
 """How ``find -printf`` prints an entry's type, size, times and inode: what tells one file from another."""
@@ -43,6 +46,10 @@ _LIST_SCRIPT = (  # list the folder (hidden entries pruned), then an end marker 
 )
 _STAT_SCRIPT = f"cd -- \"$1\" && shift && find \"$@\" -maxdepth 0 -printf '{_FIELDS}'; printf '{_END}\\t0\\0'\n"
 _READ_SCRIPT = 'cd -- "$1" && shift && exec tar -cf - "$@"\n'
+_READ_ALL_SCRIPT = (  # every visible *.md file and the names given, however many: no argument limit
+    "cd -- \"$1\" && shift && { find . -mindepth 1 -name '.*' -prune -o -type f -name '*.md' -print0; "
+    "for name; do printf '%s\\0' \"$name\"; done; } | tar --null -T - -cf -\n"
+)
 _MISSING_FOLDER = 4
 _NO_SHELL = (126, 127)
 _NO_SHELL_PROBES = 3  # "no shell" answers, with no listing through it ever, that make a backend shell-less
@@ -82,7 +89,7 @@ class BackendFiles:
         timeout: float = DEFAULT_BACKEND_TIMEOUT,
     ) -> None:
         self.backend, self.folder, self.loop, self.timeout = backend, folder, loop, timeout
-        self.calls = self._walk_started_ns = 0
+        self.calls = 0
         self.trusts_stat = self.has_shell = True
         self._shell_listed = False
         """A listing through the shell succeeded once: a later "no shell" answer is a failed call."""
@@ -91,13 +98,22 @@ class BackendFiles:
         """A file the last listing without a shell found: an empty listing while it exists is a failure."""
         self._prefix = backend.join_path(backend.normpath(folder), "")
         self._content: dict[str, bytes] = {}
+        self._misses = 0
+        """Files read since the last ``walk`` that its batch had not read."""
         self._listed: dict[str, tuple[str, FileMeta]] = {}
-        self._previous: dict[str, FileMeta] = {}
+        self._expected: Expected | None = None
         self._records: list[bytes] = []
         self.companion: Companion | None = None
 
+    def expect(self, known: Expected | None) -> None:
+        """What the last scan saw (each memory file's stat, and the racy mark before which an
+        equal stat vouches for a file): the next ``walk`` reads, in one batch, exactly the files
+        that the scan will want; without it (no cache), every file."""
+        self._expected = known
+
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         self.forget()
+        expected, self._expected = self._expected, None
         self.has_shell = self.trusts_stat = self._no_shell_answers < _NO_SHELL_PROBES
         listed = self._run(self._list_with_shell) if self.has_shell else None
         if listed is None:
@@ -108,8 +124,7 @@ class BackendFiles:
             return walked
         self._listed = listed
         found = {path: meta for path, (kind, meta) in listed.items() if kind == "f" and _is_memory_file(path)}
-        self._read_companion(self._worth_reading(found))
-        self._previous = found
+        self._read_companion(_worth_reading(found, expected))
         return found, _undecodable(listed)
 
     def stat(self, path: str) -> FileMeta | None:
@@ -125,7 +140,7 @@ class BackendFiles:
         if content is None:
             if self.stat(path) is None:
                 raise FileNotFoundError(f"{path} does not exist in the backend")
-            self._run(lambda: self._read_many([path]))
+            self._run(lambda: self._read_many(self._missed(path)))
             content = self._content.get(path)
             if content is None:
                 raise FileNotFoundError(f"{path} vanished from the backend")
@@ -134,6 +149,17 @@ class BackendFiles:
     def forget(self) -> None:
         """Drop the bytes kept since the last ``walk``."""
         self._content.clear()
+        self._misses = 0
+
+    def _missed(self, path: str) -> list[str]:
+        """What to read for ``path``, which the listing's batch did not read: from the second such
+        file on, with every listed memory file not read yet (a scan that hashes every file, for a
+        source gone missing, would otherwise cost a call per file)."""
+        self._misses += 1
+        if self._misses < 2 or not self.has_shell:
+            return [path]
+        unread = (name for name, (kind, _) in self._listed.items() if kind == "f" and name not in self._content)
+        return [path, *(name for name in unread if name != path and _is_memory_file(name))]
 
     def listed_identity(self, name: str) -> str | None:
         """A top-level entry's type, size, times and inode as the last listing printed them;
@@ -207,25 +233,29 @@ class BackendFiles:
         meta = await self._fetch(path)  # without a shell: read it
         return None if meta is None else ("f", meta)
 
-    def _worth_reading(self, found: dict[str, FileMeta]) -> list[str]:
-        """Files whose metadata moved since the last walk, or moved so recently that equal metadata proves nothing."""
-        recent = self._walk_started_ns - RACY_WINDOW_NS
-        self._walk_started_ns = wall_ns()
-        return [
-            path
-            for path, meta in found.items()
-            if self._previous.get(path) != meta or max(meta.mtime_ns, meta.ctime_ns) >= recent
-        ]
-
     async def _read_many(self, paths: list[str]) -> None:
-        """Read files in as few calls as the argument limit allows, keeping regular files only."""
-        for batch in _batches(paths):
+        """Read files in one call (every memory file at once when the names do not fit in one
+        command), keeping regular files only."""
+        batches = list(_batches(paths))
+        others = [path for path in paths if not _is_memory_file(path)]  # the lock: the find does not select it
+        if len(batches) > 1 and self.has_shell and await self._read_all(others):
+            return
+        for batch in batches:
             if self.has_shell:
                 result = await self._sh(_READ_SCRIPT, *("./" + path for path in batch))
                 if result.exit_code not in _NO_SHELL:
                     self._content.update(_regular_members(result, self.folder))
                     continue
             await self._read_without_shell(batch)
+
+    async def _read_all(self, also: list[str]) -> bool:
+        """Read every visible memory file and ``also`` in one call; False when the shell's ``tar``
+        cannot take names from its input (then the names go as arguments)."""
+        result = await self._sh(_READ_ALL_SCRIPT, *("./" + path for path in also))
+        if result.exit_code >= 0 and not result.stdout:
+            return False
+        self._content.update(_regular_members(result, self.folder))
+        return True
 
     async def _walk_file_by_file(self) -> tuple[dict[str, FileMeta], list[Problem]]:
         entries = await self._call(self.backend.list_dir(self.folder, recursive=True))
@@ -322,6 +352,18 @@ class BackendFiles:
         if loop is None or running is loop:
             raise RuntimeError("BackendFiles must be used from a worker thread with the agent's event loop set")
         return asyncio.run_coroutine_threadsafe(make(), loop).result()
+
+
+def _worth_reading(found: dict[str, FileMeta], expected: Expected | None) -> list[str]:
+    """The files the scan will read: those whose stat is not the last scan's, or is too recent to vouch for them."""
+    if expected is None:
+        return list(found)
+    known, racy_from_ns = expected
+    return [
+        path
+        for path, meta in found.items()
+        if known.get(path) != meta or max(meta.mtime_ns, meta.ctime_ns) >= racy_from_ns
+    ]
 
 
 def _end_status(records: list[bytes]) -> int | None:

@@ -1,0 +1,39 @@
+"""The sandbox benchmark runs, and prints every figure of its table with a goal and a verdict.
+
+What it measures is printed by the run and read in docs/performance.md, never asserted here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from extras import needs
+from test_bench_smoke import REPOSITORY, _table
+
+from tests.bench.sandbox import AFTER_FAILURE, COLD, FRESH, HEADER, INOTIFY, QUICK_SIZES, SLOW_MARK, SLOW_WAIT
+
+pytestmark = needs("agentscope")
+
+MARKDOWN_HEADER = "| " + " | ".join(HEADER) + " |"
+
+
+def test_a_quick_run_prints_each_figure_at_each_size_with_its_goal_and_verdict() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench.sandbox", "--quick", "--markdown"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    printed = _table(done.stdout, MARKDOWN_HEADER)
+    figures = (AFTER_FAILURE, SLOW_WAIT, SLOW_MARK, FRESH, COLD, INOTIFY.format(turns=5))
+
+    assert [(row[0], row[1]) for row in printed] == [
+        (figure, f"{files:,}") for files in QUICK_SIZES.values() for figure in figures
+    ]
+    assert all(row[2] and row[3] and row[4] in ("met", "OVER") for row in printed)
+    shown = _table((REPOSITORY / "docs" / "performance.md").read_text(encoding="utf-8"), MARKDOWN_HEADER)
+    assert {row[0] for row in shown} == {*figures[:-1], INOTIFY.format(turns=100)}
