@@ -209,12 +209,8 @@ def decode(lines: Iterable[bytes], version: str, root: str, settings: str) -> Ca
         raise Damaged("it is not a provgraph cache")
     if "schema" not in head and head.get("version") in (1, 2, 3):
         return None  # provgraph's first layout: rebuilt like a cache of another version, not set aside
-    if (head.get("provgraph"), head.get("schema"), head.get("root"), head.get("settings")) != (
-        version,
-        SCHEMA,
-        root,
-        settings,
-    ):
+    key = (head.get("provgraph"), head.get("schema"), head.get("root"), head.get("settings"))
+    if key != (version, SCHEMA, root, settings):
         return None
     with _collector_paused():
         rows, edges = _body(lines, crc32(first))
@@ -229,14 +225,13 @@ def _collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector paused while the cache's values are built: they hold
     no cycles, and the collector, run every few hundred new lists, would go through all the
     values built so far again and again (a large part of the decoding time)."""
-    if not gc.isenabled():
-        yield
-        return
+    enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.enable()
+        if enabled:
+            gc.enable()
 
 
 def _body(lines: Iterator[bytes], check: int) -> tuple[dict[str, list[Any]], list[list[Any]]]:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import os
 import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from ..errors import ProvgraphError
 
@@ -96,17 +96,17 @@ def open_folder(parent: str | os.PathLike[str], name: str, *, create: bool) -> i
 
 def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
     """The bytes of the regular file ``name`` (its first ``limit`` bytes at most); None
-    when there is none.  A symlink or anything but a regular file there is an error,
-    found without reading it.
+    when there is none, as ``open_file`` finds it.
 
     Read in one call of the size the open file has, as it nearly always gives it all (a
     large read allocates its buffer once, and nothing is joined); a read that gives less,
     or a file that grew meanwhile, is read on to its end."""
-    opened = _open_regular(folder, name, where)
+    opened = open_file(folder, name, where)
     if opened is None:
         return None
-    descriptor, size = opened
-    try:
+    with opened:
+        descriptor = opened.fileno()
+        size = os.fstat(descriptor).st_size
         first = os.read(descriptor, size + 1 if limit is None else min(limit, size + 1))
         if limit is not None or len(first) == size or not first:
             return first
@@ -114,18 +114,11 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int 
         while chunk := os.read(descriptor, 1 << 20):
             chunks.append(chunk)
         return b"".join(chunks)
-    finally:
-        os.close(descriptor)
 
 
-def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> BinaryIO | None:
-    """The regular file ``name`` open for reading, as ``read_file`` checks it; None when there is none."""
-    opened = _open_regular(folder, name, where)
-    return None if opened is None else os.fdopen(opened[0], "rb")
-
-
-def _open_regular(folder: int, name: str, where: str | os.PathLike[str]) -> tuple[int, int] | None:
-    """A descriptor of the regular file ``name`` and its size, never through a symlink."""
+def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> io.FileIO | None:
+    """The regular file ``name`` open for reading; None when there is none.  A symlink or
+    anything but a regular file there is an error, found without reading it."""
     try:
         descriptor = os.open(name, _READ, dir_fd=folder)
     except FileNotFoundError:
@@ -136,14 +129,11 @@ def _open_regular(folder: int, name: str, where: str | os.PathLike[str]) -> tupl
                 errno.ELOOP, "a symlink, which provgraph does not follow", os.path.join(where, name)
             ) from None
         raise
-    try:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
-    except BaseException:
-        os.close(descriptor)
-        raise
-    return descriptor, info.st_size
+    opened = io.FileIO(descriptor, "rb")
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        opened.close()
+        raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
+    return opened
 
 
 def write_file(
