@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import io
 import os
 import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from ..errors import ProvgraphError
 
@@ -116,7 +116,7 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int 
         return b"".join(chunks)
 
 
-def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> io.FileIO | None:
+def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> BinaryIO | None:
     """The regular file ``name`` open for reading; None when there is none.  A symlink or
     anything but a regular file there is an error, found without reading it."""
     try:
@@ -129,7 +129,7 @@ def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> io.FileI
                 errno.ELOOP, "a symlink, which provgraph does not follow", os.path.join(where, name)
             ) from None
         raise
-    opened = io.FileIO(descriptor, "rb")
+    opened = os.fdopen(descriptor, "rb")  # buffered: the cache is read a line at a time
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
         opened.close()
         raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
