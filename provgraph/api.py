@@ -23,6 +23,7 @@ from .clock import current, wall_ns
 from .declarations import Lookup, did_you_mean
 from .errors import ProvgraphError, log_warning
 from .files import RACY_WINDOW_NS, FileSource, LocalFiles, NotRegular, OutsideRoot
+from .index import INDEX_NAME, index_text
 from .lineage import children_of, find_cycles, hinted, propagate, to_networkx, typo_hint
 from .model import (
     EdgeStatus,
@@ -38,7 +39,7 @@ from .model import (
     broken_edges,
 )
 from .render import lineage_hints, safe_name
-from .scan import Rescan, scan
+from .scan import FieldsRead, Rescan, check_indexes, fields_of, read_indexes, scan
 from .stamps import Derivation, reconcile_as_table
 from .store.cache import Cache, Rows, Watched
 from .store.folder import LockBusy
@@ -48,14 +49,15 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
-__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "Memory", "NotDerived", "OptionsDiffer", "RootError", "find_root"]
+__all__ = ["DEFAULT_SOURCES_HEADING", "Explanation", "FieldNameError", "Memory", "NotDerived", "OptionsDiffer"]
+__all__ += ["RootError", "find_root"]
 
 DEFAULT_SOURCES_HEADING = "## Sources"
 """The heading ``--sources-heading`` reads when it names none."""
 READ_WAIT = 2.0
 """Seconds a refresh waits for another process's lock before it answers from a scan it does
 not save: a provgraph suspended while holding the lock must not hang every agent start."""
-READING_OPTIONS = ("sources_heading",)
+READING_OPTIONS = ("sources_heading", "index_files", "unindexed", "volatile_field")
 """The options that change what is read, recorded in the lock by the run that writes it."""
 WRITE_WAIT = 10.0
 """Seconds a stamp waits for the lock before it reports it held, as one error line."""
@@ -67,6 +69,10 @@ class RootError(ProvgraphError):
     def __init__(self, root: str | os.PathLike[str]) -> None:
         super().__init__(f"memory root {root} is not a folder")
         self.root = Path(root)
+
+
+class FieldNameError(ProvgraphError, ValueError):
+    """A volatile field named as no frontmatter key is written (empty, with a space or a colon)."""
 
 
 class NotDerived(ProvgraphError):
@@ -97,19 +103,36 @@ class Memory:
         sources_heading: str | None = None,
         also_known_as: Iterable[str] = (),
         trust_cache: bool = True,
+        index_files: Iterable[str] = (),
+        unindexed: Iterable[str] = (),
+        volatile_fields: Iterable[str] = (),
     ) -> None:
         """``progress(done, total)`` hears how far a scan that reads files has got.
         ``sources_heading`` (``"## Sources"``) makes the links under that heading declare
         sources; it is recorded in the lock, and one that differs from the lock's raises
         ``OptionsDiffer``.  ``also_known_as`` are other absolute paths of this folder (where
         a sandboxed agent sees it).  ``trust_cache`` False reads and hashes every file on
-        every refresh, for content that changes without moving metadata (``mmap``)."""
+        every refresh, for content that changes without moving metadata (``mmap``).
+        ``index_files`` are indexes beside ``MEMORY.md`` (root-relative); ``unindexed`` are
+        patterns (``fnmatch``) of memory files no index needs to list; both are recorded
+        in the lock like ``sources_heading``.  ``volatile_fields`` are frontmatter fields an
+        edit of which alone marks nothing, besides ``VOLATILE_FIELDS`` (``updated``...);
+        recorded in the lock too."""
         self._root = os.path.abspath(os.path.expanduser(os.fspath(root)))
         self.roots = _known_roots(self._root, also_known_as)
         self._asked = {} if sources_heading is None else {"sources_heading": sources_heading}
+        self._asked.update((name, "\n".join(sorted(set(value)))) for name, value in _listed(index_files, unindexed))
+        self.volatile_fields = _field_names(volatile_fields)
+        """The extra volatile fields the last refresh read with: those asked for, else the lock's."""
+        if self.volatile_fields:
+            self._asked["volatile_field"] = ",".join(self.volatile_fields)
         self.sources_heading = sources_heading
         """The heading the last refresh read with: the one asked for, else the lock's."""
-        self._settings = _settings(sources_heading, self.roots)
+        self.index_files, self.unindexed = _split(self._asked, "index_files"), _split(self._asked, "unindexed")
+        for path in self.index_files:
+            if path.startswith("/") or ".." in path.split("/") or not path.endswith(".md"):
+                raise ProvgraphError(f"an index is a Markdown file named from the memory root, not {path!r}")
+        self._settings = self._reading_settings()
         if files is None:
             if not os.path.isdir(self._root):
                 raise RootError(self._root)
@@ -121,6 +144,8 @@ class Memory:
         self._warn = warn or log_warning
         self._progress = progress
         self._known: _Known | None = None
+        self._fields: dict[str, FieldsRead] = {}
+        """The index entries' fields as last read, by file."""
         self._unsaved: _Unsaved | None = None
         """The last scan of a folder where nothing of provgraph's is written yet, saved as it
         is once something derived is found."""
@@ -139,6 +164,12 @@ class Memory:
     def lock_path(self) -> Path:
         """The portable lock: ``ROOT/provgraph.lock`` or ``state/provgraph.lock``."""
         return Path(self._store.lock_path)
+
+    def _reading_settings(self) -> str:
+        """The reading settings, part of the cache's key (a list option only when given)."""
+        lists = {"index_files": self.index_files, "unindexed": self.unindexed, "volatile": self.volatile_fields}
+        given = {name: value for name, value in lists.items() if value}
+        return orjson.dumps([self.sources_heading, [as_text(path) for path in self.roots], given]).decode()
 
     def refresh(self, *, now: datetime | None = None) -> Report:
         """Scan the folder, update the stamps, and report what is stale."""
@@ -183,8 +214,8 @@ class Memory:
         if not restamp and self._store.absent():  # none of provgraph's files: none written until a file derives
             with self._store.unlocked():
                 report = self._run(now, restamp, save=False)
-            if not report.edges:
-                return report
+            if not report.edges and not (self._unsaved and any(d.stamps for d in self._unsaved.derivations.values())):
+                return report  # nothing derived and no index entry to stamp
             pending = self._unsaved
         where = self._store.state_path
         try:
@@ -202,7 +233,9 @@ class Memory:
         started_ns = wall_ns()
         options = self._store.reading_options(self._asked, READING_OPTIONS)
         self.sources_heading = options.get("sources_heading")
-        self._store.settings = self._settings = _settings(self.sources_heading, self.roots)
+        self.index_files, self.unindexed = _split(options, "index_files"), _split(options, "unindexed")
+        self.volatile_fields = _field_names(filter(None, options.get("volatile_field", "").split(",")))
+        self._store.settings = self._settings = self._reading_settings()
         if pending is not None and self._store.cache() is None and self._store.lock_data() is None:
             return self._saved(pending)  # the scan that found something derived, saved under the lock
         cache = self._store.cache()
@@ -252,24 +285,69 @@ class Memory:
         cache = known.cache
         racy_mark = cache.scan_started_ns - RACY_WINDOW_NS
         changed = incremental.changed_files(cache, listing, racy_mark)
-        if changed is None or cache.refused or not self._store.lock_unchanged(cache.lock):
-            return None
+        indexes = sorted(self._index_paths().intersection(listing))
+        if (
+            changed is None
+            or changed.intersection(indexes)
+            or cache.refused
+            or not self._store.lock_unchanged(cache.lock)
+        ):
+            return None  # an index that changed is read again by the full scan
         changed |= incremental.others_changed(cache, self._look, racy_mark)
         data = self._store.lock_data()
         lock = incremental.LockLines.of(data, cache.lock is not None and cache.lock.canonical)
         if lock is None or (data is None and self._asked):  # a first lock records the options: the full scan writes it
             return None
         rows = Rows(cache.rows)
-        rescan = Rescan(self.files, rows, racy_mark, listing, roots=self.roots, sources_heading=self.sources_heading)
+        rescan = Rescan(
+            self.files,
+            rows,
+            racy_mark,
+            listing,
+            roots=self.roots,
+            sources_heading=self.sources_heading,
+            volatile=self.volatile_fields,
+        )
         try:
             found = incremental.patch(cache, known.index(), lock, rescan, changed, now, self._root)
         except (TypeError, ValueError, KeyError, IndexError):
             return None  # a row that does not fit the last result: the full scan answers
+        if found is not None and indexes:
+            found = self._entries_patched(found, lock, listing, indexes, now, started_ns - RACY_WINDOW_NS)
         if found is None:
             return None
         saved = self._store.save(None, incremental.patched_cache(cache, found, started_ns, listing), found.lock)
         self._known = _Known(saved, incremental.newest(listing), found.report)
         return _with_hints(found.report, listing)
+
+    def _entries_patched(
+        self,
+        found: incremental.Patch,
+        lock: incremental.LockLines,
+        listing: dict[str, FileMeta],
+        indexes: list[str],
+        now: datetime,
+        racy_mark: int,
+    ) -> incremental.Patch | None:
+        """``found`` with the index entries compared again with the files the change moved; None
+        when the lock's lines cannot be rewritten in place (the full scan answers)."""
+        stamps = lock.derivations(indexes)
+        readings = read_indexes(self.files, listing, indexes)
+        if stamps is None or not readings:
+            return found if stamps is not None else None
+        kept = (self._fields, racy_mark)
+        updated, problems = check_indexes(
+            self.files, listing, readings, stamps, now.timestamp(), kept, unindexed=self.unindexed
+        )
+        report = replace(found.report, problems=found.report.problems + problems)
+        updated = {
+            path: derivation for path, derivation in updated.items() if derivation.stamps
+        }  # as the lock holds them
+        if updated == stamps:
+            return found._replace(report=report)
+        lines = lock if found.lock is None else incremental.LockLines.of(b"".join(found.lock), True)
+        data = None if lines is None else lines.replaced(indexes, updated)
+        return None if data is None else found._replace(report=report, lock=data)
 
     def _rescan(
         self,
@@ -284,6 +362,8 @@ class Memory:
     ) -> Report:
         """Scan what the cache cannot vouch for, reconcile the stamps, propagate, save."""
         derivations = self._store.stamps()
+        indexes = self._index_paths()
+        entry_stamps = {path: derivations.pop(path) for path in indexes.intersection(derivations)}
         remembered = {path: tuple(derivation.stamps) for path, derivation in derivations.items()}
         previous, racy_ns = ({}, 0) if cache is None else (Rows(cache.rows), cache.scan_started_ns)
         walked = (listing, list(walk_problems))
@@ -296,11 +376,29 @@ class Memory:
             remembered,
             roots=self.roots,
             sources_heading=self.sources_heading,
+            volatile=self.volatile_fields,
         )
-        not_derived = tuple(sorted(path for path in restamp if path not in snapshot.declarations))
+        readings = read_indexes(self.files, listing, sorted(indexes))
+        index_found: tuple[Problem, ...] = ()
+        if readings:  # an index is never a derived file: its lock lines are its entries' stamps
+            declarations = {path: found for path, found in snapshot.declarations.items() if path not in indexes}
+            snapshot = snapshot._replace(declarations=declarations)
+            entry_stamps, index_found = check_indexes(
+                self.files,
+                listing,
+                readings,
+                entry_stamps,
+                now.timestamp(),
+                (self._fields, started_ns - RACY_WINDOW_NS),
+                restamp,
+                self.unindexed,
+            )
+        read = {reading.path for reading in readings}
+        not_derived = tuple(sorted(path for path in restamp - read if path not in snapshot.declarations))
         if not_derived:
             raise NotDerived(not_derived)
         derivations, edges = reconcile_as_table(derivations, snapshot, now.timestamp(), restamp)
+        derivations.update(entry_stamps)
         children = children_of(edges)  # for staleness and the cycle search: built once
         report = Report(
             root=self._root,
@@ -309,7 +407,7 @@ class Memory:
             edges=edges,
             stale=propagate(edges, children),
             cycles=find_cycles(edges, children),
-            problems=snapshot.problems,
+            problems=snapshot.problems + index_found,
             hints=() if edges else lineage_hints(snapshot.lineage_like),
         )
         scanned = incremental.scanned_cache(
@@ -327,6 +425,25 @@ class Memory:
         self._unsaved = None if save else _Unsaved(scanned, derivations, report)
         self._known = _Known(saved, incremental.newest(saved.memory), report)
         return report
+
+    def index(self, *, now: datetime | None = None) -> str:
+        """The index as it should be (``provgraph index``): ``MEMORY.md``, else the first of
+        ``index_files``, with outdated entries rewritten, dangling and repeated ones dropped
+        and orphans appended; "" when there is no index.  Writes no memory file."""
+        report = self.refresh(now=now)
+        listing, _ = self.files.walk()
+        readings = read_indexes(self.files, listing, [INDEX_NAME, *self.index_files])
+        if not readings:
+            return ""
+        found = {kind: [problem.path for problem in report.problems if problem.kind is kind] for kind in ProblemKind}
+        reading, added = readings[0], found[ProblemKind.ORPHAN]
+        listed = {entry.target for entry in reading.entries if entry.target in listing}
+        fields = fields_of(self.files, sorted({*listed, *added}), listing, self._fields, wall_ns() - RACY_WINDOW_NS)
+        return index_text(reading, fields, found[ProblemKind.OUTDATED_ENTRY], found[ProblemKind.DANGLING_ENTRY], added)
+
+    def _index_paths(self) -> frozenset[str]:
+        """The index files read: ``MEMORY.md`` at the root and those the options name."""
+        return frozenset([INDEX_NAME, *self.index_files])
 
     def _look(self, path: str) -> Watched | None:
         """How a source outside the listing looks now (``incremental.SourceStat``)."""
@@ -388,9 +505,26 @@ def _exists(files: FileSource, path: str) -> bool:
         return True
 
 
-def _settings(sources_heading: str | None, roots: tuple[str, ...]) -> str:
-    """The reading settings, part of the cache's key."""
-    return orjson.dumps([sources_heading, [as_text(path) for path in roots]]).decode()
+def _listed(index_files: Iterable[str], unindexed: Iterable[str]) -> Iterable[tuple[str, list[str]]]:
+    """The index options asked for, as lists (an option given empty is not asked)."""
+    return (
+        (name, value) for name, value in (("index_files", list(index_files)), ("unindexed", list(unindexed))) if value
+    )
+
+
+def _split(options: dict[str, str], name: str) -> tuple[str, ...]:
+    """A list option as recorded in the lock: one value a line."""
+    return tuple(filter(None, options.get(name, "").split("\n")))
+
+
+def _field_names(names: Iterable[str]) -> tuple[str, ...]:
+    """Frontmatter field names, sorted, once each; ``FieldNameError`` for one that no top-level
+    key is written as (empty, or holding a space, a colon or a comma)."""
+    fields = tuple(sorted(set(names)))
+    for name in fields:
+        if not name or any(mark in name for mark in " \t\r\n:,#") or name.startswith(("-", "'", '"')):
+            raise FieldNameError(f"a volatile field is a frontmatter key such as 'reviewed', not {name!r}")
+    return fields
 
 
 def _known_roots(root: str, also_known_as: Iterable[str]) -> tuple[str, ...]:

@@ -26,8 +26,8 @@ from .clock import pinned_now  # PROVGRAPH_NOW when set, else None: the real clo
 from .demo import run_demo
 from .errors import ProvgraphError, listening
 from .integrations import claude_code
-from .model import ProblemKind
-from .paths import command_options, parts_under, shell_advice, status_command
+from .model import INDEX_KINDS, ProblemKind
+from .paths import command_options, list_hint, parts_under, shell_advice
 from .queries import EditContext, explain, missing_sources, refusal_text
 from .render import lineage_document, lineage_text, safe_name
 
@@ -119,8 +119,10 @@ def _check(options: Options) -> int:
     """Exit 1 on a stale file, a cycle, or (unless ``--allow-broken``) a declaration that
     could not be read: a typo in ``derived_from`` must not pass CI quietly."""
     report = _open(options).refresh(now=pinned_now())
-    broken = {ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY}
-    if report.ok and (options.allow_broken or all(problem.kind not in broken for problem in report.problems)):
+    broken = (
+        set(INDEX_KINDS) if options.allow_broken else {ProblemKind.BAD_FRONTMATTER, ProblemKind.BAD_ENTRY, *INDEX_KINDS}
+    )
+    if report.ok and all(problem.kind not in broken for problem in report.problems):
         return EXIT_OK
     sys.stdout.write(render.status_text(report))
     return EXIT_STALE
@@ -168,7 +170,10 @@ def _stamp(options: Options) -> int:
     report = memory.stamp(stamped, now=pinned_now()) if stamped else report
     for path in stamped:
         count = sum(1 for edge in report.edges if edge.derived == path)
-        print(f"stamped {safe_name(path)}: re-derived from {count} source{'s' * (count != 1)} as they are now")
+        what = (
+            f"re-derived from {count} source{'s' * (count != 1)}" if count else "its entries stamped from their files"
+        )
+        print(f"stamped {safe_name(path)}: {what} as they are now")
     behind = {p: ", ".join(map(safe_name, explain(report, p).stale_sources)) for p in stamped if report.entry(p)}
     for path, names in behind.items():
         print(
@@ -176,6 +181,15 @@ def _stamp(options: Options) -> int:
         )
     print(render.summary_line(report))
     return EXIT_ERROR if refused else EXIT_STALE if behind else EXIT_OK
+
+
+def _index(options: Options) -> int:
+    """Print the index as it should be; exit 2 when the folder has none."""
+    text = _open(options).index(now=pinned_now())
+    if not text:
+        raise UsageError(f"no MEMORY.md in {Path(options.root)} (name another index with --index FILE)")
+    sys.stdout.write(text)
+    return EXIT_OK
 
 
 def _graph(options: Options) -> int:
@@ -187,7 +201,7 @@ def _graph(options: Options) -> int:
 
 def _prompt(options: Options) -> int:
     report = _open(options).refresh(now=pinned_now())
-    hint = f"run `{status_command(report.root, _printed_options(options))}` to list them all"
+    hint = list_hint(report.root, _printed_options(options))
     sys.stdout.write(render.prompt_block(report, max_lines=options.max_lines, more_hint=hint))
     return EXIT_OK
 
@@ -245,6 +259,36 @@ def _hook_tool_use(options: Options, event: claude_code.HookEvent) -> None:
         _say("hook", f"the {'write' if write else 'read'} was not recorded: {_os_message(error)}")
 
 
+MCP_INSTALL = "pip install 'provgraph[mcp]'"
+
+
+def _mcp(options: Options) -> int:
+    """The MCP server of the folder on stdin and stdout, or with ``--config`` the snippets that add it to a client."""
+    try:
+        from .integrations import mcp  # heavy, and an extra: only this command needs the MCP SDK
+    except ImportError:
+        raise UsageError(f"the MCP server needs the MCP SDK, which is not installed: {MCP_INSTALL}") from None
+    root = os.path.abspath(os.path.expanduser(options.root))
+    if options.config:
+        lines = ("--max-lines", str(options.max_lines)) if options.max_lines != DEFAULT_MAX_LINES else ()
+        cache = ("--no-cache",) if options.no_cache else ()
+        sys.stdout.write(mcp.config_text(root, _printed_options(options) + cache + lines))
+        return EXIT_OK
+    if not os.path.isdir(root):
+        raise UsageError(f"memory root {root} is not a folder")
+    heading, trust, volatile = _sources_heading(options), not options.no_cache, _volatile_fields(options)
+    server = mcp.MemoryServer(
+        root,
+        state=options.state,
+        sources_heading=heading,
+        trust_cache=trust,
+        max_lines=options.max_lines,
+        volatile_fields=volatile,
+    )
+    mcp.serve(server)
+    return EXIT_OK
+
+
 STDIN_WAIT = 3.0
 """Seconds the hook waits for its event on a standard input that is neither a terminal nor closed."""
 
@@ -262,7 +306,7 @@ def _stdin_event() -> bytes:
 
 def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
-    return command_options(options.state, _sources_heading(options))
+    return command_options(options.state, _sources_heading(options), _volatile_fields(options))
 
 
 def _open(options: Options, root: Path | None = None, warn: Callable[[str], None] = _warn) -> Memory:
@@ -271,7 +315,23 @@ def _open(options: Options, root: Path | None = None, warn: Callable[[str], None
         raise UsageError(f"memory root {Path(folder)} is not a folder")
     progress = Progress(sys.stderr) if sys.stderr is not None and sys.stderr.isatty() else None
     heading, trust = _sources_heading(options), not options.no_cache
-    return Memory(folder, state=options.state, warn=warn, progress=progress, sources_heading=heading, trust_cache=trust)
+    volatile = _volatile_fields(options)
+    return Memory(
+        folder,
+        state=options.state,
+        warn=warn,
+        progress=progress,
+        sources_heading=heading,
+        trust_cache=trust,
+        index_files=options.index_files or (),
+        unindexed=options.unindexed or (),
+        volatile_fields=volatile,
+    )
+
+
+def _volatile_fields(options: Options) -> list[str]:
+    """``--volatile-field`` given once per name, or with names joined by commas."""
+    return [name for names in options.volatile_field for name in names.split(",")]
 
 
 def _sources_heading(options: Options) -> str | None:
@@ -371,6 +431,8 @@ _FILE: _Argument = ("file", {"metavar": "FILE"})
 _MAX_STALE = _max_lines("stale files listed at most")
 _STATE = "folder for provgraph.lock and the cache, outside the memory folder (default: the lock in ROOT, the cache in "
 _HEADING = f"the links under this heading declare sources too (alone: '{DEFAULT_SOURCES_HEADING}')"
+_INDEX = "an index file beside MEMORY.md, root-relative (repeat for more)"
+_VOLATILE = "a frontmatter field whose edit alone marks nothing, besides updated, last_updated... (repeatable)"
 _COMMON: tuple[_Argument, ...] = (
     (
         "--state",
@@ -378,10 +440,13 @@ _COMMON: tuple[_Argument, ...] = (
     ),  # expands `--state=~/x`
     ("--sources-heading", {"nargs": "?", "const": DEFAULT_SOURCES_HEADING, "metavar": "HEADING", "help": _HEADING}),
     _flag("--no-cache", "read and hash every file, trusting no recorded size and times"),
+    ("--index", {"action": "append", "dest": "index_files", "metavar": "FILE", "help": _INDEX}),
+    ("--unindexed", {"action": "append", "metavar": "PATTERN", "help": "memory files no index needs to list"}),
+    ("--volatile-field", {"action": "append", "default": [], "metavar": "NAME", "help": _VOLATILE}),
 )
 """The options every command takes, right after ``-h``."""
 
-_BROKEN = "do not fail on bad-frontmatter or bad-entry problems (stale files and cycles still fail)"
+_BROKEN = "do not fail on bad-frontmatter or bad-entry problems (stale files, cycles and index problems still fail)"
 _COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]], ...] = (
     (
         "status",
@@ -392,7 +457,7 @@ _COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]
     (
         "check",
         _check,
-        "exit 1 if a derived file is stale, a cycle exists or a declaration is broken (else quiet)",
+        "exit 1 if a derived file is stale, a cycle exists, a declaration is broken or an index is out of step",
         (_ROOT, _flag("--allow-broken", _BROKEN)),
     ),
     (
@@ -419,6 +484,12 @@ _COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]
         (("files", {"nargs": "+", "metavar": "FILE"}), _root_above(", to which FILEs are then relative")),
     ),
     (
+        "index",
+        _index,
+        "print the memory index as it should be (writes nothing)",
+        (_ROOT,),
+    ),
+    (
         "graph",
         _graph,
         "export the lineage graph with each node's status",
@@ -435,6 +506,16 @@ _COMMANDS: tuple[tuple[str, Callable[[Options], int], str, tuple[_Argument, ...]
         _hook,
         "Claude Code hook: answers the event on stdin (SessionStart, PostToolUse), or prints nothing",
         (_ROOT, _flag("--settings", "print the settings JSON that installs the hooks"), _MAX_STALE),
+    ),
+    (
+        "mcp",
+        _mcp,
+        "serve the folder to MCP clients (Claude Code and Desktop, Cursor, ...) over stdin and stdout",
+        (
+            _ROOT,
+            _flag("--config", "print the snippets that add this server to Claude Code, Claude Desktop and Cursor"),
+            _MAX_STALE,
+        ),
     ),
     (
         "demo",

@@ -14,10 +14,12 @@ import stat as stat_module
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from itertools import chain
 from pathlib import Path
 from typing import Protocol
 
 from .errors import PathRefused
+from .meaning import Meaning
 from .model import FileMeta, Problem, ProblemKind, as_text, is_utf8
 from .paths import normalized
 
@@ -194,15 +196,17 @@ class LocalFiles:
         finally:
             os.close(descriptor)
 
-    def sha256(self, path: str) -> str:
-        """Hash without holding a large file in memory; a small file in one read, as ``read``."""
+    def sha256(self, path: str, meaning: Meaning | None = None) -> str:
+        """Hash without holding a large file in memory; a small file in one read, as ``read``.
+        ``meaning`` hears the same bytes."""
         descriptor, size = self._open(path)
+        digest = hashlib.sha256()
         try:
             first = os.read(descriptor, min(size + 1, _CHUNK))
-            digest = hashlib.sha256(first)
-            if first and len(first) != size:
-                for chunk in _chunks(descriptor):
-                    digest.update(chunk)
+            for chunk in chain((first,), _chunks(descriptor) if first and len(first) != size else ()):
+                digest.update(chunk)
+                if meaning is not None:
+                    meaning.update(chunk)
         finally:
             os.close(descriptor)
         return digest.hexdigest()

@@ -23,7 +23,7 @@ import orjson
 from .lineage import children_of, find_cycles, propagate
 from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges, column
 from .stamps import Derivation, reconcile
-from .store.cache import Cache, FileRow, Last, Watched, encode_row
+from .store.cache import Cache, FileRow, Last, Watched, encode_row, hashes_of
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
@@ -294,24 +294,22 @@ def _known_source(row: list[Any] | None) -> SourceState | None:
     """A source's state as its trusted row holds it, or None when it was never hashed."""
     if row is None or row[4] is None:
         return None
-    if type(row[4]) is not str or type(row[1]) is not int:
+    sha256, meaning = hashes_of(row)
+    if type(sha256) is not str or type(row[1]) is not int:
         raise ValueError("a cached hash is not text")
-    return SourceState(row[4], row[1] / 1e9)
+    return SourceState(sha256, row[1] / 1e9, meaning)
 
 
 def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str]) -> dict[str, tuple[str, ...]] | None:
     """Memory files by content hash (``Snapshot.contents``), from the rows where they hold it."""
     holders: dict[str, list[str]] = {}
     for path in sorted(rescan.listing):
-        sha = None if path in changed else rows[path][4]
-        if sha is None:
-            state = rescan.source(path)
-            if state is None:
-                return None
-            sha = state.sha256
-        if type(sha) is not str:
-            raise ValueError("a cached hash is not text")
-        holders.setdefault(sha, []).append(path)
+        state = None if path in changed else _known_source(rows[path])
+        state = state or rescan.source(path)
+        if state is None or state.sha256 is None:
+            return None
+        for held in (state.sha256, state.meaning) if state.meaning is not None else (state.sha256,):
+            holders.setdefault(held, []).append(path)
     return {sha: tuple(paths) for sha, paths in holders.items()}
 
 

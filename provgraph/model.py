@@ -45,6 +45,18 @@ class ProblemKind(enum.StrEnum):
     """An entry or a link resolves outside the memory root; it is refused and never opened."""
     UNREADABLE = "unreadable"
     """A file or folder could not be read (permissions, invalid UTF-8, vanished, not a regular file)."""
+    DANGLING_ENTRY = "dangling-entry"
+    """An index line links a memory file that does not exist."""
+    ORPHAN = "orphan"
+    """A memory file that no line of an index links."""
+    OUTDATED_ENTRY = "outdated-entry"
+    """The name, description or type of a file changed since its index line was stamped."""
+    DUPLICATE_ENTRY = "duplicate-entry"
+    """An index links one file on several lines."""
+
+
+INDEX_KINDS = (ProblemKind.DANGLING_ENTRY, ProblemKind.ORPHAN, ProblemKind.OUTDATED_ENTRY, ProblemKind.DUPLICATE_ENTRY)
+"""The problems of a memory index, in the order to repair them."""
 
 
 class EdgeStatus(enum.StrEnum):
@@ -99,16 +111,29 @@ class Problem:
         return self.path, self.kind.value, self.detail
 
 
+class HashRule(enum.StrEnum):
+    """What a stamp's sha256 was taken of: a stamp is compared under the rule it was made with,
+    so that a stamp recorded before a rule existed keeps its meaning."""
+
+    BYTES = "bytes"
+    """The file's bytes, exactly."""
+    MEANING = "meaning"
+    """Its meaning: the bytes without volatile frontmatter fields (``updated:``), trailing
+    whitespace, trailing blank lines, or the difference between ``\\r\\n`` and ``\\n``."""
+
+
 class Stamp(NamedTuple):
     """What a derived file recorded about one source when it was derived.
 
     ``sha256`` is None when the source did not exist at derivation.  ``mismatch_since``
     is the originating change date of the edge: set the first time a scan sees the source
-    differ from the stamp, kept while it differs, dropped when it matches again."""
+    differ from the stamp, kept while it differs, dropped when it matches again.  ``rule``
+    says what the hash was taken of."""
 
     sha256: str | None
     stamped_at: float
     mismatch_since: float | None = None
+    rule: HashRule = HashRule.BYTES
 
 
 LATEST_DATE = 253402214399.0
@@ -118,10 +143,16 @@ it is damage."""
 
 
 class SourceState(NamedTuple):
-    """A declared source as it is now; ``sha256`` None means it does not exist."""
+    """A declared source as it is now; ``sha256`` None means it does not exist.  ``meaning``
+    is its hash under ``HashRule.MEANING``, None when that is its ``sha256`` (nothing to leave out)."""
 
     sha256: str | None
     mtime: float | None = None
+    meaning: str | None = None
+
+    def hashed(self, rule: HashRule) -> str | None:
+        """Its hash under ``rule``: what a stamp made under that rule is compared with."""
+        return self.meaning or self.sha256 if rule is HashRule.MEANING else self.sha256
 
 
 CacheRow = TypeVar("CacheRow", covariant=True)
@@ -141,7 +172,8 @@ class Snapshot(NamedTuple, Generic[CacheRow]):
     refused: Mapping[str, ProblemKind] = {}
     """Declared sources that must not be opened, with the kind of problem each is."""
     contents: Mapping[str, tuple[str, ...]] = {}
-    """sha256 -> the memory files holding it; filled when a source is missing, to tell where it went."""
+    """A hash (of the bytes, or of the meaning where that differs) -> the memory files holding it;
+    filled when a source is missing, to tell where it went."""
     withheld: Mapping[str, tuple[str, ...]] = {}
     """Derived file -> the sources it declares that this scan refused: their stamps are kept."""
     unsettled: Mapping[str, tuple[str, ...]] = {}
@@ -307,6 +339,11 @@ class Report:
     def derived(self) -> tuple[str, ...]:
         """Paths of the files that declare at least one source, sorted."""
         return tuple(sorted(set(column(self.edges, "derived"))))
+
+    @property
+    def index_problems(self) -> tuple[Problem, ...]:
+        """The problems of the memory indexes, in the order to repair them."""
+        return tuple(problem for problem in self.problems if problem.kind in INDEX_KINDS)
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ import contextlib
 import os
 import posixpath
 import shlex
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from .queries import Advice
@@ -23,6 +24,7 @@ from .queries import Advice
 __all__ = [
     "command_options",
     "hook_command",
+    "list_hint",
     "normalized",
     "parts_under",
     "relative_to",
@@ -71,7 +73,9 @@ def normalized(path: str | os.PathLike[str]) -> str:
     return str(PurePosixPath(os.fspath(path)))
 
 
-def command_options(state: str | os.PathLike[str] | None = None, sources_heading: str | None = None) -> tuple[str, ...]:
+def command_options(
+    state: str | os.PathLike[str] | None = None, sources_heading: str | None = None, volatile: Sequence[str] = ()
+) -> tuple[str, ...]:
     """The options every printed command repeats; a relative ``state`` is made absolute, since
     the command runs from another folder."""
     options: list[str] = []
@@ -79,6 +83,8 @@ def command_options(state: str | os.PathLike[str] | None = None, sources_heading
         options += ["--state", os.path.abspath(os.path.expanduser(os.fspath(state)))]
     if sources_heading is not None:
         options.append(f"--sources-heading={sources_heading}")
+    if volatile:
+        options.append(f"--volatile-field={','.join(volatile)}")
     return tuple(options)
 
 
@@ -91,6 +97,16 @@ def stamp_command(root: str, path: str = "FILE", options: tuple[str, ...] = (), 
 def status_command(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
     """``provgraph status``, which lists every stale file of the root."""
     return _command(program, "status", root, *options)
+
+
+def index_command(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
+    """``provgraph index``, which prints the root's memory index as it should be."""
+    return _command(program, "index", root, *options)
+
+
+def list_hint(root: str, options: tuple[str, ...] = (), program: Program = PROVGRAPH) -> str:
+    """The block's last line's advice when it is cut: the command that lists every stale file."""
+    return f"run `{status_command(root, options, program)}` to list them all"
 
 
 def hook_command(root: str, options: tuple[str, ...] = (), program: tuple[str, ...] = ("provgraph",)) -> str:
@@ -107,6 +123,7 @@ def shell_advice(root: str, options: tuple[str, ...] = (), program: Program = PR
         list_all=lambda path: status,
         list_stale=status,
         read_when="before writing it, since your previous write",
+        print_index=f"run `{index_command(root, options, program)}`",
     )
 
 

@@ -8,17 +8,30 @@ the two files.
 from __future__ import annotations
 
 import posixpath
+import re
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .lineage import children_of, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
-from .render import LINEAGE_MAX_CHARS, chain_text, clip, moved_text, named, safe_name
+from .render import (
+    LINEAGE_MAX_CHARS,
+    MORE_RESERVE,
+    NAME_SHOWN,
+    causes_text,
+    chain_text,
+    clip,
+    fit_lines,
+    moved_text,
+    named,
+    safe_name,
+    stale_phrase,
+)
 
 __all__ = ["EDIT_NOTES_MAX_CHARS", "Advice", "EditContext", "FileLineage", "Relative", "derived_from", "edit_notes"]
 __all__ += ["explain", "file_lineage", "missing_sources", "refusal_text", "sources_of", "stale_after_editing"]
-__all__ += ["suggested_line"]
+__all__ += ["one_line", "recorded_text", "stale_note", "stale_page", "suggested_line", "unescaped"]
 
 
 def explain(report: Report, path: str) -> Explanation:
@@ -109,6 +122,65 @@ def refusal_text(path: str, missing: tuple[Edge, ...], again: str) -> str:
     )
 
 
+def recorded_text(path: str, report: Report) -> str:
+    """What an agent's record tool answers once ``path`` is stamped, from the stamp's ``report``."""
+    count = sum(1 for edge in report.edges if edge.derived == path)
+    sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
+    sources = sources if count else "the name, description and type of each file it lists, as they are"
+    entry = report.entry(path)
+    if entry is None:
+        return f"Recorded: {named(path)} is now derived from {sources} now."
+    return (
+        f"Recorded for {named(path)}, but it stays marked because a file it is derived "
+        f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
+    )
+
+
+NOTHING_STALE = "No derived memory file has changed sources."
+
+
+def stale_note(entry: StaleEntry, mark: str = "Note:") -> str:
+    """The line that marks a stale file in an agent's answer (``- `` opens a line of a page)."""
+    return clip(f"{mark} {safe_name(entry.path)}: {stale_phrase(entry)}: {causes_text(entry)}")
+
+
+def stale_page(stale: tuple[StaleEntry, ...], offset: int, *, max_lines: int, list_tool: str, advice: str) -> str:
+    """One page of the ``stale`` files, from ``offset``: at most ``max_lines`` files and
+    ``LINEAGE_MAX_CHARS`` characters, then where the next page starts (``list_tool``'s offset)."""
+    total = len(stale)
+    if not total:
+        return NOTHING_STALE
+    start = min(max(0, offset), total)
+    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
+    head = [f"{files} changed sources (a source changed after they were written)."]
+    tail = [clip(advice)]
+    budget = LINEAGE_MAX_CHARS - sum(len(line) + 1 for line in head + tail) - MORE_RESERVE
+    lines = [stale_note(entry, "-") for entry in stale[start : start + max(1, max_lines)]]
+    shown = fit_lines(lines, max(1, max_lines), budget)
+    end = start + len(shown)
+    if end < total:
+        where = f"Shown: {start + 1} to {end} of {total}; call `{list_tool}` with offset={end} for the next ones."
+    elif shown:
+        where = f"Shown: {start + 1} to {end} of {total}; that is all."
+    else:
+        where = f"Nothing past offset {start}: there are {total}; call `{list_tool}` with offset=0."
+    return "\n".join(head + shown + [where] + tail)
+
+
+_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
+
+
+def unescaped(shown: str) -> str:
+    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone,
+    so that an agent may pass a name back as an answer showed it."""
+    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
+
+
+def one_line(error: Exception) -> str:
+    """An error message as one safe line: a tool answer stays short and cannot inject anything."""
+    return clip(safe_name(" ".join(str(error).split())), NAME_SHOWN) or type(error).__name__
+
+
 def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> FileLineage:
     """The lineage of ``explanation.path`` in ``report``; ``exists`` comes from the folder,
     since a file that takes no part in any derivation is in no report."""
@@ -128,6 +200,8 @@ INDEX = "MEMORY.md"
 """The memory index: it links every file and is derived from none of them."""
 HEADING = "Memory lineage after this write (provgraph):"
 _MORE_RESERVE = 120
+_INDEX_NOTES = 5
+"""Index problems noted after a write of the index at most."""
 _SUGGESTION_LIMIT = 300
 """Characters of a suggested ``derived_from`` line at most (lines are clipped at 400)."""
 
@@ -149,6 +223,8 @@ class Advice:
     read_when: str = "before writing it, in this reply"
     """When the reads it names happened: AgentScope keeps a reply's, Claude Code a session's,
     each since the previous write."""
+    print_index: str = "run `provgraph index` in the memory folder"
+    """How to get the memory index as it should be: "call `print_memory_index`"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +258,7 @@ def edit_notes(
         _impact(report, edit.path, advice, max_lines, budget),
         _suggestion(report, edit, advice.read_when),
         _rederivation(report, edit, advice),
+        _index_entry(report, edit.path, advice),
     ):
         lines = [clip(line) for line in lines]
         cost = sum(len(line) + 1 for line in lines)
@@ -189,6 +266,15 @@ def edit_notes(
             sections += lines
             budget -= cost
     return "\n".join([HEADING, *sections]) if sections else ""
+
+
+def _index_entry(report: Report, path: str, advice: Advice) -> list[str]:
+    """What the write left wrong in the memory index about the file (no entry, or an outdated
+    one), or, for a write of the index itself, its first problems."""
+    found = [problem for problem in report.index_problems if problem.path == path or path == INDEX][:_INDEX_NOTES]
+    lines = [f"- The memory index: {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}." for p in found]
+    action = advice.print_index[:1].upper() + advice.print_index[1:]
+    return [*lines, f"  {action} for the index as it should be, then write it."] if lines else []
 
 
 def _impact(report: Report, path: str, advice: Advice, max_lines: int, budget: int) -> list[str]:

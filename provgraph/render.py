@@ -15,8 +15,10 @@ from typing import Any
 
 import orjson
 
+from .index import INDEX_HEADING, block_lines
 from .lineage import nearest, node_statuses, to_networkx
 from .model import (
+    INDEX_KINDS,
     Cause,
     Edge,
     EdgeStatus,
@@ -192,22 +194,27 @@ def clip(line: str, limit: int = PROMPT_LINE_LIMIT) -> str:
 
 
 def prompt_block(
-    report: Report, *, max_lines: int = 20, advice: str | None = None, more_hint: str | None = None
+    report: Report,
+    *,
+    max_lines: int = 20,
+    advice: str | None = None,
+    more_hint: str | None = None,
+    index_hint: str = "run `provgraph index` in the memory folder to print it as it should be, then write it",
 ) -> str:
-    """The block appended to an agent's system prompt; empty when nothing is stale.
+    """The block appended to an agent's system prompt; empty when nothing is stale or wrong in an index.
 
-    Files come in repair order, so the line cap cuts what derives from the files shown.
-    ``advice`` is one more instruction line; ``more_hint`` says how to list the rest."""
-    if not report.stale:
+    Files come in repair order, so the line cap cuts what derives from the files shown. ``advice`` is one
+    more instruction line; ``more_hint`` says how to list the rest, ``index_hint`` how to print the index."""
+    index = report.index_problems
+    if not report.stale and not index:
         return ""
-    lines = [
-        PROMPT_HEADING,
-        "<system-reminder>",
-        "These memory files were written from other memory files that changed afterwards.",
-        "Before relying on one, check it against its sources; update or delete it if it is wrong.",
-    ]
-    if advice:
-        lines.append(clip(safe_name(advice)))
+    lines = [PROMPT_HEADING if report.stale else INDEX_HEADING, "<system-reminder>"]
+    if report.stale:
+        lines += [
+            "These memory files were written from other memory files that changed afterwards.",
+            "Before relying on one, check it against its sources; update or delete it if it is wrong.",
+        ]
+        lines += [clip(safe_name(advice))] if advice else []
     shown = repair_order(report.stale)[: max(0, max_lines)]
     for entry in shown:
         line = f"- {safe_name(entry.path)}: source(s) changed since derived ({day(entry.since)}): {causes_text(entry)}"
@@ -216,6 +223,7 @@ def prompt_block(
     if hidden:
         hint = more_hint or "run `provgraph status` in the memory folder to list them all"
         lines.append(clip(f"- … and {hidden} more stale derived files; {safe_name(hint)}."))
+    lines += map(clip, block_lines(index, max(0, max_lines - len(shown)), safe_name(index_hint), safe_name))
     lines.append("</system-reminder>")
     return "\n".join(lines) + "\n"
 
@@ -318,6 +326,10 @@ def summary_line(report: Report) -> str:
     )
 
 
+_DECLARED = "Problems (declarations that could not be honoured):"
+_INDEXED = "Index problems (`provgraph index` prints the index as it should be):"
+
+
 def status_text(report: Report) -> str:
     """What ``provgraph status`` prints for people."""
     lines = [summary_line(report), ""]
@@ -331,9 +343,10 @@ def status_text(report: Report) -> str:
     if report.cycles:
         lines += ["", "Cycles (files derived from each other):"]
         lines += ["  " + _cycle_text(cycle) for cycle in report.cycles]
-    if report.problems:
-        lines += ["", "Problems (declarations that could not be honoured):"]
-        lines += [f"  {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}" for p in report.problems]
+    declared = tuple(problem for problem in report.problems if problem.kind not in INDEX_KINDS)
+    for heading, problems in ((_DECLARED, declared), (_INDEXED, report.index_problems)):
+        if problems:
+            lines += ["", heading, *(f"  {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}" for p in problems)]
     if report.hints:
         lines += ["", *(f"hint: {hint}" for hint in report.hints)]
     return "\n".join(lines) + "\n"

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Set
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
+from typing import NamedTuple
 
 from .declarations import (
     FRONTMATTER_LIMIT,
@@ -23,11 +24,15 @@ from .declarations import (
     read_declaration,
     resolve_entries,
 )
+from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
+from .index import Fields, IndexReading, entries_of, index_problems, orphans, read_fields, restamped
+from .meaning import Meaning, meaning_hash, volatile_lines
 from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
+from .stamps import Derivation
 from .store.cache import FileRow, Resolution
 
-__all__ = ["RACY_WINDOW_NS", "FileRow", "Rescan", "Snapshot", "SourceState", "scan"]
+__all__ = ["RACY_WINDOW_NS", "DanglingEntries", "FileRow", "Rescan", "Snapshot", "SourceState", "check_indexes", "scan"]
 
 _PROGRESS_EVERY = 256
 """Files between two progress reports."""
@@ -43,6 +48,7 @@ def scan(
     *,
     roots: tuple[str, ...] = (),
     sources_heading: str | None = None,
+    volatile: tuple[str, ...] = (),
 ) -> Snapshot[FileRow]:
     """Scan ``files``, trusting ``previous`` for files unchanged before ``racy_from_ns``.
 
@@ -51,12 +57,14 @@ def scan(
     file declared when last stamped: one whose declaration cannot be read now is
     ``unsettled``, and those sources are hashed for it.  A declaration with a wiki link is
     resolved again on every scan: where it points depends on which files exist.
+    ``volatile`` names the frontmatter fields, besides ``meaning.VOLATILE_FIELDS``, that a
+    file's meaning leaves out.
     """
     listing, problems = walked if walked is not None else files.walk()
     problems = list(problems)
     remembered = remembered or {}
     lookup = Lookup(listing, roots)
-    reader = _Reader(files, previous, racy_from_ns, problems, sources_heading)
+    reader = _Reader(files, previous, racy_from_ns, problems, sources_heading, volatile)
     reader.names = {path: path for path in listing}
     reader.lineage_like = None if remembered else {}
     declarations: dict[str, tuple[str, ...]] = {}
@@ -110,11 +118,12 @@ class Rescan:
         *,
         roots: tuple[str, ...] = (),
         sources_heading: str | None = None,
+        volatile: tuple[str, ...] = (),
     ) -> None:
         self.problems: list[Problem] = []
         self.listing = listing
         self._lookup = Lookup(listing, roots)
-        self._reader = _Reader(files, previous, racy_from_ns, self.problems, sources_heading)
+        self._reader = _Reader(files, previous, racy_from_ns, self.problems, sources_heading, volatile)
 
     @property
     def seen(self) -> Mapping[str, FileRow]:
@@ -224,9 +233,11 @@ class _Reader:
         racy_from_ns: int,
         problems: list[Problem],
         sources_heading: str | None = None,
+        volatile: tuple[str, ...] = (),
     ) -> None:
         self.files = files
         self.sources_heading = sources_heading
+        self.volatile = volatile_lines(volatile)
         self.previous = previous
         self.racy_from_ns = racy_from_ns
         self.problems = problems
@@ -235,10 +246,10 @@ class _Reader:
         self._unreadable: set[str] = set()
         self.unsettled: set[str] = set()
         """Remembered derived files whose declaration could not be read this time."""
-        self._digests: dict[str, bytes] = {}
-        """The sha256 of each file read whole, taken as it was read: which files are sources
-        is known only once every declaration is read, and keeping their bytes would hold
-        the whole folder in memory."""
+        self._digests: dict[str, tuple[bytes, str | None]] = {}
+        """The sha256 of each file read whole and its meaning's, taken as it was read: which
+        files are sources is known only once every declaration is read, and keeping their
+        bytes would hold the whole folder in memory."""
         self.lineage_like: dict[str, int] | None = None
         """Counted while no stamp is recorded and nothing is declared: see ``Snapshot.lineage_like``."""
         self.names: dict[str, str] = {}
@@ -263,7 +274,7 @@ class _Reader:
             self.seen[path] = old
             return old.declaration
         digest, declaration, unreadable, incomplete = read_one(
-            self.files, path, self.sources_heading, remembered, self.lineage_like
+            self.files, path, self.sources_heading, remembered, self.lineage_like, self.volatile
         )
         if unreadable is not None:
             self._unreadable.add(path)
@@ -280,7 +291,7 @@ class _Reader:
             if not declaration.problems:
                 self.problems.append(Problem(path, ProblemKind.UNREADABLE, _INCOMPLETE))
             return declaration
-        self.seen[path] = _new_row(FileRow, (meta, None, declaration, None))
+        self.seen[path] = _new_row(FileRow, (meta, None, declaration, None, None))
         return declaration
 
     def resolution(self, path: str, declaration: Declaration, lookup: Lookup) -> Resolution:
@@ -293,7 +304,7 @@ class _Reader:
         sources, refused = resolve_entries(path, declaration.entries, lookup)
         resolved = tuple([self.names.get(source, source) for source in sources]), refused
         if seen is not None:
-            self.seen[path] = _new_row(FileRow, (seen.meta, seen.sha256, seen.declaration, resolved))
+            self.seen[path] = _new_row(FileRow, (seen.meta, seen.sha256, seen.declaration, resolved, seen.meaning))
         return resolved
 
     def source(self, path: str, meta: FileMeta | None) -> SourceState:
@@ -304,7 +315,7 @@ class _Reader:
                 meta = self.files.stat(path)
             if meta is None:
                 return SourceState(None)
-            sha = self._sha256(path, meta)
+            sha, meaning = self._hashes(path, meta)
         except OutsideRoot:
             self.refused[path] = (ProblemKind.OUTSIDE_ROOT, f"{path} resolves outside the root")
             return SourceState(None)
@@ -317,7 +328,7 @@ class _Reader:
         except OSError as error:
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, describe(error)))
             return SourceState(None)
-        return SourceState(sha, meta.mtime)
+        return SourceState(sha, meta.mtime, meaning)
 
     def contents(self, listing: Mapping[str, FileMeta]) -> dict[str, tuple[str, ...]]:
         """Memory files by content hash (cached like any other hash)."""
@@ -326,28 +337,43 @@ class _Reader:
             if path in self._unreadable:
                 continue
             try:
-                sha = self._sha256(path, listing[path])
+                sha, meaning = self._hashes(path, listing[path])
             except (OSError, NotRegular, OutsideRoot):
                 continue
-            holders.setdefault(sha, []).append(path)
+            for held in (sha, meaning) if meaning is not None else (sha,):
+                holders.setdefault(held, []).append(path)
         return {sha: tuple(paths) for sha, paths in holders.items()}
 
-    def _sha256(self, path: str, meta: FileMeta) -> str:
+    def _hashes(self, path: str, meta: FileMeta) -> tuple[str, str | None]:
+        """The file's sha256 and its meaning's (None: the same), from the cache while it
+        vouches for the file, else as the file was read, else read now."""
         current = self.seen.get(path)
         if current is not None and current.sha256 is not None and current.meta == meta:
-            return current.sha256  # hashed already in this scan
+            return current.sha256, current.meaning  # hashed already in this scan
         old = self.previous.get(path)
         digest = self._digests.pop(path, None)  # taken as the file was read, then let go of
         if old is not None and old.sha256 is not None and self._trusted(old, meta):
-            sha = old.sha256
+            sha, meaning = old.sha256, old.meaning
         elif digest is not None:
-            sha = digest.hex()
+            sha, meaning = digest[0].hex(), digest[1]
         else:
-            hasher = getattr(self.files, "sha256", None)
-            sha = hasher(path) if hasher else hashlib.sha256(self.files.read(path)).hexdigest()
+            sha, meaning = self._read_hashes(path)
         declaration, resolved = (None, None) if current is None else (current.declaration, current.resolved)
-        self.seen[path] = _new_row(FileRow, (meta, sha, declaration, resolved))
-        return sha
+        self.seen[path] = _new_row(FileRow, (meta, sha, declaration, resolved, meaning))
+        return sha, meaning
+
+    def _read_hashes(self, path: str) -> tuple[str, str | None]:
+        """A file not read whole for its declaration (a large one, not a memory file), hashed
+        now: in chunks where the source can (``LocalFiles.sha256``), else read whole."""
+        meaning = Meaning(self.volatile)
+        hasher = getattr(self.files, "sha256", None)
+        if hasher is not None:
+            sha: str = hasher(path, meaning)
+        else:
+            data = self.files.read(path)
+            sha = hashlib.sha256(data).hexdigest()
+            meaning.update(data)
+        return sha, meaning.hexdigest(sha)
 
 
 _new_row = tuple.__new__
@@ -357,13 +383,19 @@ _new_row = tuple.__new__
 _INCOMPLETE = "frontmatter is empty or cut short (being rewritten?); its last declaration is kept"
 
 
-Reading = tuple[bytes | None, Declaration, str | None, bool | None]
-"""The sha256 of a file read whole (None past the frontmatter's limit), its declaration,
-why it could not be read, and whether a frontmatter declaring nothing looks cut short."""
+Reading = tuple[tuple[bytes, str | None] | None, Declaration, str | None, bool | None]
+"""The sha256 of a file read whole and its meaning's (None past the frontmatter's limit),
+its declaration, why it could not be read, and whether a frontmatter declaring nothing
+looks cut short."""
 
 
 def read_one(
-    files: FileSource, path: str, heading: str | None, remembered: bool, forms: dict[str, int] | None
+    files: FileSource,
+    path: str,
+    heading: str | None,
+    remembered: bool,
+    forms: dict[str, int] | None,
+    volatile: re.Pattern[bytes],
 ) -> Reading:
     """Read ``path`` for its declaration and its hash, changing nothing.  Whether a
     frontmatter looks cut short is worked out only for a ``remembered`` derived file;
@@ -373,7 +405,7 @@ def read_one(
     except (OSError, NotRegular, OutsideRoot) as error:
         return None, NOTHING, describe(error), None
     truncated = len(head) > FRONTMATTER_LIMIT
-    digest = None if truncated else hashlib.sha256(head).digest()
+    digest = None if truncated else (hashlib.sha256(head).digest(), meaning_hash(head, volatile))
     declaration = read_declaration(head[:FRONTMATTER_LIMIT] if truncated else head, truncated, heading)
     if forms is not None and not declaration.entries and (b"ource" in head or b"erive" in head):
         _count_lineage_like(head, forms, heading)
@@ -417,3 +449,96 @@ def describe(error: Exception) -> str:
     if isinstance(error, OSError):
         return error.strerror or type(error).__name__
     return str(error)
+
+
+class DanglingEntries(ProvgraphError):
+    """``stamp`` of an index that links files that do not exist: nothing is stamped."""
+
+    def __init__(self, index: str, missing: list[str]) -> None:
+        names = ", ".join(missing)
+        super().__init__(f"{index} links files that do not exist: {names}; print it anew with `provgraph index`")
+        self.index, self.missing = index, missing
+
+
+def read_indexes(files: FileSource, listing: Mapping[str, FileMeta], paths: list[str]) -> tuple[IndexReading, ...]:
+    """The index files among ``paths`` that exist, can be read and link a memory file, their
+    links resolved: a ``MEMORY.md`` of prose alone is no index."""
+    lookup = Lookup(listing)
+    readings = []
+    for path in paths:
+        data = _read(files, path, None) if path in listing else None
+        if data is not None:
+            entries = entries_of(path, data.decode("utf-8", "replace").removeprefix("\ufeff"), lookup)
+            if any(entry.target is not None for entry in entries):
+                readings.append(IndexReading(path, entries, hashlib.sha256(data).hexdigest()))
+    return tuple(readings)
+
+
+class FieldsRead(NamedTuple):
+    """A file's fields, trusted while its metadata stays ``meta`` and older than ``racy_mark``
+    (the time of the read less the racy window)."""
+
+    meta: FileMeta
+    fields: Fields
+    racy_mark: int
+
+
+def fields_of(
+    files: FileSource,
+    paths: Iterable[str],
+    listing: Mapping[str, FileMeta],
+    kept: dict[str, FieldsRead],
+    racy_mark: int,
+) -> dict[str, Fields]:
+    """The ``name``, ``description`` and ``type`` of each file that can be read: from
+    ``kept`` while the file's metadata is unchanged and older than the racy window, else
+    read now (and kept)."""
+    found = {}
+    for path in paths:
+        meta, old = listing[path], kept.get(path)
+        if old is not None and files.trusts_stat and old.meta == meta and max(meta[1:3]) < old.racy_mark:
+            found[path] = old.fields
+        elif (head := _read(files, path, FRONTMATTER_LIMIT)) is not None:
+            found[path] = read_fields(head)
+            kept[path] = FieldsRead(meta, found[path], racy_mark)
+    return found
+
+
+def _read(files: FileSource, path: str, limit: int | None) -> bytes | None:
+    try:
+        return files.read(path, limit)
+    except (OSError, NotRegular, OutsideRoot):
+        return None
+
+
+def check_indexes(
+    files: FileSource,
+    listing: Mapping[str, FileMeta],
+    readings: tuple[IndexReading, ...],
+    stamps: Mapping[str, Derivation],
+    now: float,
+    kept: tuple[dict[str, FieldsRead], int],
+    restamp: Set[str] = frozenset(),
+    unindexed: Collection[str] = (),
+) -> tuple[dict[str, Derivation], tuple[Problem, ...]]:
+    """The indexes' entry stamps after this scan, and their problems; ``DanglingEntries``
+    when an index to ``restamp`` links a file that does not exist.  ``kept``: the fields
+    read before, and the racy mark of this scan (see ``fields_of``)."""
+    targets = {entry.target for reading in readings for entry in reading.entries if entry.target is not None}
+    for reading in readings:
+        missing = sorted({target for entry in reading.entries if (target := entry.target) and target not in listing})
+        if reading.path in restamp and missing:
+            raise DanglingEntries(reading.path, missing)
+    fields = fields_of(files, sorted(targets.intersection(listing)), listing, *kept)
+    mtimes = {path: listing[path].mtime for path in fields}
+    updated = dict(stamps)
+    for reading in readings:
+        updated[reading.path] = restamped(
+            reading, stamps.get(reading.path), fields, mtimes, now, reading.path in restamp
+        )
+    digests: dict[str, str] = {}
+    if targets - listing.keys():  # a dangling entry: an unlisted file holding its fields may be where it went
+        indexes = [reading.path for reading in readings]
+        unlisted = orphans(listing, indexes, targets, unindexed)
+        digests = {path: found.digest for path, found in fields_of(files, unlisted, listing, *kept).items()}
+    return updated, index_problems(readings, updated, listing.keys(), unindexed, digests)

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Set
 from operator import itemgetter
 from typing import NamedTuple
 
-from .model import Edge, EdgeStatus, EdgeTable, Snapshot, SourceState, Stamp
+from .model import Edge, EdgeStatus, EdgeTable, HashRule, Snapshot, SourceState, Stamp
 
-__all__ = ["Derivation", "reconcile", "reconcile_as_table"]
+__all__ = ["Derivation", "first_observed", "reconcile", "reconcile_as_table"]
 
 
 class Derivation(NamedTuple):
@@ -127,7 +127,7 @@ def _stamped(
         declared.readable and old is not None and derived_at is not None and derived_at != old.derived_at
     )
     kept = {} if old is None or rederived else old.stamps
-    stamps = {source: kept.get(source) or Stamp(snapshot.sources[source].sha256, now) for source in declared.sources}
+    stamps = {source: kept.get(source) or _new_stamp(snapshot.sources[source], now) for source in declared.sources}
     stamps.update((source, kept[source]) for source in declared.withheld if source in kept)
     return Derivation(derived_at, dict(sorted(stamps.items())))
 
@@ -148,8 +148,14 @@ class _Adopting:
             state = self.sources.get(source)
             if state is None or state.sha256 is None:
                 return None
-            made = self._made[source] = Stamp(state.sha256, self.now)
+            made = self._made[source] = _new_stamp(state, self.now)
         return made
+
+
+def _new_stamp(state: SourceState, now: float) -> Stamp:
+    """A new stamp of a source: of its meaning, so that an edit of a volatile field alone never
+    marks what derives from it.  (Stamps of its bytes are the ones made before that rule.)"""
+    return Stamp(state.meaning or state.sha256, now, None, HashRule.MEANING)
 
 
 def _adopted(path: str, snapshot: Snapshot[object], adopting: _Adopting) -> tuple[Derivation, list[_Row]] | None:
@@ -186,25 +192,28 @@ def _compare(
     source: str, derived: str, stamp: Stamp, state: SourceState, now: float, contents: Mapping[str, tuple[str, ...]]
 ) -> tuple[Stamp, _Row]:
     since: float | None = None
-    if state.sha256 is not None and state.sha256 == stamp.sha256:
+    if state.sha256 is not None and state.hashed(stamp.rule) == stamp.sha256:
         status = EdgeStatus.CLEAN
     else:
         status = EdgeStatus.MISSING if state.sha256 is None else EdgeStatus.CHANGED
-        since = stamp.mismatch_since if stamp.mismatch_since is not None else _first_observed(status, stamp, state, now)
+        since = stamp.mismatch_since
+        if since is None:
+            since = first_observed(status is EdgeStatus.CHANGED, stamp.stamped_at, state.mtime, now)
     if stamp.mismatch_since != since:
-        stamp = Stamp(stamp.sha256, stamp.stamped_at, since)
+        stamp = Stamp(stamp.sha256, stamp.stamped_at, since, stamp.rule)
     moved_to = _moved_to(stamp, contents) if status is EdgeStatus.MISSING else None
     return stamp, (source, derived, status, stamp.stamped_at, since, moved_to)
 
 
 def _moved_to(stamp: Stamp, contents: Mapping[str, tuple[str, ...]]) -> str | None:
-    """The first memory file (by path) that holds exactly what was stamped."""
+    """The first memory file (by path) that holds what was stamped (its bytes or its meaning)."""
     holders = contents.get(stamp.sha256, ()) if stamp.sha256 is not None else ()
     return holders[0] if holders else None
 
 
-def _first_observed(status: EdgeStatus, stamp: Stamp, state: SourceState, now: float) -> float:
-    """The source's mtime when it is plausible (after the stamp, not in the future), else now."""
-    if status is EdgeStatus.CHANGED and state.mtime is not None and stamp.stamped_at <= state.mtime <= now:
-        return state.mtime
+def first_observed(changed: bool, stamped_at: float, mtime: float | None, now: float) -> float:
+    """The originating date of a difference first seen ``now``: the changed file's mtime
+    when it is plausible (after the stamp, not in the future), else now."""
+    if changed and mtime is not None and stamped_at <= mtime <= now:
+        return mtime
     return now

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from .clock import current
 from .errors import log_warning
 from .model import Report
-from .store.state import LOCK_NAME, STATE_DIR
+from .store.state import FLOCK_NAME, LOCK_NAME, STATE_DIR
 
 if TYPE_CHECKING:
     from .api import Memory
@@ -270,6 +270,8 @@ class FolderWatch:
             self._rearm = True
             return True
         is_lock = name == LOCK_NAME and folder == self.targets.lock_folder
+        if descriptor in self._outside and name == FLOCK_NAME:
+            return False  # another process took the lock: it holds no data, and what was written under it has events
         if descriptor in self._outside or is_lock:
             return is_lock or not during_walk  # the cache's files count unless the walk wrote them
         if name.startswith("."):

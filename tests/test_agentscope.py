@@ -66,7 +66,10 @@ OLD = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 MARKER = "- profile.md: source(s) changed since derived (2026-11-18): user-facts.md changed"
 BASE_PROMPT = "You are a helpful assistant."
 
-INDEX = "- [User facts](user-facts.md) — where the user lives\n- [Profile](profile.md) — who the user is\n"
+INDEX = (
+    "- [User facts](user-facts.md) — where the user lives\n- [Preferences](preferences.md) — what the user drinks\n"
+    "- [Profile](profile.md) — who the user is\n"
+)
 FILES = {
     "MEMORY.md": INDEX,
     "user-facts.md": "---\nname: User facts\ndescription: facts\ntype: user\n---\nThe user lives in Lyon.\n",
@@ -90,6 +93,13 @@ def write(folder: Path, relative: str, text: str, when: datetime | None = None) 
     target.write_text(text, encoding="utf-8")
     if when is not None:
         os.utime(target, (when.timestamp(), when.timestamp()))
+
+
+def indexed(folder: Path, relative: str, text: str, when: datetime | None = None) -> None:
+    """``write``, and a line for the file in the folder's ``MEMORY.md``, which then stays in step."""
+    write(folder, relative, text, when)
+    with (folder / "MEMORY.md").open("a", encoding="utf-8") as index:
+        index.write(f"- [{relative}]({relative}) — a note\n")
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -150,6 +160,8 @@ def test_stale_derived_file_is_marked_after_the_snapshot_and_its_truncation(
 ) -> None:
     folder = workdir / "Memory"
     write(folder, "MEMORY.md", INDEX + "".join(f"- [Item {i}](item-{i}.md) — note {i}\n" for i in range(80)))
+    for number in range(80):
+        write(folder, f"item-{number}.md", f"note {number}\n", OLD)
     memory = memory_middleware(workdir, memory_max_tokens=120)
     provenance = ProvenanceMiddleware.from_memory_middleware(memory)
     asyncio.run(adopt(provenance, monkeypatch))
@@ -189,7 +201,7 @@ def test_a_stale_file_older_than_the_newest_200_is_still_marked(workdir: Path, m
 def test_the_line_cap_points_to_the_listing_tool(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = workdir / "Memory"
     for name in ("digest.md", "summary.md"):
-        write(folder, name, "---\nderived_from: user-facts.md\n---\nsummary\n", OLD)
+        indexed(folder, name, "---\nderived_from: user-facts.md\n---\nsummary\n", OLD)
     provenance = ProvenanceMiddleware(workdir=str(workdir), max_lines=1)
     asyncio.run(adopt(provenance, monkeypatch))
     write(folder, "user-facts.md", MOVED, EDITED)
@@ -246,7 +258,7 @@ def record(provenance: ProvenanceMiddleware, path: str) -> str:
 
 def test_the_record_tool_answers_in_words_for_every_path(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = workdir / "Memory"
-    write(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
+    indexed(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
     provenance = ProvenanceMiddleware(workdir=str(workdir))
     asyncio.run(adopt(provenance, monkeypatch))
     write(folder, "user-facts.md", MOVED, EDITED)
@@ -284,8 +296,8 @@ def family(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> ProvenanceMiddlewa
     from provgraph.integrations.agentscope import ProvenanceMiddleware
 
     folder = workdir / "Memory"
-    write(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
-    write(folder, "drinks.md", "---\nderived_from: preferences.md\n---\ntea, no sugar\n", OLD)
+    indexed(folder, "digest.md", "---\nderived_from: profile.md\n---\ndigest\n", OLD)
+    indexed(folder, "drinks.md", "---\nderived_from: preferences.md\n---\ntea, no sugar\n", OLD)
     provenance = ProvenanceMiddleware(workdir=str(workdir))
     asyncio.run(adopt(provenance, monkeypatch))
     write(folder, "user-facts.md", MOVED, EDITED)
@@ -598,3 +610,27 @@ def test_importing_provgraph_does_not_import_agentscope() -> None:
         "assert not [name for name in sys.modules if name.split('.')[0] == 'agentscope'], 'agentscope imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- the memory index ------------------------------------------------------------------------
+
+
+def test_the_block_names_the_index_tool_which_prints_the_index_as_it_should_be(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from provgraph.integrations.agentscope import INDEX_TOOL
+
+    folder = workdir / "Memory"
+    provenance = ProvenanceMiddleware(workdir=str(workdir))
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(folder, "travel.md", "---\nname: Travel\ndescription: trips planned\n---\nRome\n", EDITED)
+    before = snapshot(folder)
+
+    block = asyncio.run(provenance.on_system_prompt(None, "prompt"))
+    [tool] = [tool for tool in asyncio.run(provenance.list_tools()) if tool.name == INDEX_TOOL]
+    [printed] = [chunk.text for chunk in asyncio.run(tool.call()).content]
+
+    assert "- travel.md: orphan: no line of MEMORY.md links it" in block.splitlines()
+    assert f"call `{INDEX_TOOL}`" in block
+    assert printed == INDEX + "- [Travel](travel.md) — trips planned\n"
+    assert snapshot(folder) == before

@@ -135,7 +135,7 @@ def test_a_retrieved_stale_file_with_a_newline_in_its_name_gets_its_note(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = tmp_path / "work" / "Memory"
-    write(folder, "MEMORY.md", "- [Odd](odd.md)\n", OLD)
+    write(folder, "MEMORY.md", "# Memory\n", OLD)
     write(folder, "user-facts.md", SOURCE, OLD)
     write(folder, "pro\nfile.md", derived("user-facts.md"), OLD)
     memory = memory_middleware(folder.parent, retrieval_async=True)

@@ -177,8 +177,8 @@ def test_a_reply_that_touches_no_memory_lineage_sees_byte_identical_tool_results
     pristine = workdir.parent / "pristine"
     shutil.copytree(folder, pristine)
     calls = [
-        written(folder, "todo.md", "---\nname: Todo\ntype: project\n---\nBuy tea.\n"),
-        *edited(folder, "todo.md", "Buy tea.", "Buy green tea."),
+        written(folder, "notes/todo.md", "---\nname: Todo\ntype: project\n---\nBuy tea.\n"),  # beside no index
+        *edited(folder, "notes/todo.md", "Buy tea.", "Buy green tea."),
         *edited(folder, "MEMORY.md", "who the user is", "who the user is, in short"),
         read(folder, "user-facts.md"),
         written(workdir, "draft.md", "not a memory file\n"),
@@ -192,7 +192,7 @@ def test_a_reply_that_touches_no_memory_lineage_sees_byte_identical_tool_results
     assert len(results(without)) == len(calls)
     assert results(with_provenance) == results(without)
     assert snapshot(folder) == snapshot(pristine) | {
-        "todo.md": b"---\nname: Todo\ntype: project\n---\nBuy green tea.\n",
+        "notes/todo.md": b"---\nname: Todo\ntype: project\n---\nBuy green tea.\n",
         "MEMORY.md": FILES["MEMORY.md"].replace("who the user is", "who the user is, in short").encode(),
         ".trash/old.md": b"hidden\n",
     }

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from extras import needs
-from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, during_an_outage, snapshot, write
+from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, during_an_outage, indexed, snapshot, write
 
 import provgraph.api
 import provgraph.store.state
@@ -338,7 +338,7 @@ def test_a_fifo_in_the_memory_folder_is_never_read(
 ) -> None:
     backend, workdir = sandbox
     os.mkfifo(workdir / "Memory" / "notes.md")
-    write(workdir / "Memory", "digest.md", "---\nderived_from: notes.md, profile.md\n---\ndigest\n", OLD)
+    indexed(workdir / "Memory", "digest.md", "---\nderived_from: notes.md, profile.md\n---\ndigest\n", OLD)
     provenance = middleware(backend, workdir, tmp_path)
     asyncio.run(adopt(provenance, monkeypatch))
     write(workdir / "Memory", "user-facts.md", MOVED, EDITED)

@@ -1,5 +1,6 @@
 """``ProvenanceMiddleware(sources_heading=...)``: a digest that lists its sources
-under a heading is marked stale through the real AgentScope middleware."""
+under a heading is marked stale through the real AgentScope middleware; and
+``volatile_fields=``."""
 
 from __future__ import annotations
 
@@ -46,3 +47,19 @@ def test_the_sources_heading_reaches_the_middlewares_check(
         assert prompt == "prompt"
     else:
         assert prompt.startswith("prompt\n\n") and MARKER in prompt.splitlines()
+
+
+def test_the_volatile_fields_reach_the_middlewares_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``volatile_fields=`` as ``--volatile-field``: an edit of only such a field marks nothing."""
+    folder = tmp_path / "Memory"
+    folder.mkdir()
+    (folder / "facts.md").write_text("---\nreviewed: 2026-11-01\n---\nRotate keys every 30 days.\n")
+    (folder / "summary.md").write_text("---\nderived_from: facts.md\n---\nKeys rotate monthly.\n")
+    provenance = ProvenanceMiddleware(workdir=str(tmp_path), volatile_fields=["reviewed"])
+    assert _checked(provenance, monkeypatch, "2026-11-10T09:00:00+00:00") == "prompt"
+
+    (folder / "facts.md").write_text("---\nreviewed: 2026-11-17\n---\nRotate keys every 30 days.\n")
+    assert _checked(provenance, monkeypatch, "2026-11-17T09:00:00+00:00") == "prompt"
+    (folder / "facts.md").write_text("---\nreviewed: 2026-11-18\n---\nRotate keys every 24 hours.\n")
+    prompt = _checked(provenance, monkeypatch, "2026-11-18T09:00:00+00:00")
+    assert "- summary.md: source(s) changed since derived (2026-11-18): facts.md changed" in prompt.splitlines()

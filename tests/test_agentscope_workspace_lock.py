@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from extras import needs
-from test_agentscope import ADOPTED, CHECKED, EDITED, FILES, MARKER, MOVED, OLD, during_an_outage, write
+from test_agentscope import ADOPTED, CHECKED, EDITED, FILES, MARKER, MOVED, OLD, during_an_outage, indexed, write
 
 from provgraph.model import Stamp
 from provgraph.store.lock import LOCK_NAME, Record, decode_lock, decode_options, encode_lock
@@ -125,7 +125,7 @@ def test_two_replicas_writing_at_once_keep_each_others_stamps(tmp_path: Path, mo
     assert MARKER in check(first, monkeypatch).splitlines()
 
     async def the_other_replica_adopts_a_new_file() -> None:
-        write(tmp_path / "a" / "Memory", "notes.md", "---\nderived_from: profile.md\n---\nnotes\n", EDITED)
+        indexed(tmp_path / "a" / "Memory", "notes.md", "---\nderived_from: profile.md\n---\nnotes\n", EDITED)
         assert await second.on_system_prompt(None, "prompt")
 
     backend.before_temporary_write = the_other_replica_adopts_a_new_file  # between the first's read and rename

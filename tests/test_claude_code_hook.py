@@ -439,3 +439,26 @@ def test_a_memory_folder_that_does_not_exist_yet_gets_no_output_and_is_not_creat
 def test_the_documented_example_command_is_what_the_hook_prints() -> None:
     [example] = re.findall(r"`(provgraph stamp --root '/home/me/my memory'[^`]*)`", PAGE.read_text())
     assert example == stamp_command("/home/me/my memory", "profile.md")
+
+
+# -- the memory index --------------------------------------------------------------------------
+
+
+def test_both_hooks_name_the_index_problems_and_the_command_that_prints_the_index(memory) -> None:
+    memory.write("MEMORY.md", "- [Facts](facts.md) — facts\n")
+    memory.write("facts.md", "---\nname: Facts\ndescription: facts\n---\nv1\n")
+    assert hook(memory.root, event("SessionStart", source="startup"), now=at(0)) == (0, "", "")
+    new = memory.write("travel.md", "---\nname: Travel\ndescription: trips\n---\nRome\n")
+
+    notes = context(hook(memory.root, tool_use("Write", new, content="x"))[1])
+    block = context(hook(memory.root, event("SessionStart", source="startup"))[1], "SessionStart")
+
+    assert "- The memory index: travel.md: orphan: no line of MEMORY.md links it." in notes.splitlines()
+    assert f"provgraph index {memory.root}" in notes
+    assert "- travel.md: orphan: no line of MEMORY.md links it" in block.splitlines()
+    assert f"provgraph index {memory.root}" in block
+    (memory.root / "MEMORY.md").write_text("- [Facts](facts.md) — facts\n- [Gone](gone.md) — x\n")
+    index_notes = context(hook(memory.root, tool_use("Write", memory.root / "MEMORY.md", content="x"))[1])
+    assert (
+        "- The memory index: gone.md: dangling-entry: MEMORY.md line 2 links it, and it does not exist." in index_notes
+    )

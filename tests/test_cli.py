@@ -29,7 +29,7 @@ def lineage(memory, run):
     Adopted at T0; then facts.md is edited (mtime T0+1d) and prefs.md deleted,
     and nothing is scanned again yet.
     """
-    memory.write("MEMORY.md", "- [Profile](profile.md)\n")
+    memory.write("MEMORY.md", "index\n")
     memory.write("facts.md", "The user lives in Lyon.\n")
     memory.write("prefs.md", "Prefers tea.\n")
     memory.write("profile.md", "Profile.\n", derived_from="facts.md, prefs.md")

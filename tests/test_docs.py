@@ -13,7 +13,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
-DOCS = {"agentscope.md", "claude-code.md", "command-line.md", "declaring.md", "guarantees.md", "performance.md"}
+DOCS = {
+    "agentscope.md",
+    "claude-code.md",
+    "command-line.md",
+    "declaring.md",
+    "guarantees.md",
+    "mcp.md",
+    "performance.md",
+}
 FENCE = re.compile(r"^ *(```|~~~)")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CITED_TEST = re.compile(r"`(?:(?:tests/)?(?:stress/)?\w+\.py::)?(test_\w+)`")

@@ -42,7 +42,7 @@ def notes(memory, path: str, reads=(), when: float = 1, whole: bool = True, **bo
 
 def chain_folder(memory) -> None:
     """facts.md -> profile.md -> digest.md, adopted at T0."""
-    memory.write("MEMORY.md", "- [Profile](profile.md)\n")
+    memory.write("MEMORY.md", "index\n")
     memory.write("facts.md", "v1\n")
     memory.write("prefs.md", "tea\n")
     memory.write("profile.md", "Profile.\n", derived_from="facts.md")

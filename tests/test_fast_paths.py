@@ -39,6 +39,7 @@ from provgraph import Memory
 from provgraph.cli import Progress, cli
 from provgraph.declarations import read_declaration
 from provgraph.files import LocalFiles, OutsideRoot
+from provgraph.meaning import Meaning
 
 YEAR_NS = 365 * 24 * 3600 * 10**9
 
@@ -62,9 +63,9 @@ class Counting(LocalFiles):
         self.opened.append(path)
         return super().read(path, limit)
 
-    def sha256(self, path: str) -> str:
+    def sha256(self, path: str, meaning: Meaning | None = None) -> str:
         self.opened.append(path)
-        return super().sha256(path)
+        return super().sha256(path, meaning)
 
 
 def sources_of(report, derived: str) -> list[tuple[str, str]]:

@@ -114,7 +114,7 @@ def test_the_help_without_a_command_lists_every_command(run, tmp_path: Path) -> 
     assert code == 0 and none == ""
     commands = help.split("COMMAND\n", 2)[-1].splitlines()
     listed = [line.split()[0] for line in commands if line.startswith("    ") and line[4] != " "]
-    assert listed == ["status", "check", "why", "lineage", "stamp", "graph", "prompt", "hook", "demo"]
+    assert listed == ["status", "check", "why", "lineage", "stamp", "index", "graph", "prompt", "hook", "mcp", "demo"]
     assert "the following arguments are required: COMMAND" in error
     assert "invalid choice: 'statu'" in unknown and "'demo'" in unknown
 

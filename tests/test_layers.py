@@ -12,6 +12,7 @@ import importlib
 from pathlib import Path
 
 import pytest
+from conftest import importing
 
 PACKAGE = Path(__file__).resolve().parent.parent / "provgraph"
 
@@ -20,7 +21,9 @@ PURE = frozenset(
         "model",
         "declarations",
         "frontmatter",
+        "meaning",
         "stamps",
+        "index",
         "incremental",
         "lineage",
         "queries",
@@ -139,3 +142,24 @@ def test_the_clock_check_sees_each_way_of_reading_the_clock() -> None:
     source = 'import os, time\nfrom time import time_ns\nos.environ.get("PROVGRAPH_NOW")\nstarted = time.time_ns()\n'
     assert sorted(clock_reads(source)) == ["PROVGRAPH_NOW", "time.time_ns", "time.time_ns()"]
     assert clock_reads("from datetime import datetime\nnow = datetime.now()\n") == ["datetime.now()"]
+
+
+OPTIONAL_SDKS = {
+    "agentscope": "integrations/agentscope",
+    "mcp": "integrations/mcp.py",
+    "mcp_types": "integrations/mcp.py",
+}
+"""Each framework's package, and where alone provgraph may import it: every other module works without its extra."""
+
+
+def test_each_framework_is_imported_by_its_own_integration_alone() -> None:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        for name in imported(path.read_text(encoding="utf-8")):
+            owner = OPTIONAL_SDKS.get(name.split(".")[0])
+            assert owner is None or module.startswith(owner), f"{module} imports {name}"
+
+
+def test_the_command_line_starts_without_importing_the_mcp_sdk() -> None:
+    done, modules = importing("-c", "import provgraph, provgraph.cli")
+    assert done.returncode == 0 and not {"mcp", "mcp_types"} & modules

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from provgraph import Memory
-from provgraph.model import Stamp
+from provgraph.model import HashRule, Stamp
 from provgraph.store import lock as lockfile
 from provgraph.store.lock import Record, _decode_lines, decode_lock, decode_stamps, encode_lock
 
@@ -224,7 +224,10 @@ _ODD_NAMES = st.sampled_from(
 def test_a_lock_holds_one_line_per_edge_sorted_as_bytes_whatever_the_names(records: list[Record], batch: int) -> None:
     table = _table(records)
     lines = sorted(
-        orjson.dumps([r.derived, r.source, r.stamp.sha256, r.stamp.stamped_at, r.stamp.mismatch_since, r.derived_at])
+        orjson.dumps(
+            [r.derived, r.source, r.stamp.sha256, r.stamp.stamped_at, r.stamp.mismatch_since, r.derived_at]
+            + (["meaning"] if r.stamp.rule is HashRule.MEANING else [])
+        )
         + b"\n"
         for r in table.values()
     )

@@ -123,6 +123,9 @@ def test_a_patched_refresh_gives_the_full_scans_report_lock_and_cache(setup, ste
     with tempfile.TemporaryDirectory(prefix="provgraph-patched-") as base, _cache(trusting):
         folder = Folder(Path(base) / "memory")
         folder.root.mkdir()
+        folder.write(
+            "MEMORY.md", b"- [A](alpha.md) \xe2\x80\x94 a\n- [[bravo]]\n- [Gone](gone.md)\n", T0 - DAY
+        )  # an index too
         for number, (step, path, entries, other) in enumerate(setup):
             folder.apply(Step.DECLARE if step is Step.STAMP else step, path, entries, other, T0 - number * DAY)
         patched, full = Path(base) / "patched", Path(base) / "full"

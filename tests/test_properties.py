@@ -462,9 +462,9 @@ def spying() -> Iterator[Spy]:
         spy.opened.add(path)
         return real_read(self, path, limit)
 
-    def sha256(self, path):
+    def sha256(self, path, meaning=None):
         spy.opened.add(path)
-        return real_sha256(self, path)
+        return real_sha256(self, path, meaning)
 
     class Rescan(provgraph.scan.Rescan):
         """A scan of the files a small change touched counts as a scan too."""

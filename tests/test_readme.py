@@ -26,6 +26,7 @@ SECTIONS = [
     "Commands",
     "AgentScope",
     "Claude Code",
+    "MCP clients",
     "Python API",
     "Guarantees",
     "Performance",

@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from provgraph import stamps
-from provgraph.model import EdgeStatus, Snapshot, SourceState, Stamp
+from provgraph.model import EdgeStatus, HashRule, Snapshot, SourceState, Stamp
 
 _NAMES = st.sampled_from([f"{name}.md" for name in "abcdefg"])
 _STATES = st.one_of(
@@ -72,7 +72,10 @@ def test_a_first_scan_stamps_every_source_with_what_it_holds_and_leaves_the_file
         seen={},
     )
     records, edges = stamps.reconcile({}, snapshot, NOW)
-    expected = {"a.md": Stamp("1" * 64, NOW), "b.md": Stamp("2" * 64, NOW)}
+    expected = {
+        "a.md": Stamp("1" * 64, NOW, None, HashRule.MEANING),
+        "b.md": Stamp("2" * 64, NOW, None, HashRule.MEANING),
+    }
     assert records["c.md"] == stamps.Derivation("2026-11-10", expected)
     assert [(edge.source, edge.derived, edge.status, edge.stamped_at, edge.since) for edge in edges] == [
         ("a.md", "c.md", EdgeStatus.CLEAN, NOW, None),

@@ -2,7 +2,7 @@
 
 ``ProvenanceMiddleware`` looks at ``AgenticMemoryMiddleware``'s folder through the same backend
 (the local disk, a Docker or E2B sandbox, ...), checks every memory file on each model call,
-marks stale retrieved files and memory writes, and gives the agent three tools; it never
+marks stale retrieved files and memory writes, and gives the agent four tools; it never
 withholds or edits a memory file.  With ``agentscope_backend`` and ``agentscope_lock``, the
 only provgraph modules that import AgentScope.
 """
@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -34,23 +34,28 @@ from ..api import Memory, NotDerived
 from ..clock import current
 from ..clock import pinned_now as _now
 from ..files import NotRegular, OutsideRoot
-from ..model import Edge, FileLineage, Report, StaleEntry
+from ..model import Edge, FileLineage, Report
 from ..paths import relative_to
-from ..queries import Advice, EditContext, edit_notes, missing_sources, refusal_text
+from ..queries import (
+    Advice,
+    EditContext,
+    edit_notes,
+    missing_sources,
+    one_line,
+    recorded_text,
+    refusal_text,
+    stale_note,
+    stale_page,
+    unescaped,
+)
 from ..render import (
     LINEAGE_MAX_CHARS,
     LIST_TOOL,
-    MORE_RESERVE,
-    NAME_SHOWN,
     RECORD_TOOL,
-    causes_text,
-    clip,
-    fit_lines,
     lineage_text,
     named,
     prompt_block,
     safe_name,
-    stale_phrase,
 )
 from ..watch import WatchedRefresh
 from .agentscope_backend import DEFAULT_BACKEND_TIMEOUT, BackendError, BackendFiles
@@ -58,6 +63,7 @@ from .agentscope_lock import LockMirror
 
 __all__ = [
     "LINEAGE_MAX_CHARS",
+    "INDEX_TOOL",
     "LINEAGE_TOOL",
     "LIST_TOOL",
     "RECORD_TOOL",
@@ -74,6 +80,8 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 LINEAGE_TOOL = "memory_lineage"
+INDEX_TOOL = "print_memory_index"
+INDEX_HINT = f"call `{INDEX_TOOL}` to get it as it should be, then write it"
 
 ADVICE = (
     f"After you update one of them from its sources, or check that it still holds, "
@@ -81,7 +89,6 @@ ADVICE = (
     f"Before or after editing a memory file, `{LINEAGE_TOOL}` shows what derives from it."
 )
 MORE_HINT = f"call `{LIST_TOOL}` to list them all"
-_NOTHING_STALE = "No derived memory file has changed sources."
 _OUTAGE = "(as of the last check, {:%Y-%m-%d %H:%M}; the memory folder could not be read now)"
 
 
@@ -97,8 +104,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         agent = Agent(..., middlewares=[memory, provenance],
                       toolkit=Toolkit(tools=[*file_tools, *await provenance.list_tools()]))
 
-    The tools: ``record_memory_rederivation``, ``list_stale_derived_memories`` and
-    ``memory_lineage``.  With ``LocalBackend`` (the default) the state is ``<memory
+    The tools: ``record_memory_rederivation``, ``list_stale_derived_memories``,
+    ``memory_lineage`` and ``print_memory_index``.  With ``LocalBackend`` (the default) the state is ``<memory
     folder>/.provgraph/``; with another backend (a sandbox) the lock is still
     ``<memory folder>/provgraph.lock`` there, and the cache and a mirror of the lock stay on
     this machine, in ``state=`` or ``default_state_path(...)``: the ``workspace`` that holds
@@ -116,10 +123,12 @@ class ProvenanceMiddleware(MiddlewareBase):
         sources_heading: str | None = None,
         backend_timeout: float = DEFAULT_BACKEND_TIMEOUT,
         workspace: WorkspaceBase | None = None,
+        volatile_fields: Sequence[str] = (),
     ) -> None:
         self.backend: BackendBase = backend if backend is not None else LocalBackend()
         self.max_lines = max_lines
         self.sources_heading = sources_heading
+        self.volatile_fields = tuple(volatile_fields)
         if _is_local(self.backend):
             self.memory_path = os.path.abspath(os.path.join(workdir, memory_dir))
             self.files: BackendFiles | None = None
@@ -141,7 +150,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
         """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
-        self._last_block: tuple[tuple[StaleEntry, ...] | None, int, str] = (None, 0, "")
+        self._last_block: tuple[tuple[object, object] | None, int, str] = (None, 0, "")
         """The stale entries and line cap of the last block made, and that block."""
         self._checked_at = current()
         """When the last check that completed ran: the date of the marks kept while checks fail."""
@@ -189,11 +198,17 @@ class ProvenanceMiddleware(MiddlewareBase):
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
     def _block(self, report: Report) -> str:
-        """The block of ``report``, made once for the same stale entries (the watch's, unchanged)."""
-        stale, max_lines, block = self._last_block
-        if stale is not report.stale or max_lines != self.max_lines:
-            block = prompt_block(report, max_lines=self.max_lines, advice=ADVICE, more_hint=MORE_HINT)
-            self._last_block = (report.stale, self.max_lines, block)
+        """The block of ``report``, made once for the same stale entries and problems (the watch's, unchanged)."""
+        marks, max_lines, block = self._last_block
+        if (
+            marks is None
+            or marks[0] is not report.stale
+            or marks[1] is not report.problems
+            or max_lines != self.max_lines
+        ):
+            hints = {"advice": ADVICE, "more_hint": MORE_HINT, "index_hint": INDEX_HINT}
+            block = prompt_block(report, max_lines=self.max_lines, **hints)
+            self._last_block = ((report.stale, report.problems), self.max_lines, block)
         return block
 
     def _last_known_block(self) -> str:
@@ -236,11 +251,11 @@ class ProvenanceMiddleware(MiddlewareBase):
             except NotDerived:
                 continue
             except Exception as error:  # a tool answers in words; it never raises into the agent loop
-                return f"Could not record the re-derivation of {named(relative)}: {_one_line(error)}"
+                return f"Could not record the re-derivation of {named(relative)}: {one_line(error)}"
             return (
                 refusal_text(relative, missing, f"call `{RECORD_TOOL}` again")
                 if missing
-                else _recorded(relative, report)
+                else recorded_text(relative, report)
             )
         return (
             f"Nothing recorded: {named(candidates[0])} is not a derived memory file "
@@ -266,7 +281,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         try:
             found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the lineage of {named(candidates[0])}: {_one_line(error)}"
+            return f"Could not check the lineage of {named(candidates[0])}: {one_line(error)}"
         return lineage_text(found, max_lines=self.max_lines)
 
     async def list_stale_derived_memories(self, offset: int = 0) -> str:
@@ -279,8 +294,24 @@ class ProvenanceMiddleware(MiddlewareBase):
         try:
             report = await self.refresh()
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the memory folder: {_one_line(error)}"
-        return _stale_page(report, offset, max_lines=max(self.max_lines, _PAGE_LINES))
+            return f"Could not check the memory folder: {one_line(error)}"
+        return stale_page(
+            report.stale, offset, max_lines=max(self.max_lines, _PAGE_LINES), list_tool=LIST_TOOL, advice=ADVICE
+        )
+
+    async def print_memory_index(self) -> str:
+        """Print the memory index (MEMORY.md) as it should be, to write over it when it is out of step.
+
+        Its lines in their order, entries of changed files rewritten from their
+        name and description, entries of missing files and repeated ones
+        dropped, and the memory files it does not list appended.  Nothing is
+        changed: write the text to MEMORY.md yourself.
+        """
+        try:
+            text = await self._in_worker(lambda memory: memory.index(now=_now()))
+        except Exception as error:  # a tool answers in words; it never raises into the agent loop
+            return f"Could not read the memory index: {one_line(error)}"
+        return text or f"There is no MEMORY.md in the memory folder {named(self.memory_path)}."
 
     def _candidates(self, path: str) -> list[str]:
         """The memory-folder-relative paths the agent may mean, likeliest first: names are
@@ -446,7 +477,12 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     def _new_memory(self, warn: Callable[[str], None] | None) -> Memory:
         return Memory(
-            self.memory_path, state=self.state_path, files=self.files, sources_heading=self.sources_heading, warn=warn
+            self.memory_path,
+            state=self.state_path,
+            files=self.files,
+            sources_heading=self.sources_heading,
+            volatile_fields=self.volatile_fields,
+            warn=warn,
         )
 
     def close(self) -> None:
@@ -499,6 +535,7 @@ _EDIT_ADVICE = Advice(
     record_any=f"call `{RECORD_TOOL}` with its path",
     list_all=lambda path: f"call `{LINEAGE_TOOL}` with `{safe_name(path)}`",
     list_stale=f"call `{LIST_TOOL}`",
+    print_index=f"call `{INDEX_TOOL}`",
 )
 
 _HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)
@@ -513,7 +550,7 @@ def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]
         path = relative(match["path"])
         entry = None if path is None else report.entry(path)
         if entry is not None:
-            notes.append(_note(entry))
+            notes.append(stale_note(entry))
     return list(dict.fromkeys(notes))
 
 
@@ -547,13 +584,8 @@ def _reme_notes(hint: str, report: Report, texts: dict[str, str]) -> list[str]:
         for path, text in texts.items():
             entry = report.entry(path)
             if entry is not None and chunk in text:
-                notes.append(_note(entry))
+                notes.append(stale_note(entry))
     return list(dict.fromkeys(notes))
-
-
-def _note(entry: StaleEntry, mark: str = "Note:") -> str:
-    """The line added to a hint that shows a stale file (``- `` opens a line of a page)."""
-    return clip(f"{mark} {safe_name(entry.path)}: {stale_phrase(entry)}: {causes_text(entry)}")
 
 
 def default_state_path(backend: BackendBase, memory_path: str, workspace: WorkspaceBase | None = None) -> Path:
@@ -592,6 +624,7 @@ def _tools(middleware: ProvenanceMiddleware) -> tuple[ToolBase, ...]:
             permission=allow,
         ),
         FunctionTool(middleware.memory_lineage, name=LINEAGE_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
+        FunctionTool(middleware.print_memory_index, name=INDEX_TOOL, is_read_only=True, permission=allow),  # type: ignore[arg-type]
     )
 
 
@@ -600,18 +633,6 @@ def _look_up_first(memory: Memory, candidates: list[str]) -> FileLineage:
     report = memory.refresh(now=_now())
     found = [memory.lineage(path, report) for path in candidates]
     return next((one for one in found if one.exists), found[0])
-
-
-def _recorded(path: str, report: Report) -> str:
-    count = sum(1 for edge in report.edges if edge.derived == path)
-    sources = "its source as it is" if count == 1 else f"its {count} sources as they are"
-    entry = report.entry(path)
-    if entry is None:
-        return f"Recorded: {named(path)} is now derived from {sources} now."
-    return (
-        f"Recorded for {named(path)}, but it stays marked because a file it is derived "
-        f"from is itself stale ({causes_text(entry)}); re-derive that file first and record it too."
-    )
 
 
 def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
@@ -623,37 +644,3 @@ def _record(memory: Memory, path: str) -> tuple[Report, tuple[Edge, ...]]:
 
 _PAGE_LINES = 20
 """Stale files on a page of ``list_stale_derived_memories`` at least, when the block lists fewer."""
-
-_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
-
-
-def unescaped(shown: str) -> str:
-    """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone."""
-    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
-
-
-def _stale_page(report: Report, offset: int, *, max_lines: int, max_chars: int = LINEAGE_MAX_CHARS) -> str:
-    """One page of the stale files, from ``offset``: at most ``max_lines`` files and ``max_chars`` characters."""
-    total = len(report.stale)
-    if not total:
-        return _NOTHING_STALE
-    start = min(max(0, offset), total)
-    files = "1 derived memory file has" if total == 1 else f"{total} derived memory files have"
-    head = [f"{files} changed sources (a source changed after they were written)."]
-    tail = [clip(ADVICE)]
-    budget = max_chars - sum(len(line) + 1 for line in head + tail) - MORE_RESERVE
-    lines = [_note(entry, "-") for entry in report.stale[start : start + max(1, max_lines)]]
-    shown = fit_lines(lines, max(1, max_lines), budget)
-    end = start + len(shown)
-    if end < total:
-        where = f"Shown: {start + 1} to {end} of {total}; call `{LIST_TOOL}` with offset={end} for the next ones."
-    elif shown:
-        where = f"Shown: {start + 1} to {end} of {total}; that is all."
-    else:
-        where = f"Nothing past offset {start}: there are {total}; call `{LIST_TOOL}` with offset=0."
-    return "\n".join(head + shown + [where] + tail)
-
-
-def _one_line(error: Exception) -> str:
-    """An error message as one safe line: a tool answer stays short and cannot inject anything."""
-    return clip(safe_name(" ".join(str(error).split())), NAME_SHOWN) or type(error).__name__

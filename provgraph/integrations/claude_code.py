@@ -30,7 +30,7 @@ import orjson
 
 from ..errors import ProvgraphError
 from ..model import Report
-from ..paths import hook_command, parts_under, shell_advice, stamp_command, status_command
+from ..paths import hook_command, index_command, list_hint, parts_under, shell_advice, stamp_command
 from ..queries import EditContext, edit_notes
 from ..render import prompt_block
 from ..store.folder import (
@@ -127,12 +127,13 @@ def session_start_output(
 ) -> str:
     """The hook's stdout: ``hookSpecificOutput.additionalContext``, or "" when nothing is stale.
     The printed commands repeat the hook's ``options``, to read the folder as the hook does."""
-    hint = f"run `{status_command(report.root, options, program)}` to list them all"
+    hint = list_hint(report.root, options, program)
     advice = f"After re-deriving one, record it with `{stamp_command(report.root, options=options, program=program)}`."
-    block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint)
+    index = f"run `{index_command(report.root, options, program)}` to print it as it should be, then write it"
+    block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint, index_hint=index)
     while len(block) > CONTEXT_LIMIT and max_lines > 0:
         max_lines = max_lines // 2
-        block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint)
+        block = prompt_block(report, max_lines=max_lines, advice=advice, more_hint=hint, index_hint=index)
     return _output("SessionStart", block)
 
 

@@ -36,11 +36,11 @@ from ..model import (
 )
 
 __all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
-__all__ += ["checked_date", "decode", "encode", "encode_row"]
+__all__ += ["checked_date", "decode", "encode", "encode_row", "hashes_of"]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
-SCHEMA = 2
+SCHEMA = 3
 """The layout of the document; with the package's version, part of the cache's key."""
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
@@ -61,6 +61,8 @@ class FileRow(NamedTuple):
     """Only for memory (``*.md``) files."""
     resolved: Resolution | None = None
     """The declaration resolved, reused unless it names a wiki link (``declarations.follows_listing``)."""
+    meaning: str | None = None
+    """Its hash under ``HashRule.MEANING`` when that is not ``sha256``."""
 
 
 class LockRecord(NamedTuple):
@@ -102,7 +104,8 @@ class Cache:
     walk_problems: tuple[Problem, ...]
     lock: LockRecord | None
     rows: dict[str, list[Any]]
-    """Path -> ``[size, mtime_ns, ctime_ns, inode, sha256, declaration(, resolved)]``."""
+    """Path -> ``[size, mtime_ns, ctime_ns, inode, sha256, declaration(, resolved)]``, where
+    ``sha256`` is ``[sha256, meaning]`` when its meaning hashes otherwise (``hashes_of``)."""
     refused: dict[str, ProblemKind]
     watched: tuple[Watched, ...]
     last: Last | None
@@ -181,12 +184,19 @@ def _encoded_last(last: Last) -> dict[str, object]:
 
 def encode_row(row: FileRow) -> list[Any]:
     """One file's row: its stat, hash, declaration, and that declaration resolved."""
-    meta, sha256, declaration, resolved = row
+    meta, sha256, declaration, resolved, meaning = row
     encoded = _encode_declaration(declaration)
+    hashed = sha256 if meaning is None else [sha256, meaning]
     if resolved is None or declaration is None or not encoded:
-        return [*meta, sha256, encoded]
+        return [*meta, hashed, encoded]
     sources, refused = resolved
-    return [*meta, sha256, encoded, [list(sources), [[problem.kind.value, problem.detail] for problem in refused]]]
+    return [*meta, hashed, encoded, [list(sources), [[problem.kind.value, problem.detail] for problem in refused]]]
+
+
+def hashes_of(row: list[Any]) -> tuple[str | None, str | None]:
+    """A row's sha256 and, when it differs, its meaning's (``FileRow.meaning``)."""
+    hashed = row[4]
+    return (hashed, None) if type(hashed) is not list else (hashed[0], hashed[1])
 
 
 def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
@@ -287,8 +297,12 @@ def _check_rows(rows: dict[str, list[Any]]) -> None:
     """Every row's values of the types provgraph writes, a column at a time."""
     if not set(map(type, chain.from_iterable(map(_STAT, rows.values())))) <= {int}:
         raise Damaged("a file's stat must be four whole numbers")
-    if not set(map(type, map(itemgetter(4), rows.values()))) <= {str, type(None)}:
+    hashed = list(map(itemgetter(4), rows.values()))
+    types = set(map(type, hashed))
+    if not types <= {str, type(None), list}:
         raise Damaged("a file's sha256 must be text")
+    if list in types and not all(type(pair) is not list or list(map(type, pair)) == [str, str] for pair in hashed):
+        raise Damaged("a file's sha256 and its meaning's must be text")
     if not set(map(type, map(itemgetter(5), rows.values()))) <= {list, type(None)}:
         raise Damaged("a file's declaration must be a list")
     for row in rows.values():
@@ -328,7 +342,8 @@ def _decode_row(path: str, row: list[Any]) -> FileRow:
     if len(row) == 7:
         sources, refused = row[6]
         resolved = (tuple(sources), tuple(Problem(path, ProblemKind(kind), detail) for kind, detail in refused))
-    return FileRow(FileMeta._make(row[:4]), row[4], declaration, resolved)
+    sha256, meaning = hashes_of(row)
+    return FileRow(FileMeta._make(row[:4]), sha256, declaration, resolved, meaning)
 
 
 def _lock_record(data: object) -> LockRecord | None:

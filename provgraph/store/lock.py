@@ -1,10 +1,12 @@
 """The portable lock: every stamp as one line of text, for git, sync tools and CI.
 
 ``provgraph.lock`` holds only facts that mean the same on every machine: for each edge,
-the sha256 the derived file was derived from, when, and (while the source differs) the
-originating change date.  One edge per line, sorted, so a line-wise union merges two
-machines' stamps without conflict.  Reading forgives what merges leave (an edge twice,
-conflict markers): the later stamp wins, then the earliest originating date.  Pure.
+the sha256 the derived file was derived from, when, (while the source differs) the
+originating change date, and ``"meaning"`` when the sha256 is of the source's meaning
+rather than its bytes (``HashRule``): a stamp keeps the rule it was made under.  One edge
+per line, sorted, so a line-wise union merges two machines' stamps without conflict.
+Reading forgives what merges leave (an edge twice, conflict markers): the later stamp wins,
+then the earliest originating date.  Pure.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from ..errors import ProvgraphError
-from ..model import LATEST_DATE, Stamp
+from ..model import LATEST_DATE, HashRule, Stamp
 
 __all__ = [
     "HEADER",
@@ -33,15 +35,18 @@ __all__ = [
     "decode_stamps",
     "encode_lock",
     "encode_rows",
+    "lock_row",
     "is_sync_copy",
     "records_start",
     "merge_reads",
 ]
 
-LOCK_VERSION = 1
+LOCK_VERSION = 2
+"""Format 2 adds the rule a stamp was made under; a lock of format 1 holds stamps of bytes
+only, and reads as it always did."""
 HEADER = (
-    f"# provgraph lock {LOCK_VERSION}: [derived file, source, sha256, stamped at, changed since, derived_at]"
-    " per line; commit it\n"
+    f"# provgraph lock {LOCK_VERSION}: [derived file, source, sha256, stamped at, changed since, derived_at"
+    '(, "meaning")] per line; commit it\n'
 )
 _HEADER_PREFIX = "# provgraph lock "
 OPTIONS_PREFIX = "# options: "
@@ -102,11 +107,20 @@ class LockRead(NamedTuple):
 def encode_lock(records: Iterable[Record], options: Mapping[str, str] | None = None) -> bytes:
     """The lock's bytes: the header, the ``options`` line, then one sorted line per edge.
     Equal records give equal bytes, so an unchanged lock is never rewritten."""
-    return encode_rows(((r.derived, r.source, *r.stamp, r.derived_at) for r in records), options)
+    return encode_rows((lock_row(r.derived, r.source, r.stamp, r.derived_at) for r in records), options)
 
 
-LockRow = tuple[str, str, str | None, float, float | None, str | None]
+LockRow = tuple[str | float | None, ...]
 """One line's values, in the order the header names them."""
+
+
+def lock_row(derived: str, source: str, stamp: Stamp, derived_at: str | None) -> LockRow:
+    """One edge's line values: a stamp of the source's bytes leaves its rule unwritten, as
+    the first format wrote every stamp."""
+    sha256, stamped_at, since, rule = stamp
+    if rule is HashRule.BYTES:
+        return derived, source, sha256, stamped_at, since, derived_at
+    return derived, source, sha256, stamped_at, since, derived_at, rule.value
 
 
 def encode_rows(rows: Iterable[LockRow], options: Mapping[str, str] | None = None) -> bytes:
@@ -319,8 +333,8 @@ def _check_version(line: str) -> None:
     version = line[len(_HEADER_PREFIX) :].split(":", 1)[0].strip()
     if version.isascii() and version.isdigit() and len(version) < 10 and int(version) > LOCK_VERSION:
         raise NewerLock(int(version))
-    if version != str(LOCK_VERSION):
-        raise LockError(f"lock version {version!r}, this provgraph reads version {LOCK_VERSION}")
+    if version not in ("1", str(LOCK_VERSION)):
+        raise LockError(f"lock version {version!r}, this provgraph reads versions 1 to {LOCK_VERSION}")
 
 
 def _later(one: Record, other: Record) -> Record:
@@ -344,10 +358,11 @@ def _record(line: str) -> Record | None:
 def _from_row(row: Any) -> Record | None:
     """One decoded line as a record, or None when it is not one."""
     try:
-        derived, source, sha256, stamped_at, since, derived_at = row
+        derived, source, sha256, stamped_at, since, derived_at, *named = row
     except (ValueError, TypeError):
         return None
-    if not (
+    rule = HashRule.BYTES if not named else HashRule.MEANING if named == [HashRule.MEANING.value] else None
+    if rule is None or not (
         _is_path(derived)
         and _is_path(source)
         and (derived_at is None or type(derived_at) is str)
@@ -356,7 +371,7 @@ def _from_row(row: Any) -> Record | None:
         and (since is None or _is_date(since))
     ):
         return None
-    stamp = Stamp(sha256, float(stamped_at), None if since is None else float(since))
+    stamp = Stamp(sha256, float(stamped_at), None if since is None else float(since), rule)
     return Record(derived, source, stamp, derived_at)
 
 

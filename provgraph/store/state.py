@@ -36,6 +36,7 @@ from .folder import (
     write_file,
 )
 from .lock import (
+    HEADER,
     LOCK_NAME,
     LockError,
     LockRead,
@@ -44,6 +45,7 @@ from .lock import (
     decode_stamps,
     encode_rows,
     is_sync_copy,
+    lock_row,
     merge_reads,
 )
 
@@ -297,8 +299,9 @@ class StateStore:
             return self._load_legacy(folders)
         clean = None if any(map(is_sync_copy, _names(folders.lock))) else decode_stamps(data)
         if clean is not None:
-            tx.as_locked = _derivations(clean)
-            return tx.as_locked
+            derivations = _derivations(clean)
+            tx.as_locked = derivations if data.startswith(_HEADER) else None  # an older format is rewritten
+            return derivations
         try:
             read = decode_lock(data)
         except LockError as error:
@@ -433,6 +436,7 @@ class StateStore:
             raise StateError(where, _cannot(what, where, error)) from error
 
 
+_HEADER = HEADER.encode()
 LEGACY_NAME = "state.json"
 LEGACY_FORMAT = "provgraph-state"
 
@@ -462,7 +466,7 @@ def lock_bytes(
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
     rows = (
-        (derived, source, stamp.sha256, stamp.stamped_at, stamp.mismatch_since, derivation.derived_at)
+        lock_row(derived, source, stamp, derivation.derived_at)
         for derived, derivation in derivations.items()
         for source, stamp in derivation.stamps.items()
     )

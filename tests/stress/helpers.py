@@ -18,6 +18,7 @@ from typing import Any
 from conftest import launch
 
 from provgraph.files import LocalFiles
+from provgraph.meaning import Meaning
 from provgraph.model import FileMeta
 
 NOW = datetime(2026, 11, 20, 9, 30, tzinfo=UTC)
@@ -111,9 +112,9 @@ class CountingFiles(LocalFiles):
         self.bytes_read[path] += len(data)
         return data
 
-    def sha256(self, path: str) -> str:
+    def sha256(self, path: str, meaning: Meaning | None = None) -> str:
         self.hashed[path] += 1
-        return super().sha256(path)
+        return super().sha256(path, meaning)
 
 
 class MutatingFiles(LocalFiles):
@@ -134,11 +135,11 @@ class MutatingFiles(LocalFiles):
             between()
         return listing
 
-    def sha256(self, path: str) -> str:
+    def sha256(self, path: str, meaning: Meaning | None = None) -> str:
         before, self._before_hash = self._before_hash, None
         if before is not None:
             before()
-        return super().sha256(path)
+        return super().sha256(path, meaning)
 
 
 class DenyingFiles(LocalFiles):
@@ -157,9 +158,9 @@ class DenyingFiles(LocalFiles):
         self._refuse(path)
         return super().read(path, limit)
 
-    def sha256(self, path: str) -> str:
+    def sha256(self, path: str, meaning: Meaning | None = None) -> str:
         self._refuse(path)
-        return super().sha256(path)
+        return super().sha256(path, meaning)
 
 
 class OldFiles(LocalFiles):

@@ -54,7 +54,7 @@ def _folder(root: Path, files: int) -> None:
         os.write(descriptor, b"fact %d\n" % index)
         os.close(descriptor)
     write(root, "d.md", derived(*(f"f/{index}.md" for index in range(SOURCES))))
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
 
 
 def _load(root: Path) -> dict[str, Derivation]:
@@ -133,7 +133,7 @@ else:  # mid-write: the temporary file holds half of the new lock when the proce
     def half_written(*args, **options):
         handle = fdopen(*args, **options)
         def writelines(chunks):
-            handle.write(b"# provgraph lock 1: half\\n[\\"d.md\\", ")
+            handle.write(b"# provgraph lock 2: half\\n[\\"d.md\\", ")
             handle.flush()
             pause()
         handle.writelines = writelines
@@ -303,7 +303,7 @@ def _damaged(valid: bytes) -> dict[str, bytes]:
         "empty": b"",
         "foreign": b'{"name": "another program", "version": 1}',
         "array": b"[1, 2, 3]",
-        "unknown-version": valid.replace(b"# provgraph lock 1:", b"# provgraph lock one:"),
+        "unknown-version": valid.replace(b"# provgraph lock 2:", b"# provgraph lock one:"),
         "wrong-types": b"".join([header, b'["d.md", 3, {}, "x", [], 1]\n', *rest]),
         "wrong-rows": b"".join([header, first[:-3] + b"]\n", *rest]),
         "deep-nesting": b"".join([header, b"[" * 100_000 + b"\n", *rest]),

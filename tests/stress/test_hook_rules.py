@@ -55,7 +55,7 @@ def _hook(root: Path, event: bytes, *options: str) -> tuple[int, str, str]:
 
 
 def _lineage(root: Path) -> None:
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md"))
 

@@ -34,7 +34,7 @@ OWN = {READS_NAME, READS_NAME + ".lock"}
 
 
 def _lineage(root: Path) -> None:
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md"))
 
@@ -266,7 +266,7 @@ def test_a_warning_names_the_state_folder_through_the_same_escaping(root: Path, 
 
 
 def test_a_source_that_leads_to_provgraph_own_files_is_named_as_provgraph_state(root: Path) -> None:
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md", "provgraph.lock", "own/cache.json", "lock-link"))
     (root / "own").symlink_to(".provgraph")

@@ -437,7 +437,7 @@ def test_no_command_changes_anything_in_the_memory_folder(root: Path, tmp_path: 
     """Informational only: every command, a stamp and a rebuilt state included, leaves every
     memory file, folder and link exactly as it was (provgraph writes only its lock and in .provgraph)."""
     _special_folder(root, tmp_path / "outside")
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "e.md", derived("a.md"))
     before = _snapshot(root)
     outside = _snapshot(tmp_path / "outside")

@@ -25,12 +25,12 @@ from provgraph.model import LATEST_DATE
 from .helpers import NOW, assert_clean, assert_one_error_line, derived, provgraph, write
 from .test_state_rules import READERS, _tree
 
-NEWER = "provgraph.lock was written by a newer provgraph (lock format 2); upgrade provgraph"
+NEWER = "provgraph.lock was written by a newer provgraph (lock format 3); upgrade provgraph"
 
 
 def _stale(root: Path) -> None:
     """``d.md`` derived from ``a.md``, stamped, then ``a.md`` changed: ``check`` says 1."""
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md"))
     assert_clean(provgraph("status", root), 0)
@@ -50,7 +50,7 @@ def _stale_paths(root: Path, **env: str) -> list[str]:
 def _newer(root: Path) -> dict[str, tuple]:
     _stale(root)
     lock = root / "provgraph.lock"
-    lock.write_bytes(lock.read_bytes().replace(b"# provgraph lock 1:", b"# provgraph lock 2:", 1))
+    lock.write_bytes(lock.read_bytes().replace(b"# provgraph lock 2:", b"# provgraph lock 3:", 1))
     return _tree(root)
 
 
@@ -69,7 +69,7 @@ def test_a_lock_of_a_newer_provgraph_is_an_error_of_the_api_with_its_version(roo
     before = _newer(root)
     with pytest.raises(NewerLock) as raised:
         Memory(root).refresh(now=NOW)
-    assert raised.value.version == 2 and str(raised.value) == NEWER
+    assert raised.value.version == 3 and str(raised.value) == NEWER
     assert _tree(root) == before
 
 

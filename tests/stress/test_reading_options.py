@@ -78,9 +78,9 @@ def test_an_option_this_provgraph_does_not_know_is_refused_not_dropped(memory) -
     digest_folder(memory)
     Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
     lock = memory.root / "provgraph.lock"
-    data = lock.read_bytes().replace(b'{"sources_heading"', b'{"index_files":"INDEX.md","sources_heading"')
+    data = lock.read_bytes().replace(b'{"sources_heading"', b'{"future_option":"on","sources_heading"')
     lock.write_bytes(data)
-    with pytest.raises(StateError, match="index_files"):
+    with pytest.raises(StateError, match="future_option"):
         Memory(memory.root).refresh(now=LATER)
     assert lock.read_bytes() == data
 
@@ -99,7 +99,7 @@ def test_the_first_lock_records_the_options_whichever_path_writes_it(memory, tmp
 
 
 def test_a_folder_where_nothing_is_derived_gets_nothing_written_in_it(memory, run) -> None:
-    memory.write("MEMORY.md", "- [facts](facts.md)\n")
+    memory.write("MEMORY.md", "# Memory\nFacts live in facts.md.\n")
     memory.write("facts.md", "Lives in Lyon.\n")
     before = sorted(path.name for path in memory.root.iterdir())
     for command in ("status", "check", "prompt", "graph"):
@@ -137,7 +137,7 @@ def test_a_lock_of_a_newer_provgraph_is_refused_for_its_version_not_its_options(
     digest_folder(memory)
     Memory(memory.root, sources_heading=HEADING).refresh(now=NOW)
     lock = memory.root / "provgraph.lock"
-    data = lock.read_bytes().replace(b"# provgraph lock 1:", b"# provgraph lock 2:")
-    lock.write_bytes(data.replace(b'{"sources_heading"', b'{"index_files":"INDEX.md","sources_heading"'))
+    data = lock.read_bytes().replace(b"# provgraph lock 2:", b"# provgraph lock 3:")
+    lock.write_bytes(data.replace(b'{"sources_heading"', b'{"future_option":"on","sources_heading"'))
     code, _, err = run("status", cwd=memory.root)
-    assert code == 2 and "newer provgraph" in err and "index_files" not in err
+    assert code == 2 and "newer provgraph" in err and "future_option" not in err

@@ -69,7 +69,7 @@ def _one_line(command: tuple[str | os.PathLike[str], ...], done: Done) -> str:
 
 
 def _lineage(root: Path) -> None:
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md"))
 
@@ -139,7 +139,7 @@ def test_a_state_folder_outside_that_is_a_file_is_refused_unchanged(root: Path, 
 def test_provgraph_own_files_are_never_a_declared_source(root: Path) -> None:
     """Through the lock's own name, a link to it, or a link to ``.provgraph``: a bad entry,
     so a stamp, which rewrites them, can never make a file stale."""
-    write(root, "MEMORY.md", "- [d](d.md)\n")
+    write(root, "MEMORY.md", "# index\n")
     write(root, "a.md", "a\n")
     write(root, "d.md", derived("a.md", "provgraph.lock", "own/cache.json", "own/flock", "lock-link"))
     (root / "own").symlink_to(".provgraph")
