@@ -345,7 +345,7 @@ class Memory:
         }  # as the lock holds them
         if updated == stamps:
             return found._replace(report=report)
-        lines = lock if found.lock is None else incremental.LockLines.of(found.lock, True)
+        lines = lock if found.lock is None else incremental.LockLines.of(b"".join(found.lock), True)
         data = None if lines is None else lines.replaced(indexes, updated)
         return None if data is None else found._replace(report=report, lock=data)
 

@@ -12,7 +12,7 @@ import hashlib
 import os
 import stat as stat_module
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
@@ -83,7 +83,7 @@ class LocalFiles:
         return Path(self._root)
 
     def walk(self) -> tuple[dict[str, FileMeta], list[Problem]]:
-        found, problems = walk_folder(self._root, self._real_root)
+        found, problems = walk_folder(self._root, self._real_root, self._listed)
         self._listed = found
         try:
             self._device = os.stat(self._root).st_dev
@@ -212,10 +212,15 @@ class LocalFiles:
         return digest.hexdigest()
 
 
-def walk_folder(root: str, real_root: str) -> tuple[dict[str, FileMeta], list[Problem]]:
+def walk_folder(
+    root: str, real_root: str, last: Mapping[str, FileMeta] | None = None
+) -> tuple[dict[str, FileMeta], list[Problem]]:
     """Every regular ``*.md`` file below ``root`` (whose resolved path is ``real_root``), by
-    root-relative POSIX path, with its metadata, and the problems met on the way."""
-    walker = _Walker(real_root)
+    root-relative POSIX path, with its metadata, and the problems met on the way.  A file's
+    metadata equal to its entry in ``last`` (the last walk's) is that very entry: an
+    unchanged folder's listing then holds no second copy of every file's stat, and compares
+    with the last one object by object."""
+    walker = _Walker(real_root, last or {})
     walker.pending.append(("", root))
     while walker.pending:  # a stack: the last folder found is listed first, each subtree in one piece
         prefix, folder = walker.pending.pop()
@@ -229,10 +234,10 @@ def walk_folder(root: str, real_root: str) -> tuple[dict[str, FileMeta], list[Pr
 class _Walker:
     """What one walk has found so far, and the folders it has still to list."""
 
-    __slots__ = ("found_files", "inside", "pending", "problems", "real_root")
+    __slots__ = ("found_files", "inside", "last", "pending", "problems", "real_root")
 
-    def __init__(self, real_root: str) -> None:
-        self.real_root, self.inside = real_root, real_root.rstrip("/") + "/"
+    def __init__(self, real_root: str, last: Mapping[str, FileMeta]) -> None:
+        self.real_root, self.inside, self.last = real_root, real_root.rstrip("/") + "/", last
         self.found_files: dict[str, FileMeta] = {}
         self.problems: list[Problem] = []
         self.pending: list[tuple[str, str]] = []  # (prefix, folder) still to list
@@ -250,13 +255,17 @@ class _Walker:
                     if name.endswith(".md") and name.isascii():
                         try:
                             if entry.is_file(follow_symlinks=False):
-                                self.found_files[prefix + name] = _meta(entry.stat(follow_symlinks=False))
+                                self.found(prefix + name, _meta(entry.stat(follow_symlinks=False)))
                                 continue
                         except OSError:
                             pass  # visited again below, where the problem is reported
                     self.visit(entry, prefix + name, os.path.join(folder, name))
         finally:
             os.close(descriptor)
+
+    def found(self, path: str, meta: FileMeta) -> None:
+        last = self.last.get(path)
+        self.found_files[path] = last if last == meta else meta
 
     def visit(self, entry: os.DirEntry[str], path: str, full_path: str) -> None:
         """Any entry but a plain memory file (``full_path`` starts as the root was named)."""
@@ -270,7 +279,7 @@ class _Walker:
             elif entry.is_dir(follow_symlinks=False):
                 self.pending.append((path + "/", full_path))
             elif name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                self.found_files[path] = _meta(entry.stat(follow_symlinks=False))
+                self.found(path, _meta(entry.stat(follow_symlinks=False)))
         except OSError as error:
             self.problems.append(Problem(path, ProblemKind.UNREADABLE, _reason(error)))
 
@@ -287,7 +296,7 @@ class _Walker:
         except OSError:
             return  # dangling link: skipped, never opened
         if stat_module.S_ISREG(info.st_mode):
-            self.found_files[path] = _meta(info)
+            self.found(path, _meta(info))
 
 
 class _Folders:

@@ -13,7 +13,7 @@ Pure: how a file is looked at or read again is passed in.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Set
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol
@@ -21,9 +21,9 @@ from typing import Any, NamedTuple, Protocol
 import orjson
 
 from .lineage import children_of, find_cycles, propagate
-from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges
+from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges, column
 from .stamps import Derivation, reconcile
-from .store.cache import Cache, FileRow, Last, Watched, encode_row, hashes_of, memory_of
+from .store.cache import Cache, FileRow, Last, Watched, encode_row, hashes_of
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
@@ -103,8 +103,9 @@ def scanned_cache(
     report: Report,
 ) -> Cache:
     """The cache of a full scan that started at ``started_ns`` and learned ``rows``."""
-    encoded = {path: encode_row(row) for path, row in sorted(rows.items())}
-    memory = memory_of(encoded)
+    ordered = sorted(rows.items())
+    encoded = {path: encode_row(row) for path, row in ordered}
+    memory = {path: row.meta for path, row in ordered if row.declaration is not None}  # the listing's own stats
     others = {path: row.meta for path, row in rows.items() if path not in memory}
     watched, last = _last(report, memory, refused, others)
     return Cache(root, settings, started_ns, walk_problems, None, encoded, dict(refused), watched, last, memory)
@@ -114,8 +115,8 @@ def _last(
     report: Report, listing: Collection[str], refused: Mapping[str, ProblemKind], others: Mapping[str, FileMeta]
 ) -> tuple[tuple[Watched, ...], Last]:
     """What a cache holds of ``report``: the sources to watch and the last result."""
-    watched = watched_sources({edge.source for edge in report.edges}, listing, refused, others)
-    return watched, Last(report.file_count, tuple(report.edges), report.cycles, report.problems)
+    watched = watched_sources(set(column(report.edges, "source")), listing, refused, others)
+    return watched, Last(report.file_count, report.edges, report.cycles, report.problems)
 
 
 class Index(NamedTuple):
@@ -126,7 +127,7 @@ class Index(NamedTuple):
     broken: tuple[Edge, ...]
 
     @classmethod
-    def of(cls, edges: tuple[Edge, ...]) -> Index:
+    def of(cls, edges: Sequence[Edge]) -> Index:
         by_derived: dict[str, list[Edge]] = {}
         for edge in edges:
             by_derived.setdefault(edge.derived, []).append(edge)
@@ -152,10 +153,10 @@ class Rereading(Protocol):
 
 
 class Patch(NamedTuple):
-    """The next result, the lock's next bytes (None: unchanged), and the rows read again."""
+    """The next result, the lock's next bytes in pieces (None: unchanged), and the rows read again."""
 
     report: Report
-    lock: bytes | None
+    lock: list[bytes | memoryview] | None
     rows: dict[str, FileRow | None]
     """The rows to write over the cache's (None: drop the row)."""
 
@@ -224,7 +225,7 @@ def patch(
     return Patch(report, next_lock, rows)
 
 
-def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: Mapping[str, FileMeta]) -> Cache:
+def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: dict[str, FileMeta]) -> Cache:
     """The cache after ``found``: its rows written over, the last result replaced."""
     rows = dict(cache.rows)
     for path, row in found.rows.items():
@@ -235,7 +236,7 @@ def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: Mapping[
     others = {path: FileMeta._make(row[:4]) for path, row in rows.items() if row[5] is None}
     watched, last = _last(found.report, listing, {}, others)
     return Cache(
-        cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, dict(listing)
+        cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, listing
     )
 
 
@@ -312,7 +313,7 @@ def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str
     return {sha: tuple(paths) for sha, paths in holders.items()}
 
 
-def _joined(before: tuple[Edge, ...], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
+def _joined(before: Sequence[Edge], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
     """The last result's edges with those of the compared files replaced, in the result's order."""
     kept = [edge for edge in before if edge.derived not in compared]
     return tuple(sorted([*kept, *new_edges], key=_order))
@@ -392,22 +393,24 @@ class LockLines:
             return None
         return {derived: Derivation(at, stamps) for derived, (at, stamps) in table.items()}
 
-    def replaced(self, paths: Collection[str], updated: Mapping[str, Derivation]) -> bytes | None:
+    def replaced(self, paths: Collection[str], updated: Mapping[str, Derivation]) -> list[bytes | memoryview] | None:
         """The lock with the lines of every file in ``paths`` replaced by its stamps in
         ``updated`` (none when it is not there); None when the lines are not exactly
-        what ``encode_lock`` writes, which a full scan then rewrites."""
+        what ``encode_lock`` writes, which a full scan then rewrites.  In pieces: the lines
+        kept are slices of the bytes read, not copies."""
         if not (self.canonical or self._is_canonical()):
             return None
-        chunks: list[bytes] = []
+        data = memoryview(self.data)
+        chunks: list[bytes | memoryview] = []
         position = 0
         for path in sorted(paths, key=lambda path: (self._block(path), orjson.dumps(path))):
             start, end = self._block(path)
             derivation = updated.get(path)
             records = [] if derivation is None else _records(path, derivation)
-            chunks += (self.data[position:start], encode_lock(records)[len(_HEADER) :])
+            chunks += (data[position:start], encode_lock(records)[len(_HEADER) :])
             position = end
-        chunks.append(self.data[position:])
-        return b"".join(chunks)
+        chunks.append(data[position:])
+        return chunks
 
     def _is_canonical(self) -> bool:
         """Sorted, as orjson writes them, one ``derived_at`` per file: as ``encode_lock`` writes."""

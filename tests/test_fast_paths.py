@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cachefile import document, written
 from conftest import PROVGRAPH
 from depth import examples
 from hypothesis import given, settings
@@ -182,9 +183,9 @@ def test_damaged_tables_are_set_aside_at_the_next_full_scan(memory, clock, trust
     api = memory.open()
     api.refresh(now=clock.now)
     state = api.state_path / "cache.json"
-    data = state.read_bytes()
-    start = data.index(b'"rows":')
-    state.write_bytes(data[:start] + b'"rows":[1,2]}')
+    damaged = document(state.read_bytes())
+    damaged["rows"] = [1, 2]
+    state.write_bytes(written(damaged))
     memory.write("note.md", "a new file: the next refresh scans")
     report = memory.open().refresh(now=clock.advance(days=1))
     assert any("could not be read" in warning for warning in logged.take())

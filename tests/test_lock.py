@@ -12,6 +12,7 @@ from unittest.mock import patch
 
 import orjson
 import pytest
+from cachefile import document
 from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -174,7 +175,7 @@ def test_a_copied_cache_of_another_path_is_not_used(machines, clock, tmp_path) -
     (elsewhere / "facts.md").write_text("v2")
     report = Memory(elsewhere).refresh(now=clock.advance(days=1))
     assert {entry.path for entry in report.stale} == {"profile.md", "digest.md", "summary.md"}
-    assert json.loads((elsewhere / ".provgraph" / "cache.json").read_bytes())["root"] == str(elsewhere)
+    assert document((elsewhere / ".provgraph" / "cache.json").read_bytes())["root"] == str(elsewhere)
 
 
 # -- the codec, for any stamps ---------------------------------------------------------------------

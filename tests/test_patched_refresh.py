@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import orjson
 import pytest
 import test_incremental as incremental_tests
+from cachefile import check_line, document, written
 from depth import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -110,7 +110,8 @@ def _kept(state_folder: Path, root: Path) -> tuple[object, ...]:
     result, walk problems, refused and watched sources."""
     lock = state_folder / "provgraph.lock"
     memory = Memory(root, state=state_folder)
-    cache = decode((state_folder / "cache.json").read_bytes(), provgraph.__version__, str(root), memory._settings)
+    lines = (state_folder / "cache.json").read_bytes().splitlines(keepends=True)
+    cache = decode(lines, provgraph.__version__, str(root), memory._settings)
     assert cache is not None
     kept = cache.rows, cache.last, cache.walk_problems, cache.refused, cache.watched, cache.memory
     return lock.read_bytes() if lock.exists() else None, kept
@@ -223,11 +224,11 @@ def test_a_cache_of_another_provgraph_is_rebuilt_by_a_full_scan_then_patched(
     cache = root / ".provgraph" / "cache.json"
     with trusted_cache():
         Memory(root).refresh(now=T0)
-        other = orjson.loads(cache.read_bytes())
+        other = document(cache.read_bytes())
         other.update(written_by)
         if other.get("schema") is None:
             del other["schema"]
-        cache.write_bytes(orjson.dumps(other))
+        cache.write_bytes(written(other))
         folder.write("facts/fact-0010.md", b"Fact 10, corrected.\n", T0 + DAY)
         scans = []
         with pytest.MonkeyPatch.context() as patch:
@@ -240,7 +241,7 @@ def test_a_cache_of_another_provgraph_is_rebuilt_by_a_full_scan_then_patched(
     assert scans == [["summaries/summary-0020.md"]]  # the first refresh scanned in full, the second patched
     assert sorted(path.name for path in (root / ".provgraph").iterdir()) == ["cache.json", "flock"]
     assert logged.take() == []
-    assert orjson.loads(cache.read_bytes())["provgraph"] == provgraph.__version__
+    assert document(cache.read_bytes())["provgraph"] == provgraph.__version__
 
 
 def _counting(compared: list[list[str]]):  # type: ignore[no-untyped-def]
@@ -281,9 +282,9 @@ def _a_lineage(root: Path) -> Folder:
 def _damaged(cache: bytes, data: st.DataObject) -> bytes:
     """The cache with any one of its values (a key, a row, a number in a row, an edge, the
     last result, ...) replaced by any JSON value."""
-    document = orjson.loads(cache)
-    where = data.draw(st.sampled_from(_paths(document)[1:]))
-    return orjson.dumps(_replaced(document, where, data.draw(_JSON)))
+    found = document(cache)
+    where = data.draw(st.sampled_from(_paths(found)[1:]))
+    return written(_replaced(found, where, data.draw(_JSON)), check_line(cache))
 
 
 def _spoiled_then_changed(spoil: Callable[[bytes], bytes]) -> None:
@@ -382,4 +383,4 @@ def test_the_lines_a_patch_replaces_in_the_lock_are_those_the_whole_lock_gives(
     assert [lines.has(path) for path in asked] == [path in derivations for path in asked]
     assert lines.derivations(asked) == {path: derivations[path] for path in asked if path in derivations}
     expected = {path: derivation for path, derivation in derivations.items() if path not in asked} | updated
-    assert lines.replaced(asked, updated) == lock_bytes(dict(sorted(expected.items())), True)
+    assert b"".join(lines.replaced(asked, updated) or [b"none"]) == lock_bytes(dict(sorted(expected.items())), True)

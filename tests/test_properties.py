@@ -611,7 +611,7 @@ def test_saved_state_loads_back_equal_and_gives_the_same_report(scenario):
             assert not report.edges and Memory(folder.root).refresh(now=T0 + DAY) == report
             return
         written = (memory.state_path / "cache.json").read_bytes()
-        loaded = decode(written, provgraph.__version__, str(memory.root), memory._settings)
+        loaded = decode(written.splitlines(keepends=True), provgraph.__version__, str(memory.root), memory._settings)
         assert loaded is not None and b"".join(encode(loaded, provgraph.__version__)) == written
         assert loaded.last is not None and tuple(loaded.last.edges) == tuple(report.edges)
         assert Memory(folder.root).refresh(now=T0 + DAY) == report

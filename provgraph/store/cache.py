@@ -1,31 +1,46 @@
 """The cache, ``.provgraph/cache.json``: what a refresh of an unchanged or slightly changed
-folder reads instead of the files.  One JSON document, written whole and replaced
-atomically, keyed by the package's version, ``SCHEMA``, the root and the reading settings:
-a cache with another key is rebuilt, never read; one that does not decode into valid
-values raises ``Damaged`` and is never trusted either.
+folder reads instead of the files.  JSON lines, written whole and replaced atomically: a
+head keyed by the package's version, ``SCHEMA``, the root and the reading settings, then
+the rows and the last result's edges a few thousand to a line, then the checksum.  A cache
+with another key is rebuilt, never read; one that does not decode into valid values raises
+``Damaged`` and is never trusted either.  Lines are written and read one at a time, so
+that a large folder's cache is never held whole, as bytes, beside its values.
 """
 
 from __future__ import annotations
 
+import gc
 import math
 from binascii import crc32
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 from operator import itemgetter
 from typing import Any, NamedTuple
 
 import orjson
 
 from ..declarations import NOTHING, Declaration
-from ..model import LATEST_DATE, Edge, EdgeStatus, FileMeta, Problem, ProblemKind, as_text
+from ..model import (
+    EDGE_COLUMNS,
+    LATEST_DATE,
+    Edge,
+    EdgeStatus,
+    EdgeTable,
+    FileMeta,
+    Problem,
+    ProblemKind,
+    as_text,
+    column,
+)
 
 __all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
-__all__ += ["checked_date", "decode", "encode", "encode_row", "hashes_of", "memory_of"]
+__all__ += ["checked_date", "decode", "encode", "encode_row", "hashes_of"]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
-SCHEMA = 2
+SCHEMA = 3
 """The layout of the document; with the package's version, part of the cache's key."""
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
@@ -72,7 +87,8 @@ class Last(NamedTuple):
     """The last result as the cache keeps it: its stale entries follow from its edges."""
 
     file_count: int
-    edges: tuple[Edge, ...]
+    edges: Sequence[Edge]
+    """A tuple, or an ``EdgeTable`` (as a scan compares, and as the cache is read)."""
     cycles: tuple[tuple[str, ...], ...]
     problems: tuple[Problem, ...]
 
@@ -93,11 +109,11 @@ class Cache:
     refused: dict[str, ProblemKind]
     watched: tuple[Watched, ...]
     last: Last | None
-    memory: dict[str, tuple[int, int, int, int]]
-    """The stat of every memory file the rows hold (``memory_of``)."""
+    memory: Mapping[str, tuple[int, int, int, int]]
+    """The stat of every memory file the rows hold (``_memory_of`` of a cache read)."""
 
 
-def memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
+def _memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
     """The stat of the memory files among ``rows`` (with a declaration, even an empty one)."""
     return {path: _STAT(row) for path, row in rows.items() if row[5] is not None}
 
@@ -118,40 +134,49 @@ class Rows(Mapping[str, FileRow]):
         return len(self._rows)
 
 
-def encode(cache: Cache, version: str) -> list[bytes | memoryview]:
-    """The document written by provgraph ``version``, ending with its checksum (``_CHECK``)."""
+def encode(cache: Cache, version: str) -> Iterator[bytes]:
+    """The lines written by provgraph ``version``: the head, the rows (an object of
+    ``AT_ONCE`` rows a line), the last result's edges (a list of ``AT_ONCE`` a line), and
+    the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
     lock, last = cache.lock, cache.last
-    body = orjson.dumps(
-        {
-            "format": FORMAT,
-            "provgraph": version,
-            "schema": SCHEMA,
-            "root": as_text(cache.root),
-            "settings": cache.settings,
-            "scan_started_ns": cache.scan_started_ns,
-            "walk_problems": [list(problem.row) for problem in cache.walk_problems],
-            "lock": None if lock is None else [*lock.meta, lock.sha256, lock.recorded_ns, lock.canonical],
-            "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
-            "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
-            "last": None if last is None else _encoded_last(last),
-            "rows": cache.rows,
-        }
-    )
-    head = memoryview(body)[:-1]  # a large folder's document is not copied to add its checksum
-    return [head, _CHECK + str(crc32(head)).encode() + b"}"]
+    head = {
+        "format": FORMAT,
+        "provgraph": version,
+        "schema": SCHEMA,
+        "root": as_text(cache.root),
+        "settings": cache.settings,
+        "scan_started_ns": cache.scan_started_ns,
+        "walk_problems": [list(problem.row) for problem in cache.walk_problems],
+        "lock": None if lock is None else [*lock.meta, lock.sha256, lock.recorded_ns, lock.canonical],
+        "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
+        "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
+        "last": None if last is None else _encoded_last(last),
+    }
+    check = 0
+    for line in chain([head], _batches(iter(cache.rows.items()), dict), _edge_batches(last)):
+        data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+        check = crc32(data, check)
+        yield data
+    yield b"%d\n" % check
 
 
-_CHECK = b',"check":'
-"""The last entry: the CRC-32 of the bytes before it (against damage into valid values, and tearing)."""
+AT_ONCE = 4096
+"""Rows, or edges, a line of the cache holds."""
+
+
+def _batches(items: Iterator[Any], kind: Callable[[Iterable[Any]], Any]) -> Iterator[Any]:
+    while batch := kind(islice(items, AT_ONCE)):
+        yield batch
+
+
+def _edge_batches(last: Last | None) -> Iterator[list[tuple[object, ...]]]:
+    edges = () if last is None else last.edges
+    return _batches(zip(*(column(edges, name) for name in EDGE_COLUMNS), strict=True), list)
 
 
 def _encoded_last(last: Last) -> dict[str, object]:
     return {
         "files": last.file_count,
-        "edges": [
-            [edge.source, edge.derived, edge.status.value, edge.stamped_at, edge.since, edge.moved_to]
-            for edge in last.edges
-        ],
         "cycles": [list(cycle) for cycle in last.cycles],
         "problems": [list(problem.row) for problem in last.problems],
     }
@@ -183,45 +208,88 @@ def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
     return [list(entries), derived_at, [[kind.value, detail] for kind, detail in problems]]
 
 
-def decode(data: bytes, version: str, root: str, settings: str) -> Cache | None:
-    """The cache in ``data``; None when it is keyed for another provgraph ``version``,
-    schema, root or settings; ``Damaged`` when it is not a valid cache at all."""
-    try:
-        document = orjson.loads(data)
-    except orjson.JSONDecodeError as error:
-        raise Damaged("it is not JSON") from error
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
+def decode(lines: Iterable[bytes], version: str, root: str, settings: str) -> Cache | None:
+    """The cache in ``lines`` (an open file reads one at a time); None when it is keyed for
+    another provgraph ``version``, schema, root or settings; ``Damaged`` when it is not a
+    valid cache at all."""
+    lines = iter(lines)
+    first = next(lines, b"")
+    head = _loaded(first)
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
         raise Damaged("it is not a provgraph cache")
-    if "schema" not in document and document.get("version") in (1, 2, 3):
+    if "schema" not in head and head.get("version") in (1, 2, 3):
         return None  # provgraph's first layout: rebuilt like a cache of another version, not set aside
-    key = (document.get("provgraph"), document.get("schema"), document.get("root"), document.get("settings"))
+    key = (head.get("provgraph"), head.get("schema"), head.get("root"), head.get("settings"))
     if key != (version, SCHEMA, root, settings):
         return None
-    end = data.rfind(_CHECK)
-    if end < 0 or str(crc32(memoryview(data)[:end])).encode() != data[end + len(_CHECK) : -1]:
-        raise Damaged("its checksum does not match its bytes")
+    with _collector_paused():
+        rows, edges = _body(lines, crc32(first))
+        try:
+            return _decode(head, rows, edges)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+            raise Damaged("its values are not what provgraph writes") from error
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the cache's values are built: they hold
+    no cycles, and the collector, run every few hundred new lists, would go through all the
+    values built so far again and again (a large part of the decoding time)."""
+    enabled = gc.isenabled()
+    gc.disable()
     try:
-        return _decode(document)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
-        raise Damaged("its values are not what provgraph writes") from error
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
-def _decode(document: dict[str, Any]) -> Cache:
-    rows = document["rows"]
-    if not isinstance(rows, dict) or not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
+def _body(lines: Iterator[bytes], check: int) -> tuple[dict[str, list[Any]], list[list[Any]]]:
+    """The rows and the edges' columns of the lines after the head, up to the checksum that ends them."""
+    rows: dict[str, list[Any]] = {}
+    columns: list[list[Any]] = [[] for _ in EDGE_COLUMNS]
+    for line in lines:
+        value = _loaded(line)
+        if type(value) is int:
+            if value != check or next(lines, None) is not None:
+                break
+            return rows, columns
+        check = crc32(line, check)
+        if type(value) is dict:
+            rows.update(value)
+        elif type(value) is list and all(type(edge) is list and len(edge) == len(EDGE_COLUMNS) for edge in value):
+            for kept, values in zip(columns, zip(*value, strict=True), strict=False):  # an empty line: none
+                kept += values
+        else:
+            raise Damaged("a line of the cache must hold rows or edges")
+    raise Damaged("its checksum does not match its bytes")
+
+
+def _loaded(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        raise Damaged("it is not JSON") from error
+
+
+def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[list[Any]]) -> Cache:
+    if not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
         raise Damaged("a file's row must be a list of six or seven values")
     _check_rows(rows)
+    last = head["last"]
+    if last is None and edges[0]:
+        raise Damaged("edges without a last result")
     return Cache(
-        root=_text(document["root"]),
-        settings=_text(document["settings"]),
-        scan_started_ns=_whole(document["scan_started_ns"]),
-        walk_problems=tuple(map(_problem, document["walk_problems"])),
-        lock=_lock_record(document["lock"]),
+        root=_text(head["root"]),
+        settings=_text(head["settings"]),
+        scan_started_ns=_whole(head["scan_started_ns"]),
+        walk_problems=tuple(map(_problem, head["walk_problems"])),
+        lock=_lock_record(head["lock"]),
         rows=rows,
-        refused={_text(path): ProblemKind(kind) for path, kind in document["refused"].items()},
-        watched=tuple(map(_watched, document["watched"])),
-        last=None if document["last"] is None else _last(document["last"]),
-        memory=memory_of(rows),
+        refused={_text(path): ProblemKind(kind) for path, kind in head["refused"].items()},
+        watched=tuple(map(_watched, head["watched"])),
+        last=None if last is None else _last(last, _edge_table(*edges)),
+        memory=_memory_of(rows),
     )
 
 
@@ -299,17 +367,26 @@ def _watched(data: list[Any]) -> Watched:
 _WATCHED_KINDS = frozenset({"file", "missing", *(kind.value for kind in ProblemKind)})
 
 
-def _last(data: dict[str, Any]) -> Last:
-    status_of = {status.value: status for status in EdgeStatus}
-    edges = []
-    for source, derived, status, at, since, moved_to in data["edges"]:
-        at = None if at is None else checked_date(at)
-        since = None if since is None else checked_date(since)
-        moved_to = None if moved_to is None else _text(moved_to)
-        edges.append(Edge(_text(source), _text(derived), status_of[status], at, since, moved_to))
+def _edge_table(
+    source: list[Any], derived: list[Any], status: list[Any], at: list[Any], since: list[Any], moved_to: list[Any]
+) -> EdgeTable:
+    """The last result's edges from their columns, checked a column at a time (no ``Edge`` is made)."""
+    if not set(map(type, chain(source, derived))) <= {str} or not set(map(type, moved_to)) <= {str, type(None)}:
+        raise Damaged("an edge's files must be text")
+    return EdgeTable(source, derived, [_STATUS[value] for value in status], _dates(at), _dates(since), moved_to)
+
+
+def _dates(values: list[Any]) -> list[float | None]:
+    return [None if value is None else checked_date(value) for value in values]
+
+
+_STATUS = {status.value: status for status in EdgeStatus}
+
+
+def _last(data: dict[str, Any], edges: EdgeTable) -> Last:
     return Last(
         file_count=_whole(data["files"]),
-        edges=tuple(edges),
+        edges=edges,
         cycles=tuple(tuple(map(_text, cycle)) for cycle in data["cycles"]),
         problems=tuple(map(_problem, data["problems"])),
     )

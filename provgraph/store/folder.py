@@ -19,10 +19,11 @@ import stat
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from ..errors import ProvgraphError
 
-__all__ = ["Folders", "LockBusy", "hold", "in_memory_tree", "open_folder", "read_file", "write_file"]
+__all__ = ["Folders", "LockBusy", "hold", "in_memory_tree", "open_file", "open_folder", "read_file", "write_file"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
@@ -95,12 +96,29 @@ def open_folder(parent: str | os.PathLike[str], name: str, *, create: bool) -> i
 
 def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int | None = None) -> bytes | None:
     """The bytes of the regular file ``name`` (its first ``limit`` bytes at most); None
-    when there is none.  A symlink or anything but a regular file there is an error,
-    found without reading it.
+    when there is none, as ``open_file`` finds it.
 
     Read in one call of the size the open file has, as it nearly always gives it all (a
     large read allocates its buffer once, and nothing is joined); a read that gives less,
     or a file that grew meanwhile, is read on to its end."""
+    opened = open_file(folder, name, where)
+    if opened is None:
+        return None
+    with opened:
+        descriptor = opened.fileno()
+        size = os.fstat(descriptor).st_size
+        first = os.read(descriptor, size + 1 if limit is None else min(limit, size + 1))
+        if limit is not None or len(first) == size or not first:
+            return first
+        chunks = [first]
+        while chunk := os.read(descriptor, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> BinaryIO | None:
+    """The regular file ``name`` open for reading; None when there is none.  A symlink or
+    anything but a regular file there is an error, found without reading it."""
     try:
         descriptor = os.open(name, _READ, dir_fd=folder)
     except FileNotFoundError:
@@ -111,19 +129,11 @@ def read_file(folder: int, name: str, where: str | os.PathLike[str], limit: int 
                 errno.ELOOP, "a symlink, which provgraph does not follow", os.path.join(where, name)
             ) from None
         raise
-    try:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
-        first = os.read(descriptor, info.st_size + 1 if limit is None else min(limit, info.st_size + 1))
-        if limit is not None or len(first) == info.st_size or not first:
-            return first
-        chunks = [first]
-        while chunk := os.read(descriptor, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(descriptor)
+    opened = os.fdopen(descriptor, "rb")  # buffered: the cache is read a line at a time
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        opened.close()
+        raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))
+    return opened
 
 
 def write_file(

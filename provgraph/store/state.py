@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,17 @@ from ..model import VERSION, FileMeta, Stamp, as_text
 from ..paths import normalized
 from ..stamps import Derivation
 from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
-from .folder import Folders, hold, in_memory_tree, open_folder, read_file, remove_temporaries, set_aside, write_file
+from .folder import (
+    Folders,
+    hold,
+    in_memory_tree,
+    open_file,
+    open_folder,
+    read_file,
+    remove_temporaries,
+    set_aside,
+    write_file,
+)
 from .lock import (
     HEADER,
     LOCK_NAME,
@@ -42,6 +52,8 @@ from .lock import (
 __all__ = ["LOCK_NAME", "STATE_DIR", "OptionsDiffer", "StateError", "StateStore", "lock_bytes"]
 
 STATE_DIR = ".provgraph"
+Bytes = bytes | memoryview
+"""A piece of a file written: a lock patched is written as slices of the lock read, not copies."""
 FLOCK_NAME = "flock"  # the file whose flock is the root's exclusive lock (it holds no data)
 ROOT_NAME = "root"  # in a --state folder: the memory root it belongs to
 
@@ -211,16 +223,25 @@ class StateStore:
         kept = self._kept
         if kept is not None and kept[0] == identity and kept[1].settings == self.settings:
             return kept[1]
-        data = self._read(folders.state, CACHE_NAME, self.state_path)
-        if data is None:
-            return None
         try:
-            cache = decode(data, VERSION, as_text(os.fsdecode(self.root)), self.settings)
+            cache = self._decoded(folders)
         except Damaged as error:
             self._set_aside(folders, folders.state, CACHE_NAME, str(error))
             return None
         self._kept = None if cache is None else (identity, cache)
         return cache
+
+    def _decoded(self, folders: Folders) -> Cache | None:
+        """The cache file read a line at a time (``decode``); None when there is none or it is another's."""
+        path = os.path.join(self.state_path, CACHE_NAME)
+        try:
+            opened = open_file(folders.state, CACHE_NAME, self.state_path)
+            if opened is None:
+                return None
+            with opened:
+                return decode(opened, VERSION, as_text(os.fsdecode(self.root)), self.settings)
+        except OSError as error:
+            raise StateError(path, _cannot("read", path, error)) from error
 
     def lock_unchanged(self, record: LockRecord | None) -> bool:
         """Whether the lock on disk is ``record``'s (same settled stat, or same sha256), with no sync copy."""
@@ -335,22 +356,25 @@ class StateStore:
         self._tx.migrating = self._tx.exclusive
         return derivations
 
-    def save(self, derivations: Mapping[str, Derivation] | None, cache: Cache, lock: bytes | None = None) -> Cache:
+    def save(
+        self, derivations: Mapping[str, Derivation] | None, cache: Cache, lock: Sequence[Bytes] | None = None
+    ) -> Cache:
         """Write the lock when its stamps changed (``derivations``, the stamps now, or ``lock``,
-        a patch's bytes), then ``cache`` with the lock it was written with; the cache as written."""
+        a patch's bytes in pieces), then ``cache`` with the lock it was written with; the cache as written."""
         folders, tx = self._tx.folders, self._tx
         if folders is None or not tx.exclusive:
             raise StateError(self.state_path, f"cannot write the state in {self.state_path}: it is not locked")
         canonical = cache.lock is not None and cache.lock.canonical
         if derivations is not None:
             canonical = tx.as_locked is None or derivations != tx.as_locked or not self.options_recorded()
-            lock = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
+            whole = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
+            lock = None if whole is None else [whole]
         if lock is not None:
-            if lock != tx.lock_bytes:
-                self._write(folders, folders.lock, LOCK_NAME, [lock], "write the lock file")
-                tx.lock_bytes = lock
+            if lock != [tx.lock_bytes]:
+                self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
             canonical = True
-        cache = replace(cache, lock=self._lock_record(folders, canonical))
+        written = lock if lock is not None else None if tx.lock_bytes is None else [tx.lock_bytes]
+        cache = replace(cache, lock=self._lock_record(folders, canonical, written))
         self._write(folders, folders.state, CACHE_NAME, encode(cache, VERSION), "write")
         with contextlib.suppress(OSError):
             info = os.stat(CACHE_NAME, dir_fd=folders.state, follow_symlinks=False)
@@ -367,13 +391,15 @@ class StateStore:
             f"the old file is {os.path.basename(aside)}"
         )
 
-    def _lock_record(self, folders: Folders, canonical: bool) -> LockRecord | None:
-        """The lock as written or read now; canonical when written so, or as the last cache knew it."""
+    def _lock_record(self, folders: Folders, canonical: bool, pieces: Sequence[Bytes] | None) -> LockRecord | None:
+        """The lock as written or read now (``pieces``); canonical when written so, or as the last cache knew it."""
         meta = _lock_meta(folders)
-        data = self._tx.lock_bytes
-        if meta is None or data is None or meta.size != len(data):
+        if meta is None or pieces is None or meta.size != sum(map(len, pieces)):
             return None
-        sha256 = hashlib.sha256(data).hexdigest()
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
+        sha256 = digest.hexdigest()
         before = None if self._kept is None else self._kept[1].lock
         canonical = canonical or (before is not None and before.canonical and before.sha256 == sha256)
         return LockRecord(meta, sha256, wall_ns(), canonical)
@@ -401,7 +427,7 @@ class StateStore:
         except OSError as error:
             raise StateError(where, _cannot("move aside", where, error)) from error
 
-    def _write(self, folders: Folders, target: int, name: str, data: list[bytes | memoryview], what: str) -> None:
+    def _write(self, folders: Folders, target: int, name: str, data: Iterable[Bytes], what: str) -> None:
         """Replace a file atomically, synced to the disk but for the cache (torn, it is not trusted)."""
         where = folders.path_of(target, name)
         try:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import orjson
+from cachefile import document, is_whole
 
 from provgraph import Memory
 from provgraph.store.cache import FORMAT
@@ -28,7 +28,7 @@ processes, the odd ones by threads."""
 ROUNDS = 3
 
 READER = """
-import os, sys, orjson
+import binascii, os, sys
 from provgraph.store.lock import decode_lock
 path, lock, stop = sys.argv[1], sys.argv[2], sys.argv[3]
 reads, stopping = 0, False
@@ -39,8 +39,9 @@ while not stopping:
         locked = open(lock, "rb").read()
     except FileNotFoundError:
         continue
-    document = orjson.loads(data)
-    assert document["format"] == "provgraph-cache", document.get("format")
+    body, _, check = data.rstrip(b"\\n").rpartition(b"\\n")  # a whole file ends with the checksum of the rest
+    assert data.endswith(b"\\n") and binascii.crc32(body + b"\\n") == int(check), data[-200:]
+    assert data.startswith(b'{"format":"provgraph-cache"'), data[:200]
     read = decode_lock(locked)
     assert read.damaged == read.merged == 0
     reads += 1
@@ -75,8 +76,7 @@ def _read_while(state: Path, running: threading.Event, failures: list[BaseExcept
                 locked = (state.parent.parent / "provgraph.lock").read_bytes()
             except FileNotFoundError:
                 continue
-            document = orjson.loads(data)  # a partial file fails here
-            assert document["format"] == FORMAT
+            assert is_whole(data) and document(data)["format"] == FORMAT  # a partial file fails here
             assert decode_lock(locked).damaged == 0
 
     return read

@@ -16,8 +16,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import orjson
 import pytest
+from cachefile import check_line, document, written
 from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -405,13 +405,13 @@ def test_any_damage_to_a_cache_document_loads_or_is_set_aside(
     """Replace any one value of a real cache document by any JSON value: loading never raises,
     and whatever loads can be scanned with."""
     root, valid = lived_state
-    document = orjson.loads(valid)
-    where = data.draw(st.sampled_from(_paths(document)))
-    damaged = _replaced(document, where, data.draw(_JSON))
+    found = document(valid)
+    where = data.draw(st.sampled_from(_paths(found)))
+    damaged = _replaced(found, where, data.draw(_JSON))
     folder = tmp_path / f"state-{os.getpid()}-{time.monotonic_ns()}"
     shutil.copytree(root.parent / "state", folder)
     path = folder / "cache.json"
-    path.write_bytes(orjson.dumps(damaged))
+    path.write_bytes(written(damaged, check_line(valid)))
     warnings: list[str] = []
 
     store = StateStore(root, folder, warn=warnings.append, settings=Memory(root, state=folder)._settings)

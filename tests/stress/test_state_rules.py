@@ -21,6 +21,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cachefile import document, written
 from conftest import PROVGRAPH
 
 from provgraph import Memory, StateError, api
@@ -346,9 +347,9 @@ def test_a_cache_with_a_valid_but_out_of_range_date_is_replaced_not_a_crash(root
     write(root, "a.md", "a changed\n")
     assert_clean(provgraph("status", root), 0)
     cache = root / ".provgraph" / "cache.json"
-    document = orjson.loads(cache.read_bytes())
-    document["last"]["edges"][0][4] = 10.0**15
-    cache.write_bytes(orjson.dumps(document))
+    found = document(cache.read_bytes())
+    found["last"]["edges"][0][4] = 10.0**15
+    cache.write_bytes(written(found))
     if changed:
         write(root, "b.md", "a new file: the next run scans\n")
 
@@ -356,7 +357,7 @@ def test_a_cache_with_a_valid_but_out_of_range_date_is_replaced_not_a_crash(root
 
     assert_clean(done, 0)
     assert orjson.loads(done.stdout)["stale"][0]["path"] == "d.md"
-    assert all(edge[4] is None or edge[4] < 10.0**15 for edge in orjson.loads(cache.read_bytes())["last"]["edges"])
+    assert all(edge[4] is None or edge[4] < 10.0**15 for edge in document(cache.read_bytes())["last"]["edges"])
 
 
 # -- a state folder belongs to one root ---------------------------------------------------------
