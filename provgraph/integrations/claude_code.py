@@ -298,8 +298,10 @@ class SessionReads:
         return {key: value for key, value in sessions.items() if _is_session(value)}
 
     def _save(self, folders: Folders, sessions: dict[str, dict[str, Any]]) -> None:
+        """Replaced atomically but not synced: a crash may lose the last reads, which only feed
+        suggestions, and a sync on every Read of a session is what the hook would wait on most."""
         payload = orjson.dumps({"version": 2, "sessions": sessions})
-        write_file(folders, folders.state, self.path.name, [payload], suffix=READS_TEMPORARY)
+        write_file(folders, folders.state, self.path.name, [payload], suffix=READS_TEMPORARY, durable=False)
 
 
 def _is_session(value: object) -> bool:
