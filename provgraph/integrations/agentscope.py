@@ -10,6 +10,7 @@ only provgraph modules that import AgentScope.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import enum
 import hashlib
 import json
@@ -20,6 +21,7 @@ import sys
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -81,7 +83,12 @@ ADVICE = (
 )
 MORE_HINT = f"call `{LIST_TOOL}` to list them all"
 _NOTHING_STALE = "No derived memory file has changed sources."
-_OUTAGE = "(as of the last check, {:%Y-%m-%d %H:%M}; the memory folder could not be read now)"
+_AS_OF = "(as of the last check, {:%Y-%m-%d %H:%M}; {})"
+_UNREADABLE = "the memory folder could not be read now"
+_STILL_RUNNING = "a newer check is still running"
+_HUNG_AFTER = 120.0
+"""Seconds a backend call of a check in the background may take before it is taken for hung
+(a warning): far beyond a slow listing, and what frees the place of the next check."""
 
 
 class ProvenanceMiddleware(MiddlewareBase):
@@ -135,11 +142,16 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._replies = 0  # the agents' replies in progress: the watch is released when the last ends
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
-        """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
+        """The last round checked, as (agent, reply, iteration), and its report (None when none was ready)."""
         self._last_block: tuple[tuple[StaleEntry, ...] | None, int, str] = (None, 0, "")
         """The stale entries and line cap of the last block made, and that block."""
-        self._checked_at = current()
-        """When the last check that completed ran: the date of the marks kept while checks fail."""
+        self._last_check: tuple[Report | None, datetime] = (None, current())
+        """The report of the last check that completed, and when: the marks kept, dated, while none is ready."""
+        self._unready = _UNREADABLE
+        """Why the round in progress has no report: the check failed, or it is still running."""
+        self._budget = backend_timeout
+        self._check: asyncio.Task[Report | None] | None = None
+        """A check of a backend's folder, running in the background until a model call takes its report."""
         self._examined_hints: dict[str, None] = {}
         """The ids of the hints already looked at, oldest first, of every agent sharing this middleware."""
         self._reads: tuple[tuple[int, str], set[str], set[str]] = ((0, ""), set(), set())
@@ -155,7 +167,8 @@ class ProvenanceMiddleware(MiddlewareBase):
     async def on_reply(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
     ) -> AsyncGenerator[Any, None]:
-        """Pass the reply on; when no reply is left in progress, ``close``: a service makes a middleware per turn."""
+        """Pass the reply on; when no reply is left in progress, give the check in flight the
+        budget to end, then ``close``: a service makes a middleware per turn."""
         self._replies += 1
         try:
             async for item in next_handler(**input_kwargs):
@@ -163,6 +176,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         finally:
             self._replies -= 1
             if not self._replies:
+                if self._check is not None and self._check.get_loop() is asyncio.get_running_loop():
+                    await asyncio.wait({self._check}, timeout=self._budget)
                 self.close()
 
     async def on_reasoning(
@@ -178,8 +193,12 @@ class ProvenanceMiddleware(MiddlewareBase):
             yield item
 
     async def on_system_prompt(self, agent: Any, current_prompt: str) -> str:
-        """Append the block when a derived file is stale; otherwise return the prompt untouched."""
-        report = await self._round_check(agent)
+        """Append the block when a derived file is stale; otherwise return the prompt untouched.
+
+        Asked before the round's ``on_reasoning`` (the agent counts the prompt's tokens), a
+        backend's check is started, not awaited: yielding there would let the memory middleware's
+        retrieval finish before it looks for it, and move its hint a step earlier."""
+        report = await self._round_check(agent, wait=False)
         block = self._block(report) if report is not None else self._last_known_block()
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
@@ -192,9 +211,10 @@ class ProvenanceMiddleware(MiddlewareBase):
         return block
 
     def _last_known_block(self) -> str:
-        """The last block made, dated, while the folder cannot be read: known marks do not vanish."""
-        block = self._last_block[2]
-        return block and f"{block}\n{_OUTAGE.format(self._checked_at)}"
+        """The last check's block, dated, while no newer report is ready: known marks do not vanish."""
+        report, checked_at = self._last_check
+        block = self._block(report) if report is not None else ""
+        return block and f"{block}\n{_AS_OF.format(checked_at, self._unready)}"
 
     async def on_acting(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
@@ -285,15 +305,23 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     async def refresh(self) -> Report:
         """Scan every memory file (not only the newest the retrieval selector sees) and report."""
-        return await self._in_worker(lambda memory: memory.refresh(now=_now()))
+        return await self._in_worker(self._refreshed)
 
-    async def _round_check(self, agent: Any) -> Report | None:
+    async def _round_check(self, agent: Any, *, wait: bool = True) -> Report | None:
         """The report of the agent's reasoning round in progress, checked once per round: the
-        prompt is asked for twice (to count tokens, then for the call), the hint marked between."""
+        prompt is asked for twice (to count tokens, then for the call), the hint marked between.
+        Without ``wait``, a backend's check of a new round is only started."""
         round_key = _round_of(agent)
         if round_key is not None and self._round_report is not None and self._round_report[0] == round_key:
             return self._round_report[1]
-        report = await self._checked()
+        if self.files is None:
+            report = await self._checked()
+        elif wait or round_key is None:
+            report = await self._check_within_budget()
+        else:
+            self._check_in_flight()
+            self._unready = _STILL_RUNNING
+            return None
         if round_key is not None:
             self._round_report = (round_key, report)
         return report
@@ -302,15 +330,50 @@ class ProvenanceMiddleware(MiddlewareBase):
         """``refresh``, or None (logged) when the folder could not be checked.  A local folder is
         checked without yielding, which would let the memory middleware's retrieval finish meanwhile."""
         try:
-            if self.files is None:
-                report = self._locked(None, self._local_refresh)
-            else:
-                report = await self.refresh()
-            self._checked_at = current(_now())
-            return report
+            return self._locked(None, self._refreshed) if self.files is None else await self.refresh()
         except Exception as error:
-            _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
+            self._failed(error)
             return None
+
+    async def _check_within_budget(self) -> Report | None:
+        """The report of the check in flight (one starts when none is), if it ends within the
+        budget; else None, and the check goes on: its report serves the next model call."""
+        check = self._check_in_flight()
+        done, _ = await asyncio.wait({check}, timeout=self._budget)
+        if not done:
+            self._unready = _STILL_RUNNING
+            return None
+        self._check = None
+        return check.result()
+
+    def _check_in_flight(self) -> asyncio.Task[Report | None]:
+        """The check running in the background, started when none is: one at a time."""
+        if self._check is None or self._check.get_loop() is not asyncio.get_running_loop():
+            self._check = asyncio.create_task(self._in_thread(self._report_or_none, max(_HUNG_AFTER, self._budget)))
+        return self._check
+
+    def _report_or_none(self, memory: Memory) -> Report | None:
+        """``_refreshed``, or None (logged) when the folder could not be checked: run in a worker
+        thread that finishes, and keeps, its check even when the reply that asked for it is over."""
+        try:
+            return self._refreshed(memory)
+        except concurrent.futures.CancelledError:
+            return None  # the event loop is closing: its backend calls were cancelled
+        except Exception as error:
+            self._failed(error)
+            return None
+
+    def _refreshed(self, memory: Memory) -> Report:
+        """``memory.refresh()`` (a local folder's without a walk while the watch says nothing
+        changed), kept as the last check's report."""
+        now = _now()
+        report = memory.refresh(now=now) if self._watched is None else self._watched.refresh(now)
+        self._last_check = (report, current(now))
+        return report
+
+    def _failed(self, error: Exception) -> None:
+        _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
+        self._unready = _UNREADABLE
 
     def _annotate_hints(self, agent: Any, report: Report) -> None:
         """Append a note to each new retrieval hint of this reply that shows a stale file: what
@@ -407,15 +470,26 @@ class ProvenanceMiddleware(MiddlewareBase):
         return relative_to(self.memory_path, shown)
 
     async def _in_worker(self, action: Callable[[Memory], _T]) -> _T:
-        """Run a provgraph call in a thread, one at a time, so the event loop stays free for a
-        remote backend's coroutines."""
-        loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(self._locked, loop, action)
+        """Run a provgraph call after the check in flight, each step within the budget."""
+        check = self._check
+        if check is not None and check.get_loop() is asyncio.get_running_loop():
+            done, _ = await asyncio.wait({check}, timeout=self._budget)
+            if not done:
+                raise BackendError(f"a check of the memory folder is still running after {self._budget:g} s")
+        return await self._in_thread(action, self._budget)
 
-    def _locked(self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T]) -> _T:
+    async def _in_thread(self, action: Callable[[Memory], _T], deadline: float) -> _T:
+        """Run a provgraph call in a thread, one at a time, so the event loop stays free for a
+        remote backend's coroutines, each of which may take ``deadline`` seconds."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.to_thread(self._locked, loop, action, deadline)
+
+    def _locked(
+        self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T], deadline: float = 0.0
+    ) -> _T:
         with self._guard:
             if self.files is not None:
-                self.files.loop = loop
+                self.files.loop, self.files.timeout = loop, deadline
             try:
                 if self.lock_mirror is not None:
                     return self.lock_mirror.transaction(lambda: action(self._open()))
@@ -423,11 +497,6 @@ class ProvenanceMiddleware(MiddlewareBase):
             finally:
                 if self.files is not None:
                     self.files.forget()
-
-    def _local_refresh(self, memory: Memory) -> Report:
-        """``memory.refresh()``, without a walk while the watch says nothing changed."""
-        assert self._watched is not None and self._watched.memory is memory
-        return self._watched.refresh(_now())
 
     def _open(self) -> Memory:
         if self._memory is None:
@@ -445,7 +514,11 @@ class ProvenanceMiddleware(MiddlewareBase):
         )
 
     def close(self) -> None:
-        """Release the watch's descriptor (also done when a reply ends); a later check watches anew."""
+        """Release the watch's descriptor and cancel the wait for a check in the background (both
+        also done when a reply ends): its thread still finishes the check and keeps its report."""
+        check, self._check = self._check, None
+        if check is not None:
+            check.cancel()
         if self._watched is not None:  # only a local folder's: a sandbox's check may hold the guard awaiting the loop
             with self._guard:
                 self._watched.close()
