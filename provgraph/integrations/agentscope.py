@@ -10,7 +10,6 @@ only provgraph modules that import AgentScope.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import enum
 import hashlib
 import json
@@ -86,9 +85,7 @@ _NOTHING_STALE = "No derived memory file has changed sources."
 _AS_OF = "(as of the last check, {:%Y-%m-%d %H:%M}; {})"
 _UNREADABLE = "the memory folder could not be read now"
 _STILL_RUNNING = "a newer check is still running"
-_HUNG_AFTER = 120.0
-"""Seconds a backend call of a check in the background may take before it is taken for hung
-(a warning): far beyond a slow listing, and what frees the place of the next check."""
+_HUNG_AFTER = 120.0  # seconds a backend call of a check in the background may take: far beyond a slow one
 
 
 class ProvenanceMiddleware(MiddlewareBase):
@@ -176,8 +173,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         finally:
             self._replies -= 1
             if not self._replies:
-                if self._check is not None and self._check.get_loop() is asyncio.get_running_loop():
-                    await asyncio.wait({self._check}, timeout=self._budget)
+                await self._check_ended()
                 self.close()
 
     async def on_reasoning(
@@ -193,11 +189,8 @@ class ProvenanceMiddleware(MiddlewareBase):
             yield item
 
     async def on_system_prompt(self, agent: Any, current_prompt: str) -> str:
-        """Append the block when a derived file is stale; otherwise return the prompt untouched.
-
-        Asked before the round's ``on_reasoning`` (the agent counts the prompt's tokens), a
-        backend's check is started, not awaited: yielding there would let the memory middleware's
-        retrieval finish before it looks for it, and move its hint a step earlier."""
+        """Append the block when a derived file is stale; otherwise return the prompt untouched.  Asked
+        before ``on_reasoning`` (to count tokens), it never yields: the retrieval hint would move."""
         report = await self._round_check(agent, wait=False)
         block = self._block(report) if report is not None else self._last_known_block()
         return f"{current_prompt}\n\n{block}" if block else current_prompt
@@ -310,70 +303,52 @@ class ProvenanceMiddleware(MiddlewareBase):
     async def _round_check(self, agent: Any, *, wait: bool = True) -> Report | None:
         """The report of the agent's reasoning round in progress, checked once per round: the
         prompt is asked for twice (to count tokens, then for the call), the hint marked between.
-        Without ``wait``, a backend's check of a new round is only started."""
+        Without ``wait``, a backend's check of a new round is started, not awaited."""
         round_key = _round_of(agent)
         if round_key is not None and self._round_report is not None and self._round_report[0] == round_key:
             return self._round_report[1]
         if self.files is None:
             report = await self._checked()
-        elif wait or round_key is None:
-            report = await self._check_within_budget()
-        else:
-            self._check_in_flight()
-            self._unready = _STILL_RUNNING
-            return None
+        else:  # one check at a time, in the background; its report serves the first model call after it
+            if self._check is None or self._check.get_loop() is not asyncio.get_running_loop():
+                self._check = asyncio.create_task(self._checked(max(_HUNG_AFTER, self._budget)))
+            check = self._check
+            if (not wait and round_key is not None) or not await self._check_ended():
+                self._unready = _STILL_RUNNING
+                return None
+            self._check = None if self._check is check else self._check
+            report = check.result()
         if round_key is not None:
             self._round_report = (round_key, report)
         return report
 
-    async def _checked(self) -> Report | None:
-        """``refresh``, or None (logged) when the folder could not be checked.  A local folder is
-        checked without yielding, which would let the memory middleware's retrieval finish meanwhile."""
+    async def _checked(self, deadline: float | None = None) -> Report | None:
+        """``refresh`` (without waiting for a check in flight, given a ``deadline`` per backend call),
+        or None (logged) when the folder could not be checked.  A local folder is checked without
+        yielding, which would let the memory middleware's retrieval finish meanwhile."""
         try:
-            return self._locked(None, self._refreshed) if self.files is None else await self.refresh()
+            if self.files is None:
+                return self._locked(None, self._refreshed)
+            return await (self.refresh() if deadline is None else self._in_thread(self._refreshed, deadline))
         except Exception as error:
-            self._failed(error)
+            _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
+            self._unready = _UNREADABLE
             return None
 
-    async def _check_within_budget(self) -> Report | None:
-        """The report of the check in flight (one starts when none is), if it ends within the
-        budget; else None, and the check goes on: its report serves the next model call."""
-        check = self._check_in_flight()
-        done, _ = await asyncio.wait({check}, timeout=self._budget)
-        if not done:
-            self._unready = _STILL_RUNNING
-            return None
-        self._check = None
-        return check.result()
-
-    def _check_in_flight(self) -> asyncio.Task[Report | None]:
-        """The check running in the background, started when none is: one at a time."""
-        if self._check is None or self._check.get_loop() is not asyncio.get_running_loop():
-            self._check = asyncio.create_task(self._in_thread(self._report_or_none, max(_HUNG_AFTER, self._budget)))
-        return self._check
-
-    def _report_or_none(self, memory: Memory) -> Report | None:
-        """``_refreshed``, or None (logged) when the folder could not be checked: run in a worker
-        thread that finishes, and keeps, its check even when the reply that asked for it is over."""
-        try:
-            return self._refreshed(memory)
-        except concurrent.futures.CancelledError:
-            return None  # the event loop is closing: its backend calls were cancelled
-        except Exception as error:
-            self._failed(error)
-            return None
+    async def _check_ended(self) -> bool:
+        """Whether the check in flight, if any, has ended within the budget."""
+        check = self._check
+        if check is None or check.get_loop() is not asyncio.get_running_loop():
+            return True
+        return bool((await asyncio.wait({check}, timeout=self._budget))[0])
 
     def _refreshed(self, memory: Memory) -> Report:
-        """``memory.refresh()`` (a local folder's without a walk while the watch says nothing
-        changed), kept as the last check's report."""
+        """``memory.refresh()`` (a local folder's without a walk while the watch says nothing changed),
+        kept as the last check's report: also that of a check whose reply is over."""
         now = _now()
         report = memory.refresh(now=now) if self._watched is None else self._watched.refresh(now)
         self._last_check = (report, current(now))
         return report
-
-    def _failed(self, error: Exception) -> None:
-        _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
-        self._unready = _UNREADABLE
 
     def _annotate_hints(self, agent: Any, report: Report) -> None:
         """Append a note to each new retrieval hint of this reply that shows a stale file: what
@@ -471,11 +446,8 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     async def _in_worker(self, action: Callable[[Memory], _T]) -> _T:
         """Run a provgraph call after the check in flight, each step within the budget."""
-        check = self._check
-        if check is not None and check.get_loop() is asyncio.get_running_loop():
-            done, _ = await asyncio.wait({check}, timeout=self._budget)
-            if not done:
-                raise BackendError(f"a check of the memory folder is still running after {self._budget:g} s")
+        if not await self._check_ended():
+            raise BackendError(f"a check of the memory folder is still running after {self._budget:g} s")
         return await self._in_thread(action, self._budget)
 
     async def _in_thread(self, action: Callable[[Memory], _T], deadline: float) -> _T:
@@ -485,7 +457,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         return await asyncio.to_thread(self._locked, loop, action, deadline)
 
     def _locked(
-        self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T], deadline: float = 0.0
+        self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T], deadline: float = 0
     ) -> _T:
         with self._guard:
             if self.files is not None:
