@@ -338,8 +338,8 @@ def test_the_agent_works_through_a_sandbox(
 
 BUDGET = 0.2
 """How long a model call waits for a check (``backend_timeout``)."""
-SLOW_CALL = 0.3
-"""Each backend call of the slow sandbox: a check after an edit (a listing, then a read) takes two."""
+SLOW_CALL = 0.4
+"""Each backend call of the slow sandbox, and of the model: a check after an edit (a listing, then a read) takes two."""
 
 
 async def thinking_reply(provenance: ProvenanceMiddleware, workdir: Path, steps: int) -> ThinkingModel:
@@ -381,17 +381,28 @@ def test_a_check_slower_than_the_budget_goes_on_in_the_background_and_its_mark_a
     sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     provenance = slow_and_stale(sandbox, tmp_path, monkeypatch)
+    listings: list[float] = []
+    list_or_run = sandbox[0].exec_shell
+
+    async def exec_shell(command: list[str], **options):
+        if "-mindepth" in command[2]:  # the listing that opens every check
+            listings.append(time.monotonic())
+        return await list_or_run(command, **options)
+
+    monkeypatch.setattr(sandbox[0], "exec_shell", exec_shell)
 
     async def run() -> tuple[ThinkingModel, float]:
         started = time.monotonic()
-        return await thinking_reply(provenance, sandbox[1], steps=4), started
+        return await thinking_reply(provenance, sandbox[1], steps=5), started
 
     model, started = asyncio.run(run())
     marked = [MARKER in shown.splitlines() for shown in model.system_prompts]
+    first_marked = marked.index(True)
 
     assert not marked[0]  # the first check could not end within the budget
     assert max(waits(model, started)) < BUDGET + SLOW_CALL  # no model call waited for a whole check
-    assert True in marked[:3] and marked[-1]
+    assert first_marked <= 3 and all(marked[first_marked:])
+    assert len([at for at in listings if at < model.calls[first_marked][0]]) == 1  # the first check's result
 
 
 @pytest.mark.usefixtures("a_year_later")
