@@ -164,8 +164,8 @@ class ProvenanceMiddleware(MiddlewareBase):
     async def on_reply(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
     ) -> AsyncGenerator[Any, None]:
-        """Pass the reply on; when no reply is left in progress, give the check in flight the
-        budget to end, then ``close``: a service makes a middleware per turn."""
+        """Pass the reply on; when no reply is left in progress, let the check in flight end (each
+        backend call has its deadline), then ``close``: a service makes a middleware per turn."""
         self._replies += 1
         try:
             async for item in next_handler(**input_kwargs):
@@ -173,7 +173,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         finally:
             self._replies -= 1
             if not self._replies:
-                await self._check_ended()
+                await self._check_ended(within=None)  # no backend call of it is left when the loop closes
                 self.close()
 
     async def on_reasoning(
@@ -313,7 +313,7 @@ class ProvenanceMiddleware(MiddlewareBase):
             if self._check is None or self._check.get_loop() is not asyncio.get_running_loop():
                 self._check = asyncio.create_task(self._checked(max(_HUNG_AFTER, self._budget)))
             check = self._check
-            if (not wait and round_key is not None) or not await self._check_ended():
+            if (not wait and round_key is not None) or not await self._check_ended(self._budget):
                 self._unready = _STILL_RUNNING
                 return None
             self._check = None if self._check is check else self._check
@@ -335,12 +335,12 @@ class ProvenanceMiddleware(MiddlewareBase):
             self._unready = _UNREADABLE
             return None
 
-    async def _check_ended(self) -> bool:
-        """Whether the check in flight, if any, has ended within the budget."""
+    async def _check_ended(self, within: float | None) -> bool:
+        """Whether the check in flight, if any, has ended within ``within`` seconds."""
         check = self._check
         if check is None or check.get_loop() is not asyncio.get_running_loop():
             return True
-        return bool((await asyncio.wait({check}, timeout=self._budget))[0])
+        return bool((await asyncio.wait({check}, timeout=within))[0])
 
     def _refreshed(self, memory: Memory) -> Report:
         """``memory.refresh()`` (a local folder's without a walk while the watch says nothing changed),
@@ -446,7 +446,7 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     async def _in_worker(self, action: Callable[[Memory], _T]) -> _T:
         """Run a provgraph call after the check in flight, each step within the budget."""
-        if not await self._check_ended():
+        if not await self._check_ended(self._budget):
             raise BackendError(f"a check of the memory folder is still running after {self._budget:g} s")
         return await self._in_thread(action, self._budget)
 
@@ -486,8 +486,8 @@ class ProvenanceMiddleware(MiddlewareBase):
         )
 
     def close(self) -> None:
-        """Release the watch's descriptor and cancel the wait for a check in the background (both
-        also done when a reply ends): its thread still finishes the check and keeps its report."""
+        """Release the watch's descriptor (also done when a reply ends) and cancel the wait for a
+        check in the background: its thread still finishes the check and keeps its report."""
         check, self._check = self._check, None
         if check is not None:
             check.cancel()
