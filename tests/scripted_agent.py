@@ -7,7 +7,8 @@ worker of the run collects every test file, and only the workers that run these 
 should pay for AgentScope.
 
 - ``ScriptedModel`` replays one response per agent model call and records the system
-  prompt of each; ``ImmediateModel`` answers at once, never waiting on the event loop.
+  prompt of each; ``ImmediateModel`` answers at once, never waiting on the event loop;
+  ``ThinkingModel`` takes a while, as a real model does.
 - ``DictBackend`` is a sandbox-like backend held in a dict; ``InstantLocalBackend`` the
   local disk answered without leaving the event loop; ``Workspace`` a ``SandboxBackend``
   whose ``/workspace`` is a local folder.
@@ -22,6 +23,7 @@ import copy
 import json
 import os
 import posixpath
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -269,6 +271,22 @@ class ImmediateModel(ScriptedModel):
     async def _call_api_with_structured_output(self, model_name, messages, structured_model, **kwargs):
         self.retrievals += 1
         return StructuredResponse(content={"selected_files": self.selected})
+
+
+class ThinkingModel(ImmediateModel):
+    """Answers after ``latency`` seconds, as a real model does, and records when each call began and ended."""
+
+    def __init__(self, script: Sequence[ChatResponse], latency: float) -> None:
+        super().__init__(script)
+        self.latency = latency
+        self.calls: list[tuple[float, float]] = []
+
+    async def _call_api(self, model_name, messages, tools=None, tool_choice=None, **kwargs):
+        began = time.monotonic()
+        await asyncio.sleep(self.latency)
+        response = await super()._call_api(model_name, messages, tools, tool_choice, **kwargs)
+        self.calls.append((began, time.monotonic()))
+        return response
 
 
 class InstantLocalBackend(BackendBase):

@@ -126,9 +126,14 @@ async def adopt(provenance: ProvenanceMiddleware, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PROVGRAPH_NOW", CHECKED.isoformat())
 
 
-def during_an_outage(prompt: str) -> str:
+def during_an_outage(prompt: str, why: str = "the memory folder could not be read now") -> str:
     """``prompt``, the last check's (at ``CHECKED``), as a check that failed shows it: its marks kept, dated."""
-    return f"{prompt}\n(as of the last check, 2026-11-20 09:00; the memory folder could not be read now)"
+    return f"{prompt}\n(as of the last check, 2026-11-20 09:00; {why})"
+
+
+def while_a_check_runs(prompt: str) -> str:
+    """``prompt``, the last check's, as a model call shows it while a newer check goes on in the background."""
+    return during_an_outage(prompt, "a newer check is still running")
 
 
 def appended(prompt: str, memory_only: str) -> str:

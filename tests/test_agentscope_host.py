@@ -1,4 +1,5 @@
-"""Appending the middleware changes nothing the host agent does, and one note per hint whatever the concurrency.
+"""Appending the middleware changes nothing the host agent does, and one note per hint whatever the concurrency,
+whether it reads the folder directly or through a sandbox.
 
 The model here answers at once, as AgentScope's own mock model does: the
 memory middleware's retrieval (started with the reply) then finishes only
@@ -73,8 +74,23 @@ def stale_workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "work"
 
 
-def test_appending_the_middleware_does_not_move_the_retrieval_hint(stale_workdir: Path) -> None:
-    provenance = ProvenanceMiddleware(workdir=str(stale_workdir))
+def watching(through: str, stale_workdir: Path, tmp_path: Path) -> ProvenanceMiddleware:
+    """A middleware reading the folder directly or through a sandbox, for which the profile is stale."""
+    backend = SandboxBackend() if through == "sandbox" else None
+    options = {"state": tmp_path / "sandbox-state.json"} if backend else {}
+    provenance = ProvenanceMiddleware(workdir=str(stale_workdir), backend=backend, **options)
+    if backend is not None:
+        write(stale_workdir / "Memory", "user-facts.md", FILES["user-facts.md"], OLD)
+        asyncio.run(provenance.on_system_prompt(None, ""))  # adopted before the edit, as the local one was
+        write(stale_workdir / "Memory", "user-facts.md", MOVED, EDITED)
+    return provenance
+
+
+@pytest.mark.parametrize("through", ["local", "sandbox"])
+def test_appending_the_middleware_does_not_move_the_retrieval_hint(
+    through: str, stale_workdir: Path, tmp_path: Path
+) -> None:
+    provenance = watching(through, stale_workdir, tmp_path)
 
     async def runs() -> tuple[list, list, list[list[str]]]:
         alone, both, notes = [], [], []
@@ -89,6 +105,7 @@ def test_appending_the_middleware_does_not_move_the_retrieval_hint(stale_workdir
 
     alone, both, notes = asyncio.run(runs())
 
+    assert alone[0] == [("user", ["text"]), ("assistant", ["tool_call", "tool_result", "hint", "text"])]
     assert both == alone
     assert all(len(found) == 1 for found in notes)
 
@@ -97,13 +114,8 @@ def test_appending_the_middleware_does_not_move_the_retrieval_hint(stale_workdir
 def test_one_middleware_shared_by_concurrent_agents_adds_one_note_per_hint(
     through: str, stale_workdir: Path, tmp_path: Path
 ) -> None:
-    backend = SandboxBackend() if through == "sandbox" else None
-    options = {"state": tmp_path / "sandbox-state.json"} if backend else {}
-    provenance = ProvenanceMiddleware(workdir=str(stale_workdir), backend=backend, **options)
-    if backend is not None:
-        write(stale_workdir / "Memory", "user-facts.md", FILES["user-facts.md"], OLD)
-        asyncio.run(provenance.on_system_prompt(None, ""))  # adopted before the edit, as the local one was
-        write(stale_workdir / "Memory", "user-facts.md", MOVED, EDITED)
+    provenance = watching(through, stale_workdir, tmp_path)
+    backend = provenance.backend if through == "sandbox" else None
 
     async def together() -> list[Agent]:
         replies = []

@@ -11,11 +11,24 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 from extras import needs
-from test_agentscope import EDITED, FILES, MARKER, MOVED, OLD, adopt, during_an_outage, indexed, snapshot, write
+from test_agentscope import (
+    EDITED,
+    FILES,
+    MARKER,
+    MOVED,
+    OLD,
+    adopt,
+    during_an_outage,
+    indexed,
+    snapshot,
+    while_a_check_runs,
+    write,
+)
 
 import provgraph.api
 import provgraph.store.state
@@ -26,9 +39,13 @@ pytestmark = needs("agentscope")
 @pytest.fixture(autouse=True, scope="module")
 def agentscope_loaded() -> None:
     """Imported when this file's first test runs, not when it is collected (``extras.py``)."""
-    global ask, memory_middleware, ProvenanceMiddleware, remote_workdir, SandboxBackend
+    global Agent, ask, InjectionConfig, memory_middleware, ProvenanceMiddleware, remote_workdir, RetrievalWaitingTool
+    global SandboxBackend, ThinkingModel, tool_call, Toolkit, UserMsg
+    from agentscope.agent import Agent, InjectionConfig
+    from agentscope.message import UserMsg
+    from agentscope.tool import Toolkit
     from sandbox_backend import SandboxBackend
-    from scripted_agent import ask, memory_middleware, remote_workdir
+    from scripted_agent import RetrievalWaitingTool, ThinkingModel, ask, memory_middleware, remote_workdir, tool_call
 
     from provgraph.integrations.agentscope import ProvenanceMiddleware
 
@@ -350,22 +367,21 @@ def test_a_fifo_in_the_memory_folder_is_never_read(
     assert not [path for path in backend.read_paths if path.endswith("notes.md")]
 
 
-def test_a_backend_call_that_never_answers_is_abandoned_at_the_deadline(
-    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+def test_a_backend_call_that_never_answers_holds_no_model_call_and_no_tool(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend, workdir = sandbox
     provenance = made_stale(backend, workdir, tmp_path, monkeypatch, backend_timeout=0.2)
     before = prompt(provenance)
 
     backend.hanging = True
-    with caplog.at_level(logging.WARNING):
-        during = prompt(provenance)
-        answer = asyncio.run(asyncio.wait_for(provenance.record_memory_rederivation("profile.md"), 60))
+    during = prompt(provenance)
+    answer = asyncio.run(asyncio.wait_for(provenance.record_memory_rederivation("profile.md"), 60))
     backend.hanging = False
 
-    assert during == during_an_outage(before)
-    assert "did not answer within 0.2 s" in caplog.text
+    assert during == while_a_check_runs(before)
     assert answer.startswith("Could not record the re-derivation of profile.md")
+    assert "did not answer within 0.2 s" in answer
     assert MARKER in prompt(provenance).splitlines()
 
 
@@ -395,3 +411,95 @@ def test_the_agent_works_through_a_sandbox(
     model = asyncio.run(ask([memory, provenance]))
 
     assert MARKER in model.system_prompts[0].splitlines()
+
+
+# -- a slow backend: the check goes on in the background -------------------------------------
+
+BUDGET = 0.2
+"""How long a model call waits for a check (``backend_timeout``)."""
+SLOW_CALL = 0.4
+"""Each backend call of the slow sandbox, and of the model: a check after an edit (a listing, then a read) takes two."""
+
+
+async def thinking_reply(provenance: ProvenanceMiddleware, workdir: Path, steps: int) -> ThinkingModel:
+    """One reply of a real Agent that reasons ``steps`` times, each model call taking a while."""
+    model = ThinkingModel([tool_call(RetrievalWaitingTool.name)] * (steps - 1), latency=SLOW_CALL)
+    agent = Agent(
+        name="assistant",
+        system_prompt="You are helpful.",
+        model=model,
+        toolkit=Toolkit(tools=[RetrievalWaitingTool(memory_middleware(workdir))]),  # answers at once
+        middlewares=[provenance],
+        injection_config=InjectionConfig(inject_runtime_state=False),
+    )
+    model.calls.append((0.0, time.monotonic()))  # the reply's start, as the end of a call before it
+    await agent.reply(UserMsg(name="user", content="What do you remember?"))
+    del model.calls[0]
+    return model
+
+
+def waits(model: ThinkingModel, started: float) -> list[float]:
+    """How long each model call waited after the previous one (or the reply's start): the tool answers at once."""
+    ends = [started] + [ended for _, ended in model.calls]
+    return [began - ended for (began, _), ended in zip(model.calls, ends, strict=False)]
+
+
+def slow_and_stale(sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A middleware with a small budget that adopted the sandbox's profile, whose source then changed,
+    and the sandbox made slower than the budget."""
+    backend, workdir = sandbox
+    provenance = middleware(backend, workdir, tmp_path, backend_timeout=BUDGET)
+    asyncio.run(adopt(provenance, monkeypatch))
+    write(workdir / "Memory", "user-facts.md", MOVED, EDITED)
+    backend.delay = SLOW_CALL
+    return provenance
+
+
+@pytest.mark.usefixtures("a_year_later")
+def test_a_check_slower_than_the_budget_goes_on_in_the_background_and_its_mark_appears(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provenance = slow_and_stale(sandbox, tmp_path, monkeypatch)
+    listings: list[float] = []
+    list_or_run = sandbox[0].exec_shell
+
+    async def exec_shell(command: list[str], **options):
+        if "-mindepth" in command[2]:  # the listing that opens every check
+            listings.append(time.monotonic())
+        return await list_or_run(command, **options)
+
+    monkeypatch.setattr(sandbox[0], "exec_shell", exec_shell)
+
+    async def run() -> tuple[ThinkingModel, float]:
+        started = time.monotonic()
+        return await thinking_reply(provenance, sandbox[1], steps=5), started
+
+    model, started = asyncio.run(run())
+    marked = [MARKER in shown.splitlines() for shown in model.system_prompts]
+    first_marked = marked.index(True)
+
+    assert not marked[0]  # the first check could not end within the budget
+    assert max(waits(model, started)) < BUDGET + SLOW_CALL  # no model call waited for a whole check
+    assert first_marked <= 3 and all(marked[first_marked:])
+    assert len([at for at in listings if at < model.calls[first_marked][0]]) == 1  # the first check's result
+
+
+@pytest.mark.usefixtures("a_year_later")
+def test_a_check_still_running_when_the_reply_ends_is_finished_for_the_next_reply(
+    sandbox: tuple[SandboxBackend, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    provenance = slow_and_stale(sandbox, tmp_path, monkeypatch)
+
+    async def two_replies() -> tuple[ThinkingModel, ThinkingModel, int]:
+        first = await thinking_reply(provenance, sandbox[1], steps=1)
+        await asyncio.sleep(3 * SLOW_CALL)  # the service waits for the next chat turn
+        pending = len(asyncio.all_tasks()) - 1
+        return first, await thinking_reply(provenance, sandbox[1], steps=1), pending
+
+    with caplog.at_level(logging.WARNING):
+        first, second, pending = asyncio.run(two_replies())
+
+    assert MARKER not in first.system_prompts[0].splitlines()
+    assert pending == 0  # the check's last backend call ended on its own; nothing else was left
+    assert MARKER in second.system_prompts[0].splitlines()
+    assert not caplog.records

@@ -20,6 +20,7 @@ import sys
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -89,7 +90,10 @@ ADVICE = (
     f"Before or after editing a memory file, `{LINEAGE_TOOL}` shows what derives from it."
 )
 MORE_HINT = f"call `{LIST_TOOL}` to list them all"
-_OUTAGE = "(as of the last check, {:%Y-%m-%d %H:%M}; the memory folder could not be read now)"
+_AS_OF = "(as of the last check, {:%Y-%m-%d %H:%M}; {})"
+_UNREADABLE = "the memory folder could not be read now"
+_STILL_RUNNING = "a newer check is still running"
+_HUNG_AFTER = 120.0  # seconds a backend call of a check in the background may take: far beyond a slow one
 
 
 class ProvenanceMiddleware(MiddlewareBase):
@@ -149,11 +153,16 @@ class ProvenanceMiddleware(MiddlewareBase):
         self._replies = 0  # the agents' replies in progress: the watch is released when the last ends
         self._tools = _tools(self)
         self._round_report: tuple[tuple[int, str, int], Report | None] | None = None
-        """The last round checked, as (agent, reply, iteration), and its report (None when the check failed)."""
+        """The last round checked, as (agent, reply, iteration), and its report (None when none was ready)."""
         self._last_block: tuple[tuple[object, object] | None, int, str] = (None, 0, "")
         """The stale entries and line cap of the last block made, and that block."""
-        self._checked_at = current()
-        """When the last check that completed ran: the date of the marks kept while checks fail."""
+        self._last_check: tuple[Report | None, datetime] = (None, current())
+        """The report of the last check that completed, and when: the marks kept, dated, while none is ready."""
+        self._unready = _UNREADABLE
+        """Why the round in progress has no report: the check failed, or it is still running."""
+        self._budget = backend_timeout
+        self._check: asyncio.Task[Report | None] | None = None
+        """A check of a backend's folder, running in the background until a model call takes its report."""
         self._examined_hints: dict[str, None] = {}
         """The ids of the hints already looked at, oldest first, of every agent sharing this middleware."""
         self._reads: tuple[tuple[int, str], set[str], set[str]] = ((0, ""), set(), set())
@@ -169,7 +178,8 @@ class ProvenanceMiddleware(MiddlewareBase):
     async def on_reply(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
     ) -> AsyncGenerator[Any, None]:
-        """Pass the reply on; when no reply is left in progress, ``close``: a service makes a middleware per turn."""
+        """Pass the reply on; when no reply is left in progress, let the check in flight end (each
+        backend call has its deadline), then ``close``: a service makes a middleware per turn."""
         self._replies += 1
         try:
             async for item in next_handler(**input_kwargs):
@@ -177,6 +187,7 @@ class ProvenanceMiddleware(MiddlewareBase):
         finally:
             self._replies -= 1
             if not self._replies:
+                await self._check_ended(within=None)  # no backend call of it is left when the loop closes
                 self.close()
 
     async def on_reasoning(
@@ -192,8 +203,9 @@ class ProvenanceMiddleware(MiddlewareBase):
             yield item
 
     async def on_system_prompt(self, agent: Any, current_prompt: str) -> str:
-        """Append the block when a derived file is stale; otherwise return the prompt untouched."""
-        report = await self._round_check(agent)
+        """Append the block when a derived file is stale; otherwise return the prompt untouched.  Asked
+        before ``on_reasoning`` (to count tokens), it never yields: the retrieval hint would move."""
+        report = await self._round_check(agent, wait=False)
         block = self._block(report) if report is not None else self._last_known_block()
         return f"{current_prompt}\n\n{block}" if block else current_prompt
 
@@ -212,9 +224,10 @@ class ProvenanceMiddleware(MiddlewareBase):
         return block
 
     def _last_known_block(self) -> str:
-        """The last block made, dated, while the folder cannot be read: known marks do not vanish."""
-        block = self._last_block[2]
-        return block and f"{block}\n{_OUTAGE.format(self._checked_at)}"
+        """The last check's block, dated, while no newer report is ready: known marks do not vanish."""
+        report, checked_at = self._last_check
+        block = self._block(report) if report is not None else ""
+        return block and f"{block}\n{_AS_OF.format(checked_at, self._unready)}"
 
     async def on_acting(
         self, agent: Any, input_kwargs: dict[str, Any], next_handler: Callable[..., AsyncGenerator[Any, None]]
@@ -321,32 +334,57 @@ class ProvenanceMiddleware(MiddlewareBase):
 
     async def refresh(self) -> Report:
         """Scan every memory file (not only the newest the retrieval selector sees) and report."""
-        return await self._in_worker(lambda memory: memory.refresh(now=_now()))
+        return await self._in_worker(self._refreshed)
 
-    async def _round_check(self, agent: Any) -> Report | None:
+    async def _round_check(self, agent: Any, *, wait: bool = True) -> Report | None:
         """The report of the agent's reasoning round in progress, checked once per round: the
-        prompt is asked for twice (to count tokens, then for the call), the hint marked between."""
+        prompt is asked for twice (to count tokens, then for the call), the hint marked between.
+        Without ``wait``, a backend's check of a new round is started, not awaited."""
         round_key = _round_of(agent)
         if round_key is not None and self._round_report is not None and self._round_report[0] == round_key:
             return self._round_report[1]
-        report = await self._checked()
+        if self.files is None:
+            report = await self._checked()
+        else:  # one check at a time, in the background; its report serves the first model call after it
+            if self._check is None or self._check.get_loop() is not asyncio.get_running_loop():
+                self._check = asyncio.create_task(self._checked(max(_HUNG_AFTER, self._budget)))
+            check = self._check
+            if (not wait and round_key is not None) or not await self._check_ended(self._budget):
+                self._unready = _STILL_RUNNING
+                return None
+            self._check = None if self._check is check else self._check
+            report = check.result()
         if round_key is not None:
             self._round_report = (round_key, report)
         return report
 
-    async def _checked(self) -> Report | None:
-        """``refresh``, or None (logged) when the folder could not be checked.  A local folder is
-        checked without yielding, which would let the memory middleware's retrieval finish meanwhile."""
+    async def _checked(self, deadline: float | None = None) -> Report | None:
+        """``refresh`` (without waiting for a check in flight, given a ``deadline`` per backend call),
+        or None (logged) when the folder could not be checked.  A local folder is checked without
+        yielding, which would let the memory middleware's retrieval finish meanwhile."""
         try:
             if self.files is None:
-                report = self._locked(None, self._local_refresh)
-            else:
-                report = await self.refresh()
-            self._checked_at = current(_now())
-            return report
+                return self._locked(None, self._refreshed)
+            return await (self.refresh() if deadline is None else self._in_thread(self._refreshed, deadline))
         except Exception as error:
             _log.warning("provgraph could not check the memory folder %s: %s", self.memory_path, error)
+            self._unready = _UNREADABLE
             return None
+
+    async def _check_ended(self, within: float | None) -> bool:
+        """Whether the check in flight, if any, has ended within ``within`` seconds."""
+        check = self._check
+        if check is None or check.get_loop() is not asyncio.get_running_loop():
+            return True
+        return bool((await asyncio.wait({check}, timeout=within))[0])
+
+    def _refreshed(self, memory: Memory) -> Report:
+        """``memory.refresh()`` (a local folder's without a walk while the watch says nothing changed),
+        kept as the last check's report: also that of a check whose reply is over."""
+        now = _now()
+        report = memory.refresh(now=now) if self._watched is None else self._watched.refresh(now)
+        self._last_check = (report, current(now))
+        return report
 
     def _annotate_hints(self, agent: Any, report: Report) -> None:
         """Append a note to each new retrieval hint of this reply that shows a stale file: what
@@ -443,15 +481,23 @@ class ProvenanceMiddleware(MiddlewareBase):
         return relative_to(self.memory_path, shown)
 
     async def _in_worker(self, action: Callable[[Memory], _T]) -> _T:
-        """Run a provgraph call in a thread, one at a time, so the event loop stays free for a
-        remote backend's coroutines."""
-        loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(self._locked, loop, action)
+        """Run a provgraph call after the check in flight, each step within the budget."""
+        if not await self._check_ended(self._budget):
+            raise BackendError(f"a check of the memory folder is still running after {self._budget:g} s")
+        return await self._in_thread(action, self._budget)
 
-    def _locked(self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T]) -> _T:
+    async def _in_thread(self, action: Callable[[Memory], _T], deadline: float) -> _T:
+        """Run a provgraph call in a thread, one at a time, so the event loop stays free for a
+        remote backend's coroutines, each of which may take ``deadline`` seconds."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.to_thread(self._locked, loop, action, deadline)
+
+    def _locked(
+        self, loop: asyncio.AbstractEventLoop | None, action: Callable[[Memory], _T], deadline: float = 0
+    ) -> _T:
         with self._guard:
             if self.files is not None:
-                self.files.loop = loop
+                self.files.loop, self.files.timeout = loop, deadline
             try:
                 if self.lock_mirror is not None:
                     return self.lock_mirror.transaction(lambda: action(self._open()))
@@ -459,11 +505,6 @@ class ProvenanceMiddleware(MiddlewareBase):
             finally:
                 if self.files is not None:
                     self.files.forget()
-
-    def _local_refresh(self, memory: Memory) -> Report:
-        """``memory.refresh()``, without a walk while the watch says nothing changed."""
-        assert self._watched is not None and self._watched.memory is memory
-        return self._watched.refresh(_now())
 
     def _open(self) -> Memory:
         if self._memory is None:
@@ -486,7 +527,11 @@ class ProvenanceMiddleware(MiddlewareBase):
         )
 
     def close(self) -> None:
-        """Release the watch's descriptor (also done when a reply ends); a later check watches anew."""
+        """Release the watch's descriptor (also done when a reply ends) and cancel the wait for a
+        check in the background: its thread still finishes the check and keeps its report."""
+        check, self._check = self._check, None
+        if check is not None:
+            check.cancel()
         if self._watched is not None:  # only a local folder's: a sandbox's check may hold the guard awaiting the loop
             with self._guard:
                 self._watched.close()
