@@ -13,13 +13,18 @@ STALE, GRAPH, INDEX = "provgraph://stale", "provgraph://graph", "provgraph://ind
 TIMEOUT = 30
 
 
-def serving(root: Path, *options: str, **client: Any) -> Any:
-    """The client, to enter with ``async with``; ``client`` are ``mcp.Client``'s options."""
+def serving(root: Path, *options: str, lock_wait: float | None = None, **client: Any) -> Any:
+    """The client, to enter with ``async with``; ``client`` are ``mcp.Client``'s options.
+    ``lock_wait`` shortens how long a call waits for the store's lock, for a test of a busy lock."""
     from mcp import Client, StdioServerParameters  # the mcp extra: imported by the tests that run
 
+    start = ["-m", "provgraph"]
+    if lock_wait is not None:
+        patched = f"import runpy, provgraph.api as a; a.READ_WAIT = a.WRITE_WAIT = {lock_wait}"
+        start = ["-c", f"{patched}; runpy.run_module('provgraph', run_name='__main__')"]
     command = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "provgraph", "mcp", os.fspath(root), *options],
+        args=[*start, "mcp", os.fspath(root), *options],
         env={**os.environ, "PROVGRAPH_NOW": NOW},
     )
     return Client(command, read_timeout_seconds=TIMEOUT, **client)

@@ -47,7 +47,7 @@ def test_an_mcp_call_while_another_process_holds_the_lock_answers_busy_try_again
     """The server shares the store's lock with the hooks and commands, and waits for it only as long as they do."""
 
     async def scenario() -> None:
-        async with serving(_folder(root)) as client:
+        async with serving(_folder(root), lock_wait=0.5) as client:
             await read(client, STALE)  # the state folder exists
             descriptor = os.open(root / ".provgraph" / "flock", os.O_RDWR)
             try:
