@@ -21,8 +21,8 @@ from .model import Cause, Edge, EdgeStatus, NodeStatus, StaleEntry, broken_edges
 if TYPE_CHECKING:  # networkx is heavy: imported where a graph is built
     import networkx as nx
 
-__all__ = ["Causes", "children_of", "find_cycles", "from_origin", "hinted", "nearest", "node_statuses", "propagate"]
-__all__ += ["to_networkx", "typo_hint"]
+__all__ = ["Causes", "Children", "children_of", "find_cycles", "from_origin", "hinted", "nearest", "node_statuses"]
+__all__ += ["propagate", "to_networkx", "typo_hint"]
 
 
 def children_of(edges: Sequence[Edge]) -> dict[str, list[str]]:
@@ -49,7 +49,7 @@ def propagate(edges: Sequence[Edge], children: Mapping[str, list[str]] | None = 
     if not groups:
         return ()
     if children is None:
-        children = _Children(edges)
+        children = Children(edges)
     trees: dict[tuple[str, ...], _Tree] = {}
     reached: dict[str, list[_Tree]] = defaultdict(list)
     for (origin, kind), group in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1].value)):
@@ -190,10 +190,10 @@ def from_origin(causes: Sequence[Cause], source: str) -> list[Cause]:
     return [cause for cause in causes if cause.source == source]
 
 
-_LOOKUPS = 64  # lookups before ``_Children`` indexes every edge rather than scan the sources
+_LOOKUPS = 64  # lookups before ``Children`` indexes every edge rather than scan the sources
 
 
-class _Children(Mapping[str, list[str]]):
+class Children(Mapping[str, list[str]]):
     """``children_of(edges)``, found for each file when first asked for while few are: a
     change deep in a large lineage reaches a handful of files."""
 

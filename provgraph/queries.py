@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-from .lineage import children_of, from_origin, node_statuses
+from .lineage import Children, children_of, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
 from .render import (
     LINEAGE_MAX_CHARS,
@@ -82,7 +82,7 @@ def sources_of(report: Report, path: str, *, transitive: bool = False) -> tuple[
 
 def derived_from(report: Report, path: str, *, transitive: bool = False) -> tuple[Relative, ...]:
     """What is derived from ``path``: directly, or through any number of levels."""
-    return _relatives(report, _walk(children_of(report.edges), path, transitive), upstream=False)
+    return _relatives(report, _walk(Children(report.edges), path, transitive), upstream=False)
 
 
 def _relatives(report: Report, found: dict[str, tuple[str, ...]], *, upstream: bool) -> tuple[Relative, ...]:
