@@ -94,6 +94,9 @@ _AS_OF = "(as of the last check, {:%Y-%m-%d %H:%M}; {})"
 _UNREADABLE = "the memory folder could not be read now"
 _STILL_RUNNING = "a newer check is still running"
 _HUNG_AFTER = 120.0  # seconds a backend call of a check in the background may take: far beyond a slow one
+_SLACK = 0.01
+"""Seconds of the budget kept for what follows the wait (the event loop waking late, the block
+being made), so that a model call waits at most ``backend_timeout`` in all."""
 
 
 class ProvenanceMiddleware(MiddlewareBase):
@@ -349,7 +352,7 @@ class ProvenanceMiddleware(MiddlewareBase):
             if self._check is None or self._check.get_loop() is not asyncio.get_running_loop():
                 self._check = asyncio.create_task(self._checked(max(_HUNG_AFTER, self._budget)))
             check = self._check
-            if (not wait and round_key is not None) or not await self._check_ended(self._budget):
+            if (not wait and round_key is not None) or not await self._check_ended(max(0.0, self._budget - _SLACK)):
                 self._unready = _STILL_RUNNING
                 return None
             self._check = None if self._check is check else self._check
