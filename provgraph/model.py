@@ -12,7 +12,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not
 from typing import Any, Generic, NamedTuple, TypeVar, overload
 
-VERSION = "0.2.0"
+VERSION = "0.3.0"
 """provgraph's version: the package's ``__version__``, the build's, and part of the key of
 the cache (``store.cache``), which another version never trusts."""
 
