@@ -268,8 +268,8 @@ def index_text(
             written.add(entry.target)
             lines.append(_line(entry, fields.get(entry.target, NO_FIELDS)) if entry.target in outdated else entry.text)
     for path in added:
-        link = posixpath.relpath(path, folder) if folder else path
-        title = posixpath.splitext(posixpath.basename(path))[0]
+        link = _LINK_UNSAFE.sub(_percent, posixpath.relpath(path, folder) if folder else path)
+        title = _escaped(posixpath.splitext(posixpath.basename(path))[0])
         new = Entry(0, f"{model.bullet}[{title}]({link})", path, model.bullet, model.separator)
         lines.append(_line(new, fields.get(path, NO_FIELDS)))
     return "\n".join(lines) + "\n"
@@ -300,6 +300,14 @@ def _line(entry: Entry, fields: Fields) -> str:
         link = f"[{_escaped(fields.name)}]{link[len(title) + 2 :]}"
     hook = fields.description if fields.description is not None else hook
     return f"{entry.bullet}{link}" + (f"{entry.separator}{' '.join(hook.split())}" if hook else "")
+
+
+_LINK_UNSAFE = re.compile(r"[\s()<>%\x00-\x1f\x7f]")
+"""What cannot stand in a link's target as it is: written as ``%XX``, which reading unquotes."""
+
+
+def _percent(match: re.Match[str]) -> str:
+    return "".join(f"%{byte:02X}" for byte in match[0].encode())
 
 
 def _escaped(title: str) -> str:

@@ -216,7 +216,10 @@ def test_the_index_kinds_are_documented_for_json() -> None:
     assert all(f"`{kind.value}`" in page for kind in INDEX_KINDS)
 
 
-_NAMES = st.sampled_from([f"n{number}.md" for number in range(6)])
+_NAMES = st.sampled_from(
+    [f"n{number}.md" for number in range(4)] + ["a b.md", "p(1).md", "50%.md", "line\nbreak.md", "[x].md", "é.md"]
+)
+"""File names, some that a link target must escape: a space, parentheses, ``%``, a line break."""
 _WORDS = st.text(alphabet="abc xyz", min_size=1, max_size=12).map(lambda text: " ".join(text.split()) or "w")
 
 
