@@ -5,11 +5,8 @@ What it measures is printed by the run and read in docs/performance.md, never as
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from extras import needs
-from test_bench_smoke import REPOSITORY, _table
+from test_bench_smoke import REPOSITORY, _table, run_bench
 
 from tests.bench.sandbox import AFTER_FAILURE, COLD, FRESH, HEADER, INOTIFY, QUICK_SIZES, SLOW_MARK, SLOW_WAIT
 
@@ -19,16 +16,7 @@ MARKDOWN_HEADER = "| " + " | ".join(HEADER) + " |"
 
 
 def test_a_quick_run_prints_each_figure_at_each_size_with_its_goal_and_verdict() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.bench.sandbox", "--quick", "--markdown"],
-        cwd=REPOSITORY,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    printed = _table(done.stdout, MARKDOWN_HEADER)
+    printed = _table(run_bench("tests.bench.sandbox", "--quick", "--markdown"), MARKDOWN_HEADER)
     figures = (AFTER_FAILURE, SLOW_WAIT, SLOW_MARK, FRESH, COLD, INOTIFY.format(turns=5))
 
     assert [(row[0], row[1]) for row in printed] == [

@@ -59,10 +59,10 @@ def test_the_generated_folder_is_the_same_for_a_seed_and_holds_chains(tmp_path: 
     assert (first.root / first.derived).read_text().startswith("---\n")
 
 
-def _quick_run() -> str:
+def run_bench(module: str, *options: str) -> str:
+    """What ``python -m module options`` prints, in the checkout; the run must succeed."""
     done = subprocess.run(
-        [sys.executable, "-m", "tests.bench", "--quick", "--in-place", "--markdown", "--files", "1000", "10000"]
-        + ["100000"],
+        [sys.executable, "-m", module, *options],
         cwd=REPOSITORY,
         capture_output=True,
         text=True,
@@ -71,6 +71,10 @@ def _quick_run() -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def _quick_run() -> str:
+    return run_bench("tests.bench", "--quick", "--in-place", "--markdown", "--files", "1000", "10000", "100000")
 
 
 @pytest.fixture(scope="module")
