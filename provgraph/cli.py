@@ -284,6 +284,8 @@ def _mcp(options: Options) -> int:
         trust_cache=trust,
         max_lines=options.max_lines,
         volatile_fields=volatile,
+        index_files=options.index_files or (),
+        unindexed=options.unindexed or (),
     )
     mcp.serve(server)
     return EXIT_OK
@@ -306,7 +308,8 @@ def _stdin_event() -> bytes:
 
 def _printed_options(options: Options) -> tuple[str, ...]:
     """The options a printed command repeats, so that it reads the folder as this command did."""
-    return command_options(options.state, _sources_heading(options), _volatile_fields(options))
+    reading = _sources_heading(options), _volatile_fields(options), options.index_files or (), options.unindexed or ()
+    return command_options(options.state, *reading)
 
 
 def _open(options: Options, root: Path | None = None, warn: Callable[[str], None] = _warn) -> Memory:

@@ -74,7 +74,11 @@ def normalized(path: str | os.PathLike[str]) -> str:
 
 
 def command_options(
-    state: str | os.PathLike[str] | None = None, sources_heading: str | None = None, volatile: Sequence[str] = ()
+    state: str | os.PathLike[str] | None = None,
+    sources_heading: str | None = None,
+    volatile: Sequence[str] = (),
+    index_files: Sequence[str] = (),
+    unindexed: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """The options every printed command repeats; a relative ``state`` is made absolute, since
     the command runs from another folder."""
@@ -85,6 +89,8 @@ def command_options(
         options.append(f"--sources-heading={sources_heading}")
     if volatile:
         options.append(f"--volatile-field={','.join(volatile)}")
+    options += [f"--index={name}" for name in index_files]
+    options += [f"--unindexed={pattern}" for pattern in unindexed]
     return tuple(options)
 
 

@@ -320,3 +320,19 @@ def test_the_index_answered_follows_an_edit_of_the_index_that_changes_no_problem
         assert server.resource_text(INDEX_URI).startswith("# What I remember\n")
     finally:
         server.close()
+
+
+def test_the_server_reads_the_index_files_and_patterns_it_is_given_and_its_commands_repeat_them(memory: Any) -> None:
+    from provgraph.integrations.mcp import MemoryServer  # the mcp extra, present only when the test runs
+
+    memory.write("notes/INDEX.md", "- [Facts](facts.md) — where the user lives\n")
+    memory.write("notes/facts.md", _note("Facts", "where the user lives"))
+    memory.write("notes/travel.md", _note("Travel", "trips planned"))
+    memory.write("notes/scratch.md", _note("Scratch", "not worth listing"))
+    server = MemoryServer(memory.root, index_files=["notes/INDEX.md"], unindexed=["notes/scratch.md"])
+    try:
+        answer = server.call("memory_index_problems", {})
+    finally:
+        server.close()
+    assert "- notes/travel.md: orphan:" in answer and "scratch.md" not in answer.split("The index as it should be")[0]
+    assert server.options == ("--index=notes/INDEX.md", "--unindexed=notes/scratch.md")

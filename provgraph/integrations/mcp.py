@@ -189,10 +189,12 @@ class MemoryServer:
         trust_cache: bool = True,
         max_lines: int = 20,
         volatile_fields: Sequence[str] = (),
+        index_files: Sequence[str] = (),
+        unindexed: Sequence[str] = (),
     ) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
         self.max_lines = max_lines
-        self.options = command_options(state, sources_heading, volatile_fields)
+        self.options = command_options(state, sources_heading, volatile_fields, index_files, unindexed)
         """What a printed command repeats, as ``provgraph prompt`` does."""
         self._open = lambda warn: Memory(
             self.root,
@@ -200,6 +202,8 @@ class MemoryServer:
             sources_heading=sources_heading,
             trust_cache=trust_cache,
             volatile_fields=volatile_fields,
+            index_files=index_files,
+            unindexed=unindexed,
             warn=warn,
         )
         self._watched: WatchedRefresh | None = None
