@@ -149,6 +149,10 @@ class Memory:
         self._unsaved: _Unsaved | None = None
         """The last scan of a folder where nothing of provgraph's is written yet, saved as it
         is once something derived is found."""
+        self._listing: dict[str, FileMeta] = {}
+        """The last walk's listing: the one the last report was made from."""
+        self.index_file: str | None = None
+        """The index file the last ``index()`` printed, None when there was none."""
 
     @property
     def root(self) -> Path:
@@ -243,6 +247,7 @@ class Memory:
         if expect is not None:
             expect(None if cache is None else (cache.memory, cache.scan_started_ns - RACY_WINDOW_NS))
         listing, found = self.files.walk()
+        self._listing = listing
         walk_problems = tuple(sorted(set(found), key=attrgetter("row")))
         unsaved = self._unsaved
         if cache is None and unsaved is not None and not save and unsaved.cache.settings == self._settings:
@@ -430,9 +435,9 @@ class Memory:
         """The index as it should be (``provgraph index``): ``MEMORY.md``, else the first of
         ``index_files``, with outdated entries rewritten, dangling and repeated ones dropped
         and orphans appended; "" when there is no index.  Writes no memory file."""
-        report = self.refresh(now=now)
-        listing, _ = self.files.walk()
+        report, listing = self.refresh(now=now), self._listing
         readings = read_indexes(self.files, listing, [INDEX_NAME, *self.index_files])
+        self.index_file = readings[0].path if readings else None
         if not readings:
             return ""
         found = {kind: [problem.path for problem in report.problems if problem.kind is kind] for kind in ProblemKind}

@@ -325,6 +325,7 @@ def test_the_index_answered_follows_an_edit_of_the_index_that_changes_no_problem
 def test_the_server_reads_the_index_files_and_patterns_it_is_given_and_its_commands_repeat_them(memory: Any) -> None:
     from provgraph.integrations.mcp import MemoryServer  # the mcp extra, present only when the test runs
 
+    memory.write("MEMORY.md", "# Memory\nWhat I keep is indexed in notes/INDEX.md.\n")
     memory.write("notes/INDEX.md", "- [Facts](facts.md) — where the user lives\n")
     memory.write("notes/facts.md", _note("Facts", "where the user lives"))
     memory.write("notes/travel.md", _note("Travel", "trips planned"))
@@ -335,4 +336,5 @@ def test_the_server_reads_the_index_files_and_patterns_it_is_given_and_its_comma
     finally:
         server.close()
     assert "- notes/travel.md: orphan:" in answer and "scratch.md" not in answer.split("The index as it should be")[0]
+    assert "write it over notes/INDEX.md, then call `record_rederivation` with path `notes/INDEX.md`" in answer
     assert server.options == ("--index=notes/INDEX.md", "--unindexed=notes/scratch.md")

@@ -281,8 +281,7 @@ class MemoryServer:
             watched = self._watch()
             problems = self._noted(watched.refresh(pinned_now())).index_problems
             text = self._printed_index()
-            read = (path for path in (INDEX_NAME, *watched.memory.index_files) if self._is_file(path))
-            index = next(read, INDEX_NAME)  # the file ``Memory.index`` printed
+            index = watched.memory.index_file or INDEX_NAME
         if not text:
             return f"There is no memory index in {named(self.root)}: no {INDEX_NAME} there links a memory file."
         if not problems:
@@ -302,9 +301,6 @@ class MemoryServer:
             text = watched.memory.index(now=pinned_now())
             self._printed = (watched.walks, text)
         return self._printed[1]
-
-    def _is_file(self, path: str) -> bool:
-        return os.path.isfile(os.path.join(self.root, path))
 
     def _index_tail(self, text: str, index: str) -> str:
         """The index as it should be (``text``, printed from ``index``) when short, else where to read it."""
