@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
-from .lineage import Children, children_of, from_origin, node_statuses
+from .lineage import Children, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
 from .render import (
     LINEAGE_MAX_CHARS,
@@ -49,7 +49,7 @@ def explain(report: Report, path: str) -> Explanation:
         sources=sources,
         stale=report.entry(path),
         stale_sources=tuple(edge.source for edge in sources if statuses.get(edge.source) is NodeStatus.STALE),
-        derived_from_it=tuple(children_of(report.edges).get(path, ())),
+        derived_from_it=tuple(Children(report.edges).get(path, ())),
         in_cycles=tuple(cycle for cycle in report.cycles if path in cycle),
     )
 
@@ -86,8 +86,14 @@ def derived_from(report: Report, path: str, *, transitive: bool = False) -> tupl
 
 
 def _relatives(report: Report, found: dict[str, tuple[str, ...]], *, upstream: bool) -> tuple[Relative, ...]:
-    """The files ``_walk`` found, nearest first, each chain read from source to derived file."""
-    statuses = node_statuses(report.edges, report.stale)
+    """The files ``_walk`` found, nearest first, each chain read from source to derived file.
+    Downstream, every file found is derived, so its status is read from the stale entries alone,
+    without one for every file of the lineage."""
+    if upstream:
+        statuses: Mapping[str, NodeStatus] = node_statuses(report.edges, report.stale)
+    else:
+        stale = {entry.path for entry in report.stale}
+        statuses = {path: NodeStatus.STALE if path in stale else NodeStatus.FRESH for path in found}
     return tuple(
         Relative(path, statuses[path], tuple(reversed(chain)) if upstream else chain)
         for path, chain in sorted(found.items(), key=lambda item: (len(item[1]), item[0]))
