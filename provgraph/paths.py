@@ -19,9 +19,10 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from .queries import Advice
+from .queries import Advice, unescaped
 
 __all__ = [
+    "candidates",
     "command_options",
     "hook_command",
     "list_hint",
@@ -65,6 +66,13 @@ def relative_to(memory_path: str, path: str) -> str | None:
     if relative in (".", "..") or relative.startswith("../"):
         return None
     return relative
+
+
+def candidates(memory_path: str, shown: str) -> list[str]:
+    """The memory-folder-relative paths an agent may mean by ``shown``, likeliest first: names
+    are shown escaped and passed back as shown, so the unescaped name, then the text as given."""
+    relatives = (relative_to(memory_path, name) for name in (unescaped(shown), shown))
+    return list(dict.fromkeys(relative for relative in relatives if relative is not None))
 
 
 def normalized(path: str | os.PathLike[str]) -> str:

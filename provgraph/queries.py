@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
 
+from .index import INDEX_NAME
 from .lineage import Children, from_origin, node_statuses
 from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
 from .render import (
@@ -214,8 +215,6 @@ def file_lineage(report: Report, explanation: Explanation, *, exists: bool) -> F
 
 EDIT_NOTES_MAX_CHARS = 4000
 """Characters of the notes on one write at most, whatever the names and the folder's size."""
-INDEX = "MEMORY.md"
-"""The memory index: it links every file and is derived from none of them."""
 HEADING = "Memory lineage after this write (provgraph):"
 _MORE_RESERVE = 120
 _INDEX_NOTES = 5
@@ -289,7 +288,7 @@ def edit_notes(
 def _index_entry(report: Report, path: str, advice: Advice) -> list[str]:
     """What the write left wrong in the memory index about the file (no entry, or an outdated
     one), or, for a write of the index itself, its first problems."""
-    found = [problem for problem in report.index_problems if problem.path == path or path == INDEX][:_INDEX_NOTES]
+    found = [problem for problem in report.index_problems if problem.path == path or path == INDEX_NAME][:_INDEX_NOTES]
     lines = [f"- The memory index: {safe_name(p.path)}: {p.kind.value}: {safe_name(p.detail)}." for p in found]
     action = advice.print_index[:1].upper() + advice.print_index[1:]
     return [*lines, f"  {action} for the index as it should be, then write it."] if lines else []
@@ -337,11 +336,11 @@ def _suggestion(report: Report, edit: EditContext, when: str) -> list[str]:
     before it is no source of the file, and a suggestion would invite false lineage.
     Neither the file itself nor a file derived from it can be a source of it.
     """
-    if not edit.whole or edit.path == INDEX or not edit.path.endswith(".md"):
+    if not edit.whole or edit.path == INDEX_NAME or not edit.path.endswith(".md"):
         return []
     declared = sorted({edge.source for edge in report.edges if edge.derived == edit.path})
     below = {relative.path for relative in derived_from(report, edit.path, transitive=True)}
-    read = sorted(edit.reads - {edit.path, INDEX} - below)
+    read = sorted(edit.reads - {edit.path, INDEX_NAME} - below)
     if not read or set(read) & set(declared):
         return []
     line = suggested_line(edit.path, [*declared, *read])

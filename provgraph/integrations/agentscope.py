@@ -36,7 +36,7 @@ from ..clock import current
 from ..clock import pinned_now as _now
 from ..files import NotRegular, OutsideRoot
 from ..model import Edge, FileLineage, Report
-from ..paths import relative_to
+from ..paths import candidates, relative_to
 from ..queries import (
     Advice,
     EditContext,
@@ -47,7 +47,6 @@ from ..queries import (
     refusal_text,
     stale_note,
     stale_page,
-    unescaped,
 )
 from ..render import (
     LINEAGE_MAX_CHARS,
@@ -258,10 +257,10 @@ class ProvenanceMiddleware(MiddlewareBase):
             path (`str`):
                 The file's path inside the memory folder, as listed (e.g. `profile.md`).
         """
-        candidates = self._candidates(path)
-        if not candidates:
+        meant = candidates(self.memory_path, path)
+        if not meant:
             return f"Nothing recorded: {named(path)} is not a path inside the memory folder {named(self.memory_path)}."
-        for relative in candidates:
+        for relative in meant:
             try:
                 report, missing = await self._in_worker(partial(_record, path=relative))
             except NotDerived:
@@ -274,7 +273,7 @@ class ProvenanceMiddleware(MiddlewareBase):
                 else recorded_text(relative, report)
             )
         return (
-            f"Nothing recorded: {named(candidates[0])} is not a derived memory file "
+            f"Nothing recorded: {named(meant[0])} is not a derived memory file "
             "(it does not exist, or its frontmatter has no derived_from)."
         )
 
@@ -290,14 +289,14 @@ class ProvenanceMiddleware(MiddlewareBase):
             path (`str`):
                 The file's path inside the memory folder (e.g. `user-facts.md`), or its full path.
         """
-        candidates = self._candidates(path)
-        if not candidates:
+        meant = candidates(self.memory_path, path)
+        if not meant:
             folder = named(self.memory_path)
             return f"No lineage: {named(path)} is not a path inside the memory folder {folder}."
         try:
-            found = await self._in_worker(lambda memory: _look_up_first(memory, candidates))
+            found = await self._in_worker(lambda memory: _look_up_first(memory, meant))
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
-            return f"Could not check the lineage of {named(candidates[0])}: {one_line(error)}"
+            return f"Could not check the lineage of {named(meant[0])}: {one_line(error)}"
         return lineage_text(found, max_lines=self.max_lines)
 
     async def list_stale_derived_memories(self, offset: int = 0) -> str:
@@ -328,12 +327,6 @@ class ProvenanceMiddleware(MiddlewareBase):
         except Exception as error:  # a tool answers in words; it never raises into the agent loop
             return f"Could not read the memory index: {one_line(error)}"
         return text or f"There is no MEMORY.md in the memory folder {named(self.memory_path)}."
-
-    def _candidates(self, path: str) -> list[str]:
-        """The memory-folder-relative paths the agent may mean, likeliest first: names are
-        shown escaped and passed back as shown, so the unescaped name, then the text as given."""
-        relatives = (relative_to(self.memory_path, name) for name in (unescaped(path), path))
-        return list(dict.fromkeys(relative for relative in relatives if relative is not None))
 
     async def refresh(self) -> Report:
         """Scan every memory file (not only the newest the retrieval selector sees) and report."""

@@ -34,8 +34,8 @@ from ..clock import pinned_now
 from ..errors import ProvgraphError, log_warning
 from ..index import INDEX_NAME, problem_line
 from ..model import VERSION, FileLineage, Report
-from ..paths import command_options, index_command, list_hint, relative_to
-from ..queries import missing_sources, one_line, page, recorded_text, refusal_text, stale_page, unescaped
+from ..paths import candidates, command_options, index_command, list_hint
+from ..queries import missing_sources, one_line, page, recorded_text, refusal_text, stale_page
 from ..render import (
     LINEAGE_MAX_CHARS,
     MORE_RESERVE,
@@ -315,10 +315,8 @@ class MemoryServer:
         )
 
     def candidates(self, path: str) -> list[str]:
-        """The root-relative paths the agent may mean, likeliest first: a name is shown escaped
-        and passed back as shown, so the unescaped name, then the text as given."""
-        relatives = (relative_to(self.root, name) for name in (unescaped(path), path))
-        found = list(dict.fromkeys(relative for relative in relatives if relative is not None))
+        """The root-relative paths the agent may mean (``paths.candidates``); refused when none is inside the root."""
+        found = candidates(self.root, path)
         if not found:
             raise ToolRefused(f"{named(path)} is not a path inside the memory folder {named(self.root)}")
         return found
