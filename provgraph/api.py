@@ -9,7 +9,7 @@ takes ``now=``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -318,7 +318,7 @@ class Memory:
         except (TypeError, ValueError, KeyError, IndexError):
             return None  # a row that does not fit the last result: the full scan answers
         if found is not None and indexes:
-            found = self._entries_patched(found, lock, listing, indexes, now, started_ns - RACY_WINDOW_NS)
+            found = self._entries_patched(found, lock, listing, indexes, now, started_ns - RACY_WINDOW_NS, changed)
         if found is None:
             return None
         saved = self._store.save(None, incremental.patched_cache(cache, found, started_ns, listing), found.lock)
@@ -333,16 +333,17 @@ class Memory:
         indexes: list[str],
         now: datetime,
         racy_mark: int,
+        moved: Collection[str],
     ) -> incremental.Patch | None:
         """``found`` with the index entries compared again with the files the change moved; None
         when the lock's lines cannot be rewritten in place (the full scan answers)."""
         stamps = lock.derivations(indexes)
-        readings = read_indexes(self.files, listing, indexes)
+        readings = read_indexes(self.files, listing, indexes, self.roots)
         if stamps is None or not readings:
             return found if stamps is not None else None
         kept = (self._fields, racy_mark)
         updated, problems = check_indexes(
-            self.files, listing, readings, stamps, now.timestamp(), kept, unindexed=self.unindexed
+            self.files, listing, readings, stamps, now.timestamp(), kept, unindexed=self.unindexed, moved=moved
         )
         report = replace(found.report, problems=found.report.problems + problems)
         updated = {
@@ -383,7 +384,7 @@ class Memory:
             sources_heading=self.sources_heading,
             volatile=self.volatile_fields,
         )
-        readings = read_indexes(self.files, listing, sorted(indexes))
+        readings = read_indexes(self.files, listing, sorted(indexes), self.roots)
         index_found: tuple[Problem, ...] = ()
         if readings:  # an index is never a derived file: its lock lines are its entries' stamps
             declarations = {path: found for path, found in snapshot.declarations.items() if path not in indexes}
@@ -436,7 +437,7 @@ class Memory:
         ``index_files``, with outdated entries rewritten, dangling and repeated ones dropped
         and orphans appended; "" when there is no index.  Writes no memory file."""
         report, listing = self.refresh(now=now), self._listing
-        readings = read_indexes(self.files, listing, [INDEX_NAME, *self.index_files])
+        readings = read_indexes(self.files, listing, [INDEX_NAME, *self.index_files], self.roots)
         self.index_file = readings[0].path if readings else None
         if not readings:
             return ""

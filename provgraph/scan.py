@@ -460,10 +460,13 @@ class DanglingEntries(ProvgraphError):
         self.index, self.missing = index, missing
 
 
-def read_indexes(files: FileSource, listing: Mapping[str, FileMeta], paths: list[str]) -> tuple[IndexReading, ...]:
+def read_indexes(
+    files: FileSource, listing: Mapping[str, FileMeta], paths: list[str], roots: tuple[str, ...] = ()
+) -> tuple[IndexReading, ...]:
     """The index files among ``paths`` that exist, can be read and link a memory file, their
-    links resolved: a ``MEMORY.md`` of prose alone is no index."""
-    lookup = Lookup(listing)
+    links resolved as a ``derived_from`` entry's are (``roots``: the root's absolute paths):
+    a ``MEMORY.md`` of prose alone is no index."""
+    lookup = Lookup(listing, roots)
     readings = []
     for path in paths:
         data = _read(files, path, None) if path in listing else None
@@ -520,16 +523,20 @@ def check_indexes(
     kept: tuple[dict[str, FieldsRead], int],
     restamp: Set[str] = frozenset(),
     unindexed: Collection[str] = (),
+    moved: Collection[str] | None = None,
 ) -> tuple[dict[str, Derivation], tuple[Problem, ...]]:
     """The indexes' entry stamps after this scan, and their problems; ``DanglingEntries``
     when an index to ``restamp`` links a file that does not exist.  ``kept``: the fields
-    read before, and the racy mark of this scan (see ``fields_of``)."""
+    read before, and the racy mark of this scan (see ``fields_of``).  ``moved``: the files a
+    small change moved, the only ones whose fields are read again (the others' entry stamps
+    were compared when they last moved); None reads every listed file's."""
     targets = {entry.target for reading in readings for entry in reading.entries if entry.target is not None}
     for reading in readings:
         missing = sorted({target for entry in reading.entries if (target := entry.target) and target not in listing})
         if reading.path in restamp and missing:
             raise DanglingEntries(reading.path, missing)
-    fields = fields_of(files, sorted(targets.intersection(listing)), listing, *kept)
+    compared = targets.intersection(listing) if moved is None else targets.intersection(listing, moved)
+    fields = fields_of(files, sorted(compared), listing, *kept)
     mtimes = {path: listing[path].mtime for path in fields}
     updated = dict(stamps)
     for reading in readings:

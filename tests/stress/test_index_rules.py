@@ -13,6 +13,10 @@ from depth import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import provgraph.api
+import provgraph.files
+import provgraph.scan
+import provgraph.store.state
 from provgraph import Memory, OptionsDiffer
 from provgraph.model import INDEX_KINDS, ProblemKind
 
@@ -247,3 +251,31 @@ def test_the_printed_index_once_written_leaves_no_index_problem(
     printed = Memory(root).index(now=at(1))
     (root / "MEMORY.md").write_text(printed)
     assert Memory(root).refresh(now=at(2)).index_problems == ()
+
+
+def test_after_a_small_change_the_entries_of_the_files_it_did_not_move_are_not_read_again(with_profile, monkeypatch):
+    """A new process (a hook, a command) after a write reads the fields of the written file only."""
+    for module in (provgraph.files, provgraph.scan, provgraph.api, provgraph.store.state):
+        monkeypatch.setattr(module, "RACY_WINDOW_NS", -365 * 86_400 * 10**9)  # a refresh a year later: no file is racy
+
+    for number in range(5):
+        with_profile.write(f"n{number}.md", note(f"N{number}", "unchanged"))
+    with_profile.write(
+        "MEMORY.md",
+        with_profile.path("MEMORY.md").read_text()
+        + "".join(f"- [N{number}](n{number}.md) — unchanged\n" for number in range(5)),
+    )
+    assert index_problems(Memory(with_profile.root).refresh(now=at(0.2))) == []
+    with_profile.write("facts.md", note("Facts", "where the user lives now"), mtime=at(0.7))
+    read: list[bytes] = []
+    reader = provgraph.scan.read_fields
+    monkeypatch.setattr(provgraph.scan, "read_fields", lambda head: read.append(head) or reader(head))
+    report = Memory(with_profile.root).refresh(now=at(1))
+    assert index_problems(report) == [("outdated-entry", "facts.md")]
+    assert len(read) == 1 and b"where the user lives now" in read[0]
+
+
+def test_an_index_link_written_as_an_absolute_path_under_the_root_is_its_file(memory) -> None:
+    memory.write("MEMORY.md", f"- [Facts]({memory.root / 'facts.md'}) — where the user lives\n")
+    memory.write("facts.md", note("Facts", "where the user lives"))
+    assert index_problems(Memory(memory.root).refresh(now=at(0))) == []
