@@ -15,13 +15,12 @@ import hashlib
 import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from datetime import datetime
 from typing import NamedTuple
 
 import orjson
 
 from .declarations import Lookup, did_you_mean, resolve_entries
-from .model import INDEX_KINDS, Problem, ProblemKind, Stamp
+from .model import INDEX_KINDS, Problem, ProblemKind, Stamp, day
 from .stamps import Derivation, first_observed
 
 __all__ = [
@@ -208,7 +207,7 @@ def index_problems(
                     Problem(target, ProblemKind.DANGLING_ENTRY, _dangling(where, target, stamp, digests, lookup))
                 )
             elif stamp is not None and stamp.mismatch_since is not None:
-                since = _date(stamp.mismatch_since)
+                since = day(stamp.mismatch_since)
                 detail = f"{where} predates a change of its name, description or type (since {since})"
                 found.append(Problem(target, ProblemKind.OUTDATED_ENTRY, detail))
             if len(numbers) > 1:
@@ -218,11 +217,6 @@ def index_problems(
     for path in sorted(orphans(files, indexes, listed, unindexed)):
         found.append(Problem(path, ProblemKind.ORPHAN, f"no line of {named} links it"))
     return tuple(sorted(found, key=lambda problem: (INDEX_KINDS.index(problem.kind), problem.path, problem.detail)))
-
-
-def _date(timestamp: float) -> str:
-    """``YYYY-MM-DD`` in the local time zone, as every date provgraph shows."""
-    return datetime.fromtimestamp(timestamp).date().isoformat()
 
 
 def _dangling(where: str, target: str, stamp: Stamp | None, digests: Mapping[str, str], lookup: Lookup) -> str:

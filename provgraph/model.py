@@ -26,6 +26,11 @@ def is_utf8(path: str) -> bool:
     return True
 
 
+def day(timestamp: float) -> str:
+    """``YYYY-MM-DD`` in the local time zone, as every date provgraph shows."""
+    return datetime.fromtimestamp(timestamp).date().isoformat()
+
+
 def as_text(path: str) -> str:
     """``path`` as JSON can hold it: itself, or, when the system gave bytes that are not
     UTF-8 (held as lone surrogates), with each such byte written ``\\xNN``."""

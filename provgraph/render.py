@@ -10,7 +10,6 @@ from __future__ import annotations
 import shlex
 import unicodedata
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -30,6 +29,7 @@ from .model import (
     Report,
     StaleEntry,
     as_text,
+    day,
     derived_count,
 )
 
@@ -106,11 +106,6 @@ def _shown(char: str) -> bool:
         return any(low <= ord(char) <= high for low, high in _RECOMMENDED_SCRIPTS)
     normal = unicodedata.normalize("NFKC", char)
     return category not in _BRACKET_LIKE and "<" not in normal and ">" not in normal
-
-
-def day(timestamp: float) -> str:
-    """``YYYY-MM-DD`` in the local time zone, as memory indexes show dates."""
-    return datetime.fromtimestamp(timestamp).date().isoformat()
 
 
 def safe_name(name: str) -> str:

@@ -257,13 +257,7 @@ class _Reader:
         string, not as a copy per declaration naming it."""
 
     def _trusted(self, seen: FileRow | None, meta: FileMeta) -> bool:
-        return (
-            seen is not None
-            and self.files.trusts_stat
-            and seen.meta == meta
-            and meta.mtime_ns < self.racy_from_ns
-            and meta.ctime_ns < self.racy_from_ns
-        )
+        return seen is not None and vouches(self.files, seen.meta, meta, self.racy_from_ns)
 
     def declaration(self, path: str, meta: FileMeta, remembered: bool = False) -> Declaration:
         """What ``path`` declares: from the cache while it vouches for the file, else read now.
@@ -486,6 +480,13 @@ class FieldsRead(NamedTuple):
     racy_mark: int
 
 
+def vouches(files: FileSource, before: FileMeta, now: FileMeta, racy_from_ns: int) -> bool:
+    """Whether what was read of a file with metadata ``before`` still holds: the source can be
+    trusted by its stat, the metadata is equal, and neither its mtime nor its ctime falls in the
+    racy window (from ``racy_from_ns`` on), where a write may leave them unmoved."""
+    return files.trusts_stat and before == now and max(now.mtime_ns, now.ctime_ns) < racy_from_ns
+
+
 def fields_of(
     files: FileSource,
     paths: Iterable[str],
@@ -499,7 +500,7 @@ def fields_of(
     found = {}
     for path in paths:
         meta, old = listing[path], kept.get(path)
-        if old is not None and files.trusts_stat and old.meta == meta and max(meta[1:3]) < old.racy_mark:
+        if old is not None and vouches(files, old.meta, meta, old.racy_mark):
             found[path] = old.fields
         elif (head := _read(files, path, FRONTMATTER_LIMIT)) is not None:
             found[path] = read_fields(head)
