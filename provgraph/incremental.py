@@ -13,15 +13,30 @@ Pure: how a file is looked at or read again is passed in.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from datetime import datetime
+from itertools import compress
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple, Protocol
 
 import orjson
 
-from .lineage import children_of, find_cycles, propagate
-from .model import Edge, EdgeStatus, FileMeta, Problem, ProblemKind, Report, Snapshot, SourceState, broken_edges, column
+from .lineage import Children, find_cycles, propagate
+from .model import (
+    EDGE_COLUMNS,
+    Edge,
+    EdgeStatus,
+    EdgeTable,
+    FileMeta,
+    Problem,
+    ProblemKind,
+    Report,
+    Snapshot,
+    SourceState,
+    broken_edges,
+    column,
+)
 from .stamps import Derivation, reconcile
 from .store.cache import Cache, FileRow, Last, Watched, encode_row, hashes_of
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
@@ -120,19 +135,22 @@ def _last(
 
 
 class Index(NamedTuple):
-    """The last result's edges looked up by file: what a patch asks of them."""
+    """The last result's edges looked up by file.  A patch asks about a handful of files, so
+    each lookup scans a column or two (``Children`` indexes every edge only after many):
+    indexing every edge up front would cost a process more than the patch itself."""
 
-    by_derived: dict[str, tuple[Edge, ...]]
-    children: dict[str, list[str]]
+    edges: Sequence[Edge]
+    children: Mapping[str, list[str]]
     broken: tuple[Edge, ...]
 
     @classmethod
     def of(cls, edges: Sequence[Edge]) -> Index:
-        by_derived: dict[str, list[Edge]] = {}
-        for edge in edges:
-            by_derived.setdefault(edge.derived, []).append(edge)
-        grouped = {path: tuple(found) for path, found in by_derived.items()}
-        return cls(grouped, children_of(edges), broken_edges(edges))
+        return cls(edges, Children(edges), broken_edges(edges))
+
+    def declared_by(self, paths: Collection[str]) -> list[Edge]:
+        """The edges of the derived files among ``paths``, in the result's order."""
+        edges = self.edges
+        return [edges[at] for at, derived in enumerate(column(edges, "derived")) if derived in paths]
 
 
 class Rereading(Protocol):
@@ -203,7 +221,7 @@ def patch(
     next_lock = None if updated == records else lock.replaced(compared, updated)
     if updated != records and next_lock is None:
         return None
-    old_edges = [edge for path in compared for edge in index.by_derived.get(path, ())]
+    old_edges = index.declared_by(compared)
     edges = _joined(last.edges, compared, new_edges)
     cycles = last.cycles if _pairs(old_edges) == _pairs(new_edges) else find_cycles(edges)
     problems = [problem for problem in rescan.problems if problem.path in changed]
@@ -218,7 +236,7 @@ def patch(
         problems=tuple(sorted({*kept, *problems, *cache.walk_problems}, key=_problem_order)),
     )
     rows: dict[str, FileRow | None] = dict(rescan.seen)
-    sources_now = {edge.source for edge in edges}
+    sources_now = set(column(edges, "source"))
     for path, row in cache.rows.items():
         if row[5] is None and (path not in sources_now or (path in changed and path not in rescan.seen)):
             rows[path] = None  # no longer a source, or gone
@@ -256,7 +274,7 @@ def _affected(index: Index, changed: Set[str], declaring: Collection[str]) -> se
     """The derived files to compare again: ``declaring``, the changed files that were derived,
     their children, and those with a missing source (its content may have moved)."""
     found = set(declaring)
-    found.update(path for path in changed if path in index.by_derived)
+    found.update(edge.derived for edge in index.declared_by(changed))
     for path in changed:
         found.update(index.children.get(path, ()))
     found.update(edge.derived for edge in index.broken if edge.status is EdgeStatus.MISSING)
@@ -313,10 +331,18 @@ def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str
     return {sha: tuple(paths) for sha, paths in holders.items()}
 
 
-def _joined(before: Sequence[Edge], compared: Collection[str], new_edges: tuple[Edge, ...]) -> tuple[Edge, ...]:
-    """The last result's edges with those of the compared files replaced, in the result's order."""
-    kept = [edge for edge in before if edge.derived not in compared]
-    return tuple(sorted([*kept, *new_edges], key=_order))
+def _joined(before: Sequence[Edge], compared: Collection[str], new_edges: tuple[Edge, ...]) -> EdgeTable:
+    """The last result's edges (sorted by derived file, then source) with those of the
+    compared files replaced, in the same order: the columns are filtered and each new edge
+    inserted where its derived file sorts, so that no other edge is made or compared."""
+    keep = [derived not in compared for derived in column(before, "derived")]
+    columns = [list(compress(column(before, name), keep)) for name in EDGE_COLUMNS]
+    derived = columns[1]
+    for edge in sorted(new_edges, key=_order, reverse=True):  # the same derived file: inserted before the last
+        at = bisect_left(derived, edge.derived)
+        for kept, value in zip(columns, _COLUMNS_OF(edge), strict=True):
+            kept.insert(at, value)
+    return EdgeTable(*columns)
 
 
 def _still_declared(problem: Problem, rows: Mapping[str, list[Any]], changed: Set[str]) -> bool:
@@ -330,6 +356,7 @@ def _still_declared(problem: Problem, rows: Mapping[str, list[Any]], changed: Se
 
 
 _order = attrgetter("derived", "source")
+_COLUMNS_OF = attrgetter(*EDGE_COLUMNS)
 _problem_order = attrgetter("row")
 
 
