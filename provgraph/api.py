@@ -41,7 +41,7 @@ from .model import (
 from .render import lineage_hints, safe_name
 from .scan import FieldsRead, Rescan, check_indexes, fields_of, read_indexes, scan
 from .stamps import Derivation, reconcile_as_table
-from .store.cache import Cache, Rows, Watched
+from .store.cache import Cache, Damaged, Rows, Watched
 from .store.folder import LockBusy
 from .store.state import LOCK_NAME, STATE_DIR, OptionsDiffer, StateError, StateStore
 
@@ -315,13 +315,14 @@ class Memory:
         )
         try:
             found = incremental.patch(cache, known.index(), lock, rescan, changed, now, self._root)
-        except (TypeError, ValueError, KeyError, IndexError):
+            if found is not None and indexes:
+                found = self._entries_patched(found, lock, listing, indexes, now, started_ns - RACY_WINDOW_NS, changed)
+            if found is None:
+                return None
+            patched = incremental.patched_cache(cache, found, started_ns, listing)
+        except (TypeError, ValueError, KeyError, IndexError, Damaged):
             return None  # a row that does not fit the last result: the full scan answers
-        if found is not None and indexes:
-            found = self._entries_patched(found, lock, listing, indexes, now, started_ns - RACY_WINDOW_NS, changed)
-        if found is None:
-            return None
-        saved = self._store.save(None, incremental.patched_cache(cache, found, started_ns, listing), found.lock)
+        saved = self._store.save(None, patched, found.lock)
         self._known = _Known(saved, incremental.newest(listing), found.report)
         return _with_hints(found.report, listing)
 
@@ -371,6 +372,8 @@ class Memory:
         indexes = self._index_paths()
         entry_stamps = {path: derivations.pop(path) for path in indexes.intersection(derivations)}
         remembered = {path: tuple(derivation.stamps) for path, derivation in derivations.items()}
+        if cache is not None and not self._store.rows_checked(cache):
+            cache = None  # set aside: every file is read again
         previous, racy_ns = ({}, 0) if cache is None else (Rows(cache.rows), cache.scan_started_ns)
         walked = (listing, list(walk_problems))
         snapshot = scan(

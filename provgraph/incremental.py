@@ -38,7 +38,7 @@ from .model import (
     column,
 )
 from .stamps import Derivation, reconcile
-from .store.cache import Cache, FileRow, Last, Watched, encode_row, hashes_of
+from .store.cache import Cache, FileRow, Last, Watched, encode_row, hashes_of, others_of, replaced_rows
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
@@ -237,21 +237,17 @@ def patch(
     )
     rows: dict[str, FileRow | None] = dict(rescan.seen)
     sources_now = set(column(edges, "source"))
-    for path, row in cache.rows.items():
-        if row[5] is None and (path not in sources_now or (path in changed and path not in rescan.seen)):
+    for path in others_of(cache.rows):
+        if path not in sources_now or (path in changed and path not in rescan.seen):
             rows[path] = None  # no longer a source, or gone
     return Patch(report, next_lock, rows)
 
 
 def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: dict[str, FileMeta]) -> Cache:
     """The cache after ``found``: its rows written over, the last result replaced."""
-    rows = dict(cache.rows)
-    for path, row in found.rows.items():
-        if row is None:
-            rows.pop(path, None)
-        else:
-            rows[path] = encode_row(row)
-    others = {path: FileMeta._make(row[:4]) for path, row in rows.items() if row[5] is None}
+    changes = {path: None if row is None else encode_row(row) for path, row in found.rows.items()}
+    rows = replaced_rows(cache.rows, changes)
+    others = {path: FileMeta._make(rows[path][:4]) for path in others_of(rows)}
     watched, last = _last(found.report, listing, {}, others)
     return Cache(
         cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, listing
@@ -262,11 +258,10 @@ def others_changed(cache: Cache, stat_source: SourceStat, racy_mark: int) -> set
     """The files the rows hold outside the listing (sources of another kind) that are no
     longer the file their row describes, or that are racy."""
     changed = set()
-    for path, row in cache.rows.items():
-        if row[5] is None:
-            now = stat_source(path)
-            if now is None or now.meta is None or list(now.meta) != row[:4] or max(now.meta[1:3]) >= racy_mark:
-                changed.add(path)
+    for path in others_of(cache.rows):
+        now, before = stat_source(path), cache.rows[path][:4]
+        if now is None or now.meta is None or list(now.meta) != before or max(now.meta[1:3]) >= racy_mark:
+            changed.add(path)
     return changed
 
 

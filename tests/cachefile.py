@@ -1,10 +1,11 @@
 """The cache file as one document, for tests that read, damage or rewrite what it holds.
 
-provgraph writes the cache as JSON lines (``provgraph.store.cache``): a head, lines of
-rows, lines of the last result's edges, and the CRC-32 of the bytes before it.  Here the
-rows and the edges join the head (``"rows"``, ``"last"["edges"]``), and ``written`` gives
-the lines back, with a checksum that matches, so that a test damages the values, not the
-checksum.
+provgraph writes the cache as JSON lines (``provgraph.store.cache``): a head, the rows'
+paths, their stats, lines of the rest of the rows, the last result's edges a column a
+line, and the CRC-32 of the bytes before it.  Here the rows and the edges join the head
+(``"rows"``: path -> whole row, ``"last"["edges"]``: one list per edge), and ``written``
+gives the lines back, with a checksum that matches, so that a test damages the values,
+not the checksum.
 """
 
 from __future__ import annotations
@@ -14,19 +15,18 @@ from typing import Any
 
 import orjson
 
+from provgraph.model import EDGE_COLUMNS
+from provgraph.store.cache import ROWS_AT_ONCE
+
 
 def document(data: bytes) -> dict[str, Any]:
     """The head of the cache in ``data``, with its rows and edges (the checksum left out)."""
-    head, *lines, _check = (orjson.loads(line) for line in data.splitlines())
-    head["rows"] = {}
-    edges = []
-    for line in lines:
-        if isinstance(line, dict):
-            head["rows"].update(line)
-        else:
-            edges += line
+    head, paths, stats, *lines, _check = (orjson.loads(line) for line in data.splitlines())
+    rests = [rest for line in lines[: len(lines) - len(EDGE_COLUMNS)] for rest in line]
+    head.pop("others")
+    head["rows"] = {path: [*stats[4 * at : 4 * at + 4], *rests[at]] for at, path in enumerate(paths)}
     if head.get("last") is not None:
-        head["last"]["edges"] = edges
+        head["last"]["edges"] = [list(edge) for edge in zip(*lines[-len(EDGE_COLUMNS) :], strict=True)]
     return head
 
 
@@ -42,8 +42,24 @@ def written(document: Any, check: bytes | None = None) -> bytes:
     if isinstance(last, dict) and "edges" in last:
         head["last"] = {key: value for key, value in last.items() if key != "edges"}
         edges = last["edges"]
-    data = b"".join(orjson.dumps(line) + b"\n" for line in (head, rows, edges))
+    paths = sorted(rows) if isinstance(rows, dict) else rows  # damaged as a whole: written where the paths go
+    values = [rows[path] for path in paths] if isinstance(rows, dict) else []
+    whole = [row if isinstance(row, list) else [row] for row in values]
+    head["others"] = [path for path, row in zip(paths, whole, strict=False) if len(row) > 5 and row[5] is None]
+    stats = [value for row in whole for value in row[:4]]
+    batches = [[row[4:] for row in whole[at : at + ROWS_AT_ONCE]] for at in range(0, len(whole), ROWS_AT_ONCE)]
+    columns = (
+        [[_field(edge, at) for edge in edges] for at in range(len(EDGE_COLUMNS))]
+        if isinstance(edges, list)
+        else [edges] * len(EDGE_COLUMNS)
+    )
+    data = b"".join(orjson.dumps(line) + b"\n" for line in (head, paths, stats, *batches, *columns))
     return data + (check or b"%d\n" % crc32(data))
+
+
+def _field(edge: Any, at: int) -> Any:
+    """One field of an edge as written, or the whole value where a test put something else."""
+    return edge[at] if isinstance(edge, list) and len(edge) == len(EDGE_COLUMNS) else edge
 
 
 def check_line(data: bytes) -> bytes:

@@ -1,10 +1,11 @@
 """The cache, ``.provgraph/cache.json``: what a refresh of an unchanged or slightly changed
 folder reads instead of the files.  JSON lines, written whole and replaced atomically: a
 head keyed by the package's version, ``SCHEMA``, the root and the reading settings, then
-the rows and the last result's edges a few thousand to a line, then the checksum.  A cache
+the rows' paths and stats, the rest of the rows a hundred or so to a line, the last
+result's edges a column to a line, then the checksum.  A cache
 with another key is rebuilt, never read; one that does not decode into valid values raises
-``Damaged`` and is never trusted either.  Lines are written and read one at a time, so
-that a large folder's cache is never held whole, as bytes, beside its values.
+``Damaged`` and is never trusted either.  Lines are written and read one at a time, and
+the rest of a row is decoded only when asked for (``RowTable``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import gc
 import math
 from binascii import crc32
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -35,12 +37,12 @@ from ..model import (
     column,
 )
 
-__all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "Rows", "Watched"]
-__all__ += ["checked_date", "decode", "encode", "encode_row", "hashes_of"]
+__all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "RowTable", "Rows", "Watched"]
+__all__ += ["checked", "checked_date", "decode", "encode", "encode_row", "hashes_of", "others_of", "replaced_rows"]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
-SCHEMA = 3
+SCHEMA = 4
 """The layout of the document; with the package's version, part of the cache's key."""
 
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
@@ -103,7 +105,7 @@ class Cache:
     """The real clock at the start of the scan that wrote it: the racy mark is before it."""
     walk_problems: tuple[Problem, ...]
     lock: LockRecord | None
-    rows: dict[str, list[Any]]
+    rows: Mapping[str, list[Any]]
     """Path -> ``[size, mtime_ns, ctime_ns, inode, sha256, declaration(, resolved)]``, where
     ``sha256`` is ``[sha256, meaning]`` when its meaning hashes otherwise (``hashes_of``)."""
     refused: dict[str, ProblemKind]
@@ -115,6 +117,11 @@ class Cache:
 
 def _memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
     """The stat of the memory files among ``rows`` (with a declaration, even an empty one)."""
+    if type(rows) is RowTable:
+        memory = dict(zip(rows.paths, rows.stats, strict=True))
+        for path in rows.others:
+            del memory[path]
+        return memory
     return {path: _STAT(row) for path, row in rows.items() if row[5] is not None}
 
 
@@ -134,11 +141,130 @@ class Rows(Mapping[str, FileRow]):
         return len(self._rows)
 
 
+ROWS_AT_ONCE = 128
+"""Rows a line of the cache holds."""
+
+
+class RowTable(Mapping[str, list[Any]]):
+    """The rows of a cache as read: every file's stat at once (the no-change rule compares
+    each one), the rest of its row decoded and checked a line of ``ROWS_AT_ONCE`` rows at
+    a time, when first asked for (``Damaged`` then, for a line not as written).  A process
+    that patches a large folder asks about a handful of files: decoding every row would
+    cost it more than the patch.  A line none of whose rows changed is written back as read."""
+
+    __slots__ = ("_decoded", "lines", "others", "paths", "stats")
+
+    def __init__(
+        self, paths: list[str], stats: list[tuple[int, int, int, int]], others: list[str], lines: list[bytes]
+    ) -> None:
+        self.paths, self.stats, self.others, self.lines = paths, stats, others, lines
+        """Sorted paths, their stats, the paths whose row holds no declaration, the lines of the rest."""
+        self._decoded: dict[int, list[list[Any]]] = {}
+
+    @classmethod
+    def of(cls, rows: Mapping[str, list[Any]]) -> RowTable:
+        paths = sorted(rows)
+        table = cls(paths, [_STAT(rows[path]) for path in paths], [], [])
+        table.others = [path for path in paths if rows[path][5] is None]
+        for number, at in enumerate(range(0, len(paths), ROWS_AT_ONCE)):
+            rests = [rows[path][4:] for path in paths[at : at + ROWS_AT_ONCE]]
+            table._decoded[number] = rests
+            table.lines.append(orjson.dumps(rests, option=orjson.OPT_APPEND_NEWLINE))
+        return table
+
+    def _at(self, path: str) -> int:
+        at = bisect_left(self.paths, path)
+        if at == len(self.paths) or self.paths[at] != path:
+            raise KeyError(path)
+        return at
+
+    def __getitem__(self, path: str) -> list[Any]:
+        at = self._at(path)
+        return [*self.stats[at], *self._line(at // ROWS_AT_ONCE)[at % ROWS_AT_ONCE]]
+
+    def __contains__(self, path: object) -> bool:
+        if type(path) is not str:
+            return False
+        at = bisect_left(self.paths, path)
+        return at < len(self.paths) and self.paths[at] == path
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def _line(self, number: int) -> list[list[Any]]:
+        rests = self._decoded.get(number)
+        if rests is None:
+            paths = self.paths[number * ROWS_AT_ONCE : (number + 1) * ROWS_AT_ONCE]
+            try:
+                rests = _checked_rests(_loaded(self.lines[number]), paths, set(self.others))
+            except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
+                raise Damaged("its values are not what provgraph writes") from error
+            self._decoded[number] = rests
+        return rests
+
+    def check(self) -> None:
+        """Decode every line: ``Damaged`` when one is not as written."""
+        for number in range(len(self.lines)):
+            self._line(number)
+
+    def replaced(self, changes: Mapping[str, list[Any] | None]) -> RowTable | None:
+        """A table with the rows in ``changes`` written over; None when one is added or dropped."""
+        if not all(row is not None and path in self for path, row in changes.items()):
+            return None
+        table = RowTable(self.paths, list(self.stats), self.others, list(self.lines))
+        table._decoded = dict(self._decoded)
+        others = set(self.others)
+        lines: dict[int, list[list[Any]]] = {}
+        for path, row in changes.items():
+            assert row is not None
+            at = self._at(path)
+            number = at // ROWS_AT_ONCE
+            if number not in lines:
+                lines[number] = list(self._line(number))
+            table.stats[at], lines[number][at % ROWS_AT_ONCE] = _STAT(row), row[4:]
+            others.discard(path) if row[5] is not None else others.add(path)
+        for number, rests in lines.items():
+            table._decoded[number] = rests
+            table.lines[number] = orjson.dumps(rests, option=orjson.OPT_APPEND_NEWLINE)
+        table.others = sorted(others)
+        return table
+
+
+def others_of(rows: Mapping[str, list[Any]]) -> list[str]:
+    """The paths among ``rows`` whose row holds no declaration: sources other than memory files."""
+    return rows.others if type(rows) is RowTable else [path for path, row in rows.items() if row[5] is None]
+
+
+def replaced_rows(rows: Mapping[str, list[Any]], changes: Mapping[str, list[Any] | None]) -> Mapping[str, list[Any]]:
+    """``rows`` with ``changes`` written over (None: the row dropped), each line of a
+    ``RowTable`` no change reaches kept as it is."""
+    table = rows.replaced(changes) if type(rows) is RowTable else None
+    if table is not None:
+        return table
+    updated = dict(rows)
+    for path, row in changes.items():
+        if row is None:
+            updated.pop(path, None)
+        else:
+            updated[path] = row
+    return updated
+
+
+def checked(rows: Mapping[str, list[Any]]) -> None:
+    """Every row decoded and checked (``Damaged``), before a scan that may ask for any."""
+    if type(rows) is RowTable:
+        rows.check()
+
+
 def encode(cache: Cache, version: str) -> Iterator[bytes]:
-    """The lines written by provgraph ``version``: the head, the rows (an object of
-    ``AT_ONCE`` rows a line), the last result's edges (a list of ``AT_ONCE`` a line), and
-    the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
+    """The lines written by provgraph ``version``: the head, the rows' paths, their stats,
+    the rest of the rows (``ROWS_AT_ONCE`` a line), the last result's edges (one column a
+    line), and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
     lock, last = cache.lock, cache.last
+    rows = cache.rows if type(cache.rows) is RowTable else RowTable.of(cache.rows)
     head = {
         "format": FORMAT,
         "provgraph": version,
@@ -151,27 +277,20 @@ def encode(cache: Cache, version: str) -> Iterator[bytes]:
         "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
         "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
         "last": None if last is None else _encoded_last(last),
+        "others": rows.others,
     }
+    edges = () if last is None else last.edges
+    values = [head, rows.paths, list(chain.from_iterable(rows.stats))]
+    columns = [list(column(edges, name)) for name in EDGE_COLUMNS]
     check = 0
-    for line in chain([head], _batches(iter(cache.rows.items()), dict), _edge_batches(last)):
-        data = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE)
+    for data in chain(map(_line, values), rows.lines, map(_line, columns)):
         check = crc32(data, check)
         yield data
     yield b"%d\n" % check
 
 
-AT_ONCE = 4096
-"""Rows, or edges, a line of the cache holds."""
-
-
-def _batches(items: Iterator[Any], kind: Callable[[Iterable[Any]], Any]) -> Iterator[Any]:
-    while batch := kind(islice(items, AT_ONCE)):
-        yield batch
-
-
-def _edge_batches(last: Last | None) -> Iterator[list[tuple[object, ...]]]:
-    edges = () if last is None else last.edges
-    return _batches(zip(*(column(edges, name) for name in EDGE_COLUMNS), strict=True), list)
+def _line(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def _encoded_last(last: Last) -> dict[str, object]:
@@ -211,7 +330,7 @@ def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
 def decode(lines: Iterable[bytes], version: str, root: str, settings: str) -> Cache | None:
     """The cache in ``lines`` (an open file reads one at a time); None when it is keyed for
     another provgraph ``version``, schema, root or settings; ``Damaged`` when it is not a
-    valid cache at all."""
+    valid cache at all.  The rest of each row is checked when first asked for (``RowTable``)."""
     lines = iter(lines)
     first = next(lines, b"")
     head = _loaded(first)
@@ -223,9 +342,8 @@ def decode(lines: Iterable[bytes], version: str, root: str, settings: str) -> Ca
     if key != (version, SCHEMA, root, settings):
         return None
     with _collector_paused():
-        rows, edges = _body(lines, crc32(first))
         try:
-            return _decode(head, rows, edges)
+            return _decode(head, _Body(lines, crc32(first)))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
             raise Damaged("its values are not what provgraph writes") from error
 
@@ -244,25 +362,26 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _body(lines: Iterator[bytes], check: int) -> tuple[dict[str, list[Any]], list[list[Any]]]:
-    """The rows and the edges' columns of the lines after the head, up to the checksum that ends them."""
-    rows: dict[str, list[Any]] = {}
-    columns: list[list[Any]] = [[] for _ in EDGE_COLUMNS]
-    for line in lines:
-        value = _loaded(line)
-        if type(value) is int:
-            if value != check or next(lines, None) is not None:
-                break
-            return rows, columns
-        check = crc32(line, check)
-        if type(value) is dict:
-            rows.update(value)
-        elif type(value) is list and all(type(edge) is list and len(edge) == len(EDGE_COLUMNS) for edge in value):
-            for kept, values in zip(columns, zip(*value, strict=True), strict=False):  # an empty line: none
-                kept += values
-        else:
-            raise Damaged("a line of the cache must hold rows or edges")
-    raise Damaged("its checksum does not match its bytes")
+class _Body:
+    """The lines after the head, each taken into the checksum; ``end`` checks the checksum line."""
+
+    def __init__(self, lines: Iterator[bytes], check: int) -> None:
+        self._lines, self._check = lines, check
+
+    def raw(self) -> bytes:
+        line = next(self._lines, b"")
+        if not line.endswith(b"\n"):
+            raise Damaged("its checksum does not match its bytes")  # cut short
+        self._check = crc32(line, self._check)
+        return line
+
+    def value(self) -> Any:
+        return _loaded(self.raw())
+
+    def end(self) -> None:
+        line = next(self._lines, b"")
+        if line != b"%d\n" % self._check or next(self._lines, None) is not None:
+            raise Damaged("its checksum does not match its bytes")
 
 
 def _loaded(line: bytes) -> Any:
@@ -272,12 +391,25 @@ def _loaded(line: bytes) -> Any:
         raise Damaged("it is not JSON") from error
 
 
-def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[list[Any]]) -> Cache:
-    if not all(type(row) is list and len(row) in (6, 7) for row in rows.values()):
-        raise Damaged("a file's row must be a list of six or seven values")
-    _check_rows(rows)
+def _decode(head: dict[str, Any], body: _Body) -> Cache:
+    """The cache after its head: every line is read and checksummed before any value is trusted."""
+    paths, stats = body.value(), body.value()
+    lines = [body.raw() for _ in range(-(-len(paths) // ROWS_AT_ONCE))]
+    columns = [body.value() for _ in EDGE_COLUMNS]
+    body.end()
+    others = head["others"]
+    if not (type(paths) is list and type(stats) is list and type(others) is list):
+        raise Damaged("a cache's paths, stats and other sources must be lists")
+    if not set(map(type, chain(paths, others))) <= {str} or paths != sorted(set(paths)):
+        raise Damaged("a cache's paths must be distinct text, sorted")
+    if len(stats) != 4 * len(paths) or not set(map(type, stats)) <= {int}:
+        raise Damaged("a file's stat must be four whole numbers")
+    if others != sorted(set(others)) or not set(others) <= set(paths):
+        raise Damaged("the other sources must be rows, sorted")
+    at = iter(stats)
+    rows = RowTable(paths, list(zip(at, at, at, at, strict=True)), others, lines)
     last = head["last"]
-    if last is None and edges[0]:
+    if last is None and any(columns):
         raise Damaged("edges without a last result")
     return Cache(
         root=_text(head["root"]),
@@ -288,35 +420,40 @@ def _decode(head: dict[str, Any], rows: dict[str, list[Any]], edges: list[list[A
         rows=rows,
         refused={_text(path): ProblemKind(kind) for path, kind in head["refused"].items()},
         watched=tuple(map(_watched, head["watched"])),
-        last=None if last is None else _last(last, _edge_table(*edges)),
+        last=None if last is None else _last(last, _edge_table(*columns)),
         memory=_memory_of(rows),
     )
 
 
-def _check_rows(rows: dict[str, list[Any]]) -> None:
-    """Every row's values of the types provgraph writes, a column at a time."""
-    if not set(map(type, chain.from_iterable(map(_STAT, rows.values())))) <= {int}:
-        raise Damaged("a file's stat must be four whole numbers")
-    hashed = list(map(itemgetter(4), rows.values()))
+def _checked_rests(rests: Any, paths: list[str], others: set[str]) -> list[list[Any]]:
+    """One line of rows past their stats, of the types provgraph writes, a column at a time."""
+    if type(rests) is not list or len(rests) != len(paths):
+        raise Damaged("a line of the cache must hold its rows")
+    if not all(type(rest) is list and len(rest) in (2, 3) for rest in rests):
+        raise Damaged("a file's row must be a list of six or seven values")
+    hashed = [rest[0] for rest in rests]
     types = set(map(type, hashed))
     if not types <= {str, type(None), list}:
         raise Damaged("a file's sha256 must be text")
     if list in types and not all(type(pair) is not list or list(map(type, pair)) == [str, str] for pair in hashed):
         raise Damaged("a file's sha256 and its meaning's must be text")
-    if not set(map(type, map(itemgetter(5), rows.values()))) <= {list, type(None)}:
+    if not set(type(rest[1]) for rest in rests) <= {list, type(None)}:
         raise Damaged("a file's declaration must be a list")
-    for row in rows.values():
-        if row[5] or len(row) == 7:
-            _check_declared(row)
+    for path, rest in zip(paths, rests, strict=True):
+        if (rest[1] is None) != (path in others):
+            raise Damaged("the other sources must be the rows without a declaration")
+        if rest[1] or len(rest) == 3:
+            _check_declared(rest)
+    return rests
 
 
-def _check_declared(row: list[Any]) -> None:
+def _check_declared(rest: list[Any]) -> None:
     """A row's declaration and its resolution of the shapes ``encode_row`` writes."""
-    entries, derived_at, problems = row[5]
+    entries, derived_at, problems = rest[1]
     if not (set(map(type, entries)) <= {str} and (derived_at is None or type(derived_at) is str)):
         raise Damaged("a declaration's entries and derived_at must be text")
-    if len(row) == 7:
-        sources, refused = row[6]
+    if len(rest) == 3:
+        sources, refused = rest[2]
         if not set(map(type, sources)) <= {str}:
             raise Damaged("a declaration's sources must be text")
         problems = [*problems, *refused]
@@ -371,13 +508,24 @@ def _edge_table(
     source: list[Any], derived: list[Any], status: list[Any], at: list[Any], since: list[Any], moved_to: list[Any]
 ) -> EdgeTable:
     """The last result's edges from their columns, checked a column at a time (no ``Edge`` is made)."""
+    if len({len(values) for values in (source, derived, status, at, since, moved_to)}) != 1:
+        raise Damaged("an edge's columns must be as long as each other")
     if not set(map(type, chain(source, derived))) <= {str} or not set(map(type, moved_to)) <= {str, type(None)}:
         raise Damaged("an edge's files must be text")
     return EdgeTable(source, derived, [_STATUS[value] for value in status], _dates(at), _dates(since), moved_to)
 
 
 def _dates(values: list[Any]) -> list[float | None]:
-    return [None if value is None else checked_date(value) for value in values]
+    """Dates in epoch seconds as provgraph writes them, checked a column at a time; ``Damaged`` else."""
+    types = set(map(type, values))
+    if not types <= {float, int, type(None)}:
+        raise Damaged("a date must be a number")
+    if int in types:
+        values = [None if value is None else float(value) for value in values]
+    given = [value for value in values if value is not None]
+    if given and not (min(given) >= 0 and max(given) <= LATEST_DATE and all(map(math.isfinite, given))):
+        raise Damaged("a date out of range")
+    return values
 
 
 _STATUS = {status.value: status for status in EdgeStatus}

@@ -23,7 +23,7 @@ from ..files import RACY_WINDOW_NS
 from ..model import VERSION, FileMeta, Stamp, as_text
 from ..paths import normalized
 from ..stamps import Derivation
-from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked_date, decode, encode
+from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked, checked_date, decode, encode
 from .folder import (
     Folders,
     hold,
@@ -230,6 +230,18 @@ class StateStore:
             return None
         self._kept = None if cache is None else (identity, cache)
         return cache
+
+    def rows_checked(self, cache: Cache) -> bool:
+        """Whether every row of ``cache`` decodes (``checked``); a cache file whose rows do not is set aside."""
+        try:
+            checked(cache.rows)
+        except Damaged as error:
+            folders = self._tx.folders
+            if self._kept is not None and self._kept[1] is cache and folders is not None:
+                self._kept = None
+                self._set_aside(folders, folders.state, CACHE_NAME, str(error))
+            return False
+        return True
 
     def _decoded(self, folders: Folders) -> Cache | None:
         """The cache file read a line at a time (``decode``); None when there is none or it is another's."""
