@@ -244,7 +244,10 @@ class _Walker:
 
     def folder(self, folder: str, prefix: str) -> None:
         """One folder's entries, listed through its descriptor (a subfolder become a symlink is not
-        followed): a regular ``.md`` file with an ASCII name at once, anything else by ``visit``."""
+        followed): a regular ``.md`` file with an ASCII name at once, anything else by ``visit``.
+        The loop over plain memory files is the walk's whole cost, so it calls no function of
+        its own: ``found`` and ``_meta`` are written out in it."""
+        found_files, last = self.found_files, self.last
         descriptor = os.open(folder, FOLDER_FLAGS if prefix else ROOT_FLAGS)
         try:
             with os.scandir(descriptor) as entries:
@@ -255,7 +258,10 @@ class _Walker:
                     if name.endswith(".md") and name.isascii():
                         try:
                             if entry.is_file(follow_symlinks=False):
-                                self.found(prefix + name, _meta(entry.stat(follow_symlinks=False)))
+                                info, path = entry.stat(follow_symlinks=False), prefix + name
+                                meta = _new_meta((info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino))
+                                before = last.get(path)
+                                found_files[path] = before if before == meta else meta
                                 continue
                         except OSError:
                             pass  # visited again below, where the problem is reported
@@ -397,6 +403,10 @@ def _chunks(descriptor: int, limit: int | None = None) -> Iterator[bytes]:
 
 def _meta(info: os.stat_result) -> FileMeta:
     return FileMeta(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+_new_meta = FileMeta._make
+"""A ``FileMeta`` of a tuple of its four values (``FileMeta(...)`` runs one more Python frame)."""
 
 
 def _reason(error: OSError) -> str:

@@ -17,8 +17,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain
-from operator import itemgetter
+from itertools import chain, islice
+from operator import itemgetter, lt
 from typing import Any, NamedTuple
 
 import orjson
@@ -400,14 +400,14 @@ def _decode(head: dict[str, Any], body: _Body) -> Cache:
     others = head["others"]
     if not (type(paths) is list and type(stats) is list and type(others) is list):
         raise Damaged("a cache's paths, stats and other sources must be lists")
-    if not set(map(type, chain(paths, others))) <= {str} or paths != sorted(set(paths)):
+    if not set(map(type, chain(paths, others))) <= {str} or not _ascending(paths) or not _ascending(others):
         raise Damaged("a cache's paths must be distinct text, sorted")
     if len(stats) != 4 * len(paths) or not set(map(type, stats)) <= {int}:
         raise Damaged("a file's stat must be four whole numbers")
-    if others != sorted(set(others)) or not set(others) <= set(paths):
-        raise Damaged("the other sources must be rows, sorted")
     at = iter(stats)
     rows = RowTable(paths, list(zip(at, at, at, at, strict=True)), others, lines)
+    if not all(map(rows.__contains__, others)):
+        raise Damaged("the other sources must be rows")
     last = head["last"]
     if last is None and any(columns):
         raise Damaged("edges without a last result")
@@ -423,6 +423,11 @@ def _decode(head: dict[str, Any], body: _Body) -> Cache:
         last=None if last is None else _last(last, _edge_table(*columns)),
         memory=_memory_of(rows),
     )
+
+
+def _ascending(values: list[str]) -> bool:
+    """Whether ``values`` are sorted and distinct."""
+    return all(map(lt, values, islice(values, 1, None)))
 
 
 def _checked_rests(rests: Any, paths: list[str], others: set[str]) -> list[list[Any]]:
