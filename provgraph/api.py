@@ -274,14 +274,14 @@ class Memory:
     def _saved(self, unsaved: _Unsaved) -> Report:
         self._unsaved = None
         saved = self._store.save(unsaved.derivations, unsaved.cache)
-        self._known = _Known(saved, incremental.newest(saved.memory), unsaved.report)
+        self._known = _Known(saved, unsaved.report)
         return unsaved.report
 
     def _known_of(self, cache: Cache) -> _Known:
         """What this ``Memory`` worked out of ``cache`` before, while the store gives the same one."""
         known = self._known
         if known is None or known.cache is not cache:
-            known = self._known = _Known(cache, incremental.newest(cache.memory))
+            known = self._known = _Known(cache)
         return known
 
     def _patched(self, known: _Known, listing: dict[str, FileMeta], started_ns: int, now: datetime) -> Report | None:
@@ -289,7 +289,7 @@ class Memory:
         when the change is not one a patch handles: the full scan answers."""
         cache = known.cache
         racy_mark = cache.scan_started_ns - RACY_WINDOW_NS
-        changed = incremental.changed_files(cache, listing, racy_mark)
+        changed = incremental.changed_files(cache, listing, racy_mark, known.newest)
         indexes = sorted(self._index_paths().intersection(listing))
         if (
             changed is None
@@ -323,7 +323,7 @@ class Memory:
         except (TypeError, ValueError, KeyError, IndexError, Damaged):
             return None  # a row that does not fit the last result: the full scan answers
         saved = self._store.save(None, patched, found.lock)
-        self._known = _Known(saved, incremental.newest(listing), found.report)
+        self._known = _Known(saved, found.report)
         return _with_hints(found.report, listing)
 
     def _entries_patched(
@@ -432,7 +432,7 @@ class Memory:
         report = _with_hints(report, listing)
         saved = self._store.save(derivations, scanned) if save else scanned
         self._unsaved = None if save else _Unsaved(scanned, derivations, report)
-        self._known = _Known(saved, incremental.newest(saved.memory), report)
+        self._known = _Known(saved, report)
         return report
 
     def index(self, *, now: datetime | None = None) -> str:
@@ -480,9 +480,17 @@ class _Known:
     """What a ``Memory`` keeps of the cache it last read or wrote, and what it made of it."""
 
     cache: Cache
-    newest: int
     last_report: Report | None = None
     last_index: incremental.Index | None = None
+    newest_row: int | None = None
+
+    @property
+    def newest(self) -> int:
+        """``incremental.newest`` of the cache's memory files, worked out when first asked for
+        (a process that saves a cache and ends never asks)."""
+        if self.newest_row is None:
+            self.newest_row = incremental.newest(self.cache.memory)
+        return self.newest_row
 
     def report(self, root: str) -> Report:
         if self.last_report is None:

@@ -83,13 +83,19 @@ def _as_before(now: Watched | None, before: Watched, racy_mark: int) -> bool:
     return now == before and (now.meta is None or max(now.meta.mtime_ns, now.meta.ctime_ns) < racy_mark)
 
 
-def changed_files(cache: Cache, listing: Mapping[str, FileMeta], racy_mark: int) -> set[str] | None:
+def changed_files(
+    cache: Cache, listing: Mapping[str, FileMeta], racy_mark: int, newest_row: int | None = None
+) -> set[str] | None:
     """The memory files whose stat is not the one their row holds, or that are racy; None
-    when the memory files are not the ones the cache lists (added, removed, renamed)."""
+    when the memory files are not the ones the cache lists (added, removed, renamed).
+    ``newest_row``, ``newest(cache.memory)`` when the caller has it, spares the search
+    for racy rows when none can be."""
     memory = cache.memory
     if listing.keys() != memory.keys():
         return None
     moved = {path for path, meta in listing.items() if memory[path] != meta}
+    if newest_row is not None and newest_row < racy_mark:
+        return moved
     return moved | {path for path, meta in memory.items() if max(meta[1], meta[2]) >= racy_mark}
 
 
