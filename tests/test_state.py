@@ -11,11 +11,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 import orjson
 import pytest
-from cachefile import document, is_whole, with_row
+from cachefile import document, is_whole, with_row, written
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -588,3 +589,32 @@ def test_a_state_file_is_read_whole_however_short_its_reads_and_however_it_grows
             os.close(descriptor)
     assert calls[0] == len(data) + 1  # the size the open file had, and one byte to see its end
     assert found == (data if most >= len(data) else data + added)
+
+
+def test_a_damaged_row_a_patch_reads_is_kept_aside_and_the_answer_is_the_full_scans(memory, clock, logged) -> None:
+    """The rest of a row is checked when a refresh first reads it: a row a patch reads that
+    is not as written (its checksum made to match) sets the cache aside, once, and the
+    refresh answers as one without a cache."""
+    memory.write("facts.md", "v1\n", mtime=clock.now - timedelta(days=1))
+    memory.write("profile.md", derived_from="facts.md", mtime=clock.now - timedelta(days=1))
+    memory.write("other.md", "o1\n", mtime=clock.now - timedelta(days=1))
+    api = memory.open()
+    api.refresh(now=clock.now)
+    cache = api.state_path / "cache.json"
+    damaged = document(cache.read_bytes())
+    damaged["rows"]["profile.md"][5] = [1]
+    cache.write_bytes(written(damaged))
+    memory.write("facts.md", "v2\n", mtime=clock.now)
+    logged.take()
+
+    report = memory.open().refresh(now=clock.advance(days=1))
+
+    (aside,) = aside_files(api)
+    assert len(logged.take()) == 1
+    cache.unlink()
+    without = memory.open().refresh(now=clock.now)
+    assert (
+        report.stale == without.stale
+        and report.edges == without.edges
+        and [e.path for e in report.stale] == ["profile.md"]
+    )

@@ -161,17 +161,6 @@ class RowTable(Mapping[str, list[Any]]):
         """Sorted paths, their stats, the paths whose row holds no declaration, the lines of the rest."""
         self._decoded: dict[int, list[list[Any]]] = {}
 
-    @classmethod
-    def of(cls, rows: Mapping[str, list[Any]]) -> RowTable:
-        paths = sorted(rows)
-        table = cls(paths, [_STAT(rows[path]) for path in paths], [], [])
-        table.others = [path for path in paths if rows[path][5] is None]
-        for number, at in enumerate(range(0, len(paths), ROWS_AT_ONCE)):
-            rests = [rows[path][4:] for path in paths[at : at + ROWS_AT_ONCE]]
-            table._decoded[number] = rests
-            table.lines.append(orjson.dumps(rests, option=orjson.OPT_APPEND_NEWLINE))
-        return table
-
     def _at(self, path: str) -> int:
         at = bisect_left(self.paths, path)
         if at == len(self.paths) or self.paths[at] != path:
@@ -225,7 +214,10 @@ class RowTable(Mapping[str, list[Any]]):
             if number not in lines:
                 lines[number] = list(self._line(number))
             table.stats[at], lines[number][at % ROWS_AT_ONCE] = _STAT(row), row[4:]
-            others.discard(path) if row[5] is not None else others.add(path)
+            if row[5] is None:
+                others.add(path)
+            else:
+                others.discard(path)
         for number, rests in lines.items():
             table._decoded[number] = rests
             table.lines[number] = orjson.dumps(rests, option=orjson.OPT_APPEND_NEWLINE)
@@ -263,8 +255,13 @@ def encode(cache: Cache, version: str) -> Iterator[bytes]:
     """The lines written by provgraph ``version``: the head, the rows' paths, their stats,
     the rest of the rows (``ROWS_AT_ONCE`` a line), the last result's edges (one column a
     line), and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
-    lock, last = cache.lock, cache.last
-    rows = cache.rows if type(cache.rows) is RowTable else RowTable.of(cache.rows)
+    lock, last, rows = cache.lock, cache.last, cache.rows
+    if type(rows) is RowTable:
+        paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), iter(rows.lines)
+    else:  # a scan's rows, encoded a line at a time as they are written
+        paths = sorted(rows)
+        others = [path for path in paths if rows[path][5] is None]
+        stats, lines = chain.from_iterable(_STAT(rows[path]) for path in paths), _row_lines(rows, paths)
     head = {
         "format": FORMAT,
         "provgraph": version,
@@ -277,16 +274,21 @@ def encode(cache: Cache, version: str) -> Iterator[bytes]:
         "refused": {path: kind.value for path, kind in sorted(cache.refused.items())},
         "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
         "last": None if last is None else _encoded_last(last),
-        "others": rows.others,
+        "others": others,
     }
     edges = () if last is None else last.edges
-    values = [head, rows.paths, list(chain.from_iterable(rows.stats))]
-    columns = [list(column(edges, name)) for name in EDGE_COLUMNS]
+    columns = (list(column(edges, name)) for name in EDGE_COLUMNS)
     check = 0
-    for data in chain(map(_line, values), rows.lines, map(_line, columns)):
+    for data in chain(map(_line, (head, paths, list(stats))), lines, map(_line, columns)):
         check = crc32(data, check)
         yield data
     yield b"%d\n" % check
+
+
+def _row_lines(rows: Mapping[str, list[Any]], paths: list[str]) -> Iterator[bytes]:
+    """The rows past their stats, ``ROWS_AT_ONCE`` a line, in the order of ``paths``."""
+    for at in range(0, len(paths), ROWS_AT_ONCE):
+        yield _line([rows[path][4:] for path in paths[at : at + ROWS_AT_ONCE]])
 
 
 def _line(value: Any) -> bytes:
