@@ -16,18 +16,30 @@ from typing import Any
 import orjson
 
 from provgraph.model import EDGE_COLUMNS
-from provgraph.store.cache import ROWS_AT_ONCE
+from provgraph.store import cache
 
 
 def document(data: bytes) -> dict[str, Any]:
     """The head of the cache in ``data``, with its rows and edges (the checksum left out)."""
-    head, paths, stats, *lines, _check = (orjson.loads(line) for line in data.splitlines())
-    rests = [rest for line in lines[: len(lines) - len(EDGE_COLUMNS)] for rest in line]
-    head.pop("others")
+    head, *lines, _check = (orjson.loads(line) for line in data.splitlines())
+    count, edge_count, others = head.pop("row_count"), head.pop("edge_count"), head.pop("others")
+    paths, stats = _joined(lines, count), _joined(lines, count)
+    rests = [rest for line in lines[: -(-count // cache.ROWS_AT_ONCE)] for rest in line]
+    del lines[: -(-count // cache.ROWS_AT_ONCE)]
+    columns = [_joined(lines, edge_count) for _ in EDGE_COLUMNS]
+    assert not lines and others == [path for at, path in enumerate(paths) if rests[at][1] is None]
     head["rows"] = {path: [*stats[4 * at : 4 * at + 4], *rests[at]] for at, path in enumerate(paths)}
     if head.get("last") is not None:
-        head["last"]["edges"] = [list(edge) for edge in zip(*lines[-len(EDGE_COLUMNS) :], strict=True)]
+        head["last"]["edges"] = [list(edge) for edge in zip(*columns, strict=True)]
     return head
+
+
+def _joined(lines: list[Any], count: int) -> list[Any]:
+    """The values of the lines that hold ``count`` files' paths, stats or edges, taken off ``lines``."""
+    taken = -(-count // cache.VALUES_AT_ONCE)
+    joined = [value for line in lines[:taken] for value in line]
+    del lines[:taken]
+    return joined
 
 
 def written(document: Any, check: bytes | None = None) -> bytes:
@@ -46,15 +58,34 @@ def written(document: Any, check: bytes | None = None) -> bytes:
     values = [rows[path] for path in paths] if isinstance(rows, dict) else []
     whole = [row if isinstance(row, list) else [row] for row in values]
     head["others"] = [path for path, row in zip(paths, whole, strict=False) if len(row) > 5 and row[5] is None]
+    head["row_count"] = len(paths) if isinstance(paths, list) else 0
+    head["edge_count"] = len(edges) if isinstance(edges, list) else 0
     stats = [value for row in whole for value in row[:4]]
-    batches = [[row[4:] for row in whole[at : at + ROWS_AT_ONCE]] for at in range(0, len(whole), ROWS_AT_ONCE)]
+    batches = [
+        [row[4:] for row in whole[at : at + cache.ROWS_AT_ONCE]] for at in range(0, len(whole), cache.ROWS_AT_ONCE)
+    ]
     columns = (
         [[_field(edge, at) for edge in edges] for at in range(len(EDGE_COLUMNS))]
         if isinstance(edges, list)
         else [edges] * len(EDGE_COLUMNS)
     )
-    data = b"".join(orjson.dumps(line) + b"\n" for line in (head, paths, stats, *batches, *columns))
+    lines = [
+        head,
+        *_split(paths, 1),
+        *_split(stats, 4),
+        *batches,
+        *(line for values in columns for line in _split(values, 1)),
+    ]
+    data = b"".join(orjson.dumps(line) + b"\n" for line in lines)
     return data + (check or b"%d\n" % crc32(data))
+
+
+def _split(values: Any, width: int) -> list[Any]:
+    """``values`` in lines of ``VALUES_AT_ONCE`` files' values, as provgraph writes them."""
+    if not isinstance(values, list):
+        return [values]
+    size = cache.VALUES_AT_ONCE * width
+    return [values[at : at + size] for at in range(0, len(values), size)]
 
 
 def _field(edge: Any, at: int) -> Any:

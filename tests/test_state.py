@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from provgraph import Memory, StateError
 from provgraph.model import HashRule
 from provgraph.stamps import Derivation
+from provgraph.store import cache as cache_module
 from provgraph.store.cache import Cache
 from provgraph.store.lock import decode_lock
 from provgraph.store.state import StateStore
@@ -618,3 +619,23 @@ def test_a_damaged_row_a_patch_reads_is_kept_aside_and_the_answer_is_the_full_sc
         and report.edges == without.edges
         and [e.path for e in report.stale] == ["profile.md"]
     )
+
+
+def test_a_cache_whose_rows_and_edges_span_many_lines_answers_as_the_full_scan(memory, clock, monkeypatch) -> None:
+    """Paths, stats, rows and edges are written a few at a time to a line: read back, patched
+    and written again, they give the answer of a scan without a cache."""
+    monkeypatch.setattr(cache_module, "VALUES_AT_ONCE", 2)
+    monkeypatch.setattr(cache_module, "ROWS_AT_ONCE", 3)
+    old = clock.now - timedelta(days=1)
+    for index in range(7):
+        memory.write(f"s{index}.md", f"v{index}\n", mtime=old)
+        memory.write(f"d{index}.md", derived_from=f"s{index}.md, s{(index + 1) % 7}.md", mtime=old)
+    memory.open().refresh(now=clock.now)
+    for index in (2, 5):
+        memory.write(f"s{index}.md", "changed\n", mtime=clock.now)
+        report = memory.open().refresh(now=clock.advance(days=1))
+        cache = cached(memory.open())
+        assert dict(cache.rows) == document((memory.root / ".provgraph" / "cache.json").read_bytes())["rows"]
+        (memory.root / ".provgraph" / "cache.json").unlink()
+        assert memory.open().refresh(now=clock.now) == report
+    assert [entry.path for entry in report.stale] == ["d1.md", "d2.md", "d4.md", "d5.md"]

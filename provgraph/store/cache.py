@@ -2,7 +2,7 @@
 folder reads instead of the files.  JSON lines, written whole and replaced atomically: a
 head keyed by the package's version, ``SCHEMA``, the root and the reading settings, then
 the rows' paths and stats, the rest of the rows a hundred or so to a line, the last
-result's edges a column to a line, then the checksum.  A cache
+result's edges a column at a time, then the checksum.  A cache
 with another key is rebuilt, never read; one that does not decode into valid values raises
 ``Damaged`` and is never trusted either.  Lines are written and read one at a time, and
 the rest of a row is decoded only when asked for (``RowTable``).
@@ -253,8 +253,8 @@ def checked(rows: Mapping[str, list[Any]]) -> None:
 
 def encode(cache: Cache, version: str) -> Iterator[bytes]:
     """The lines written by provgraph ``version``: the head, the rows' paths, their stats,
-    the rest of the rows (``ROWS_AT_ONCE`` a line), the last result's edges (one column a
-    line), and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
+    the rest of the rows (``ROWS_AT_ONCE`` a line), the last result's edges a column at a
+    time, and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
     lock, last, rows = cache.lock, cache.last, cache.rows
     if type(rows) is RowTable:
         paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), iter(rows.lines)
@@ -275,14 +275,28 @@ def encode(cache: Cache, version: str) -> Iterator[bytes]:
         "watched": [[item.path, item.kind, None if item.meta is None else [*item.meta]] for item in cache.watched],
         "last": None if last is None else _encoded_last(last),
         "others": others,
+        "row_count": len(paths),
+        "edge_count": 0 if last is None else len(last.edges),
     }
     edges = () if last is None else last.edges
-    columns = (list(column(edges, name)) for name in EDGE_COLUMNS)
+    columns = (_pieces(list(column(edges, name)), 1) for name in EDGE_COLUMNS)
     check = 0
-    for data in chain(map(_line, (head, paths, list(stats))), lines, map(_line, columns)):
+    for data in chain([_line(head)], _pieces(paths, 1), _pieces(list(stats), 4), lines, *columns):
         check = crc32(data, check)
         yield data
     yield b"%d\n" % check
+
+
+VALUES_AT_ONCE = 4096
+"""Paths, stats or edges a line of the cache holds: orjson sets aside many times the size of
+what it encodes while it encodes, which for one line of every path would be a large part of
+a process's peak memory."""
+
+
+def _pieces(values: list[Any], width: int) -> Iterator[bytes]:
+    """``values`` as lines of ``VALUES_AT_ONCE`` files' values (``width`` values each)."""
+    size = VALUES_AT_ONCE * width
+    return (_line(values[at : at + size]) for at in range(0, len(values), size))
 
 
 def _row_lines(rows: Mapping[str, list[Any]], paths: list[str]) -> Iterator[bytes]:
@@ -380,6 +394,16 @@ class _Body:
     def value(self) -> Any:
         return _loaded(self.raw())
 
+    def values(self, count: int) -> list[Any]:
+        """The lists of the lines that hold ``count`` files' values, joined."""
+        joined: list[Any] = []
+        for _ in range(-(-count // VALUES_AT_ONCE)):
+            value = self.value()
+            if type(value) is not list:
+                raise Damaged("a line of paths, stats or edges must be a list")
+            joined += value
+        return joined
+
     def end(self) -> None:
         line = next(self._lines, b"")
         if line != b"%d\n" % self._check or next(self._lines, None) is not None:
@@ -395,13 +419,14 @@ def _loaded(line: bytes) -> Any:
 
 def _decode(head: dict[str, Any], body: _Body) -> Cache:
     """The cache after its head: every line is read and checksummed before any value is trusted."""
-    paths, stats = body.value(), body.value()
-    lines = [body.raw() for _ in range(-(-len(paths) // ROWS_AT_ONCE))]
-    columns = [body.value() for _ in EDGE_COLUMNS]
+    count, edges = _whole(head["row_count"]), _whole(head["edge_count"])
+    paths, stats = body.values(count), body.values(count)
+    lines = [body.raw() for _ in range(-(-count // ROWS_AT_ONCE))]
+    columns = [body.values(edges) for _ in EDGE_COLUMNS]
     body.end()
     others = head["others"]
-    if not (type(paths) is list and type(stats) is list and type(others) is list):
-        raise Damaged("a cache's paths, stats and other sources must be lists")
+    if type(others) is not list or len(paths) != count or any(len(values) != edges for values in columns):
+        raise Damaged("a cache's counts must be those of its paths and edges")
     if not set(map(type, chain(paths, others))) <= {str} or not _ascending(paths) or not _ascending(others):
         raise Damaged("a cache's paths must be distinct text, sorted")
     if len(stats) != 4 * len(paths) or not set(map(type, stats)) <= {int}:
