@@ -41,7 +41,7 @@ from .model import (
 from .render import lineage_hints, safe_name
 from .scan import FieldsRead, Rescan, check_indexes, fields_of, read_indexes, scan
 from .stamps import Derivation, reconcile_as_table
-from .store.cache import Cache, Damaged, Rows, Watched
+from .store.cache import Cache, Damaged, Watched, file_rows
 from .store.folder import LockBusy
 from .store.state import LOCK_NAME, STATE_DIR, OptionsDiffer, StateError, StateStore
 
@@ -303,7 +303,7 @@ class Memory:
         lock = incremental.LockLines.of(data, cache.lock is not None and cache.lock.canonical)
         if lock is None or (data is None and self._asked):  # a first lock records the options: the full scan writes it
             return None
-        rows = Rows(cache.rows)
+        rows = file_rows(cache.rows)
         rescan = Rescan(
             self.files,
             rows,
@@ -374,7 +374,7 @@ class Memory:
         remembered = {path: tuple(derivation.stamps) for path, derivation in derivations.items()}
         if cache is not None and not self._store.rows_checked(cache):
             cache = None  # set aside: every file is read again
-        previous, racy_ns = ({}, 0) if cache is None else (Rows(cache.rows), cache.scan_started_ns)
+        previous, racy_ns = ({}, 0) if cache is None else (file_rows(cache.rows), cache.scan_started_ns)
         walked = (listing, list(walk_problems))
         snapshot = scan(
             self.files,
@@ -419,16 +419,12 @@ class Memory:
             problems=snapshot.problems + index_found,
             hints=() if edges else lineage_hints(snapshot.lineage_like),
         )
+        seen, refused = snapshot.seen, snapshot.refused
+        del snapshot, children  # what only the scan needed goes before the cache is built
         scanned = incremental.scanned_cache(
-            os.fsdecode(self._store.root),
-            self._settings,
-            started_ns,
-            walk_problems,
-            snapshot.seen,
-            snapshot.refused,
-            report,
+            os.fsdecode(self._store.root), self._settings, started_ns, walk_problems, seen, refused, report
         )
-        del snapshot  # what only the scan needed goes before the cache is encoded
+        del seen
         report = _with_hints(report, listing)
         saved = self._store.save(derivations, scanned) if save else scanned
         self._unsaved = None if save else _Unsaved(scanned, derivations, report)

@@ -38,7 +38,7 @@ from .model import (
     column,
 )
 from .stamps import Derivation, reconcile
-from .store.cache import Cache, FileRow, Last, Watched, encode_row, hashes_of, others_of, replaced_rows
+from .store.cache import Cache, FileRow, Last, ScannedRows, Watched, encode_row, hashes_of, others_of, replaced_rows
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
@@ -124,12 +124,11 @@ def scanned_cache(
     report: Report,
 ) -> Cache:
     """The cache of a full scan that started at ``started_ns`` and learned ``rows``."""
-    ordered = sorted(rows.items())
-    encoded = {path: encode_row(row) for path, row in ordered}
-    memory = {path: row.meta for path, row in ordered if row.declaration is not None}  # the listing's own stats
+    scanned = ScannedRows(rows)
+    memory = {path: rows[path].meta for path in scanned.paths if rows[path].declaration is not None}  # the listing's
     others = {path: row.meta for path, row in rows.items() if path not in memory}
     watched, last = _last(report, memory, refused, others)
-    return Cache(root, settings, started_ns, walk_problems, None, encoded, dict(refused), watched, last, memory)
+    return Cache(root, settings, started_ns, walk_problems, None, scanned, dict(refused), watched, last, memory)
 
 
 def _last(

@@ -37,8 +37,30 @@ from ..model import (
     column,
 )
 
-__all__ = ["CACHE_NAME", "SCHEMA", "Cache", "Damaged", "FileRow", "Last", "LockRecord", "RowTable", "Rows", "Watched"]
-__all__ += ["checked", "checked_date", "decode", "encode", "encode_row", "hashes_of", "others_of", "replaced_rows"]
+__all__ = [
+    "CACHE_NAME",
+    "SCHEMA",
+    "Cache",
+    "Damaged",
+    "FileRow",
+    "Last",
+    "LockRecord",
+    "RowTable",
+    "Rows",
+    "ScannedRows",
+    "Watched",
+]
+__all__ += [
+    "checked",
+    "checked_date",
+    "decode",
+    "encode",
+    "encode_row",
+    "file_rows",
+    "hashes_of",
+    "others_of",
+    "replaced_rows",
+]
 
 CACHE_NAME = "cache.json"
 FORMAT = "provgraph-cache"
@@ -225,14 +247,59 @@ class RowTable(Mapping[str, list[Any]]):
         return table
 
 
+class ScannedRows(Mapping[str, list[Any]]):
+    """A scan's rows as the cache holds them, each encoded (``encode_row``) when asked for or
+    written: a large folder's rows are not held twice, as read and as encoded, while the
+    cache is written.  Patched, they become a ``RowTable``."""
+
+    __slots__ = ("found", "paths")
+
+    def __init__(self, found: Mapping[str, FileRow]) -> None:
+        self.found, self.paths = found, sorted(found)
+
+    def __getitem__(self, path: str) -> list[Any]:
+        return encode_row(self.found[path])
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def others(self) -> list[str]:
+        return [path for path in self.paths if self.found[path].declaration is None]
+
+    def lines(self) -> Iterator[bytes]:
+        """The rows past their stats, ``ROWS_AT_ONCE`` a line."""
+        paths = self.paths
+        for at in range(0, len(paths), ROWS_AT_ONCE):
+            yield _line([encode_row(self.found[path])[4:] for path in paths[at : at + ROWS_AT_ONCE]])
+
+    def table(self) -> RowTable:
+        return RowTable(self.paths, [self.found[path].meta for path in self.paths], self.others, [*self.lines()])
+
+
+def file_rows(rows: Mapping[str, list[Any]]) -> Mapping[str, FileRow]:
+    """``rows`` as a scan reads them (``Rows``)."""
+    return rows.found if type(rows) is ScannedRows else Rows(rows)
+
+
 def others_of(rows: Mapping[str, list[Any]]) -> list[str]:
     """The paths among ``rows`` whose row holds no declaration: sources other than memory files."""
-    return rows.others if type(rows) is RowTable else [path for path, row in rows.items() if row[5] is None]
+    if type(rows) is RowTable or type(rows) is ScannedRows:
+        return rows.others
+    return [path for path, row in rows.items() if row[5] is None]
 
 
 def replaced_rows(rows: Mapping[str, list[Any]], changes: Mapping[str, list[Any] | None]) -> Mapping[str, list[Any]]:
     """``rows`` with ``changes`` written over (None: the row dropped), each line of a
     ``RowTable`` no change reaches kept as it is."""
+    if type(rows) is ScannedRows:
+        rows = rows.table()
     table = rows.replaced(changes) if type(rows) is RowTable else None
     if table is not None:
         return table
@@ -258,7 +325,15 @@ def encode(cache: Cache, version: str) -> Iterator[bytes]:
     lock, last, rows = cache.lock, cache.last, cache.rows
     if type(rows) is RowTable:
         paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), iter(rows.lines)
-    else:  # a scan's rows, encoded a line at a time as they are written
+    elif type(rows) is ScannedRows:
+        found = rows.found
+        paths, others, stats, lines = (
+            rows.paths,
+            rows.others,
+            chain.from_iterable(found[p].meta for p in rows.paths),
+            rows.lines(),
+        )
+    else:
         paths = sorted(rows)
         others = [path for path in paths if rows[path][5] is None]
         stats, lines = chain.from_iterable(_STAT(rows[path]) for path in paths), _row_lines(rows, paths)

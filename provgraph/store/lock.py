@@ -34,6 +34,7 @@ __all__ = [
     "decode_options",
     "decode_stamps",
     "encode_lock",
+    "encode_pieces",
     "encode_rows",
     "lock_row",
     "is_sync_copy",
@@ -124,8 +125,14 @@ def lock_row(derived: str, source: str, stamp: Stamp, derived_at: str | None) ->
 
 
 def encode_rows(rows: Iterable[LockRow], options: Mapping[str, str] | None = None) -> bytes:
-    """``encode_lock`` of the records these rows hold, without a record built for each: rows
-    are encoded a batch at a time into one buffer each, and sorted only when out of order."""
+    """``encode_lock`` of the records these rows hold, without a record built for each."""
+    return b"".join(encode_pieces(rows, options))
+
+
+def encode_pieces(rows: Iterable[LockRow], options: Mapping[str, str] | None = None) -> list[bytes]:
+    """``encode_rows`` in pieces, written one after the other: a large lock is not held twice,
+    in pieces and joined.  Rows are encoded a batch at a time into one buffer each, and
+    sorted only when out of order."""
     remaining = iter(rows)
     batches: list[bytes] = []
     last, in_order = b"", True
@@ -138,7 +145,8 @@ def encode_rows(rows: Iterable[LockRow], options: Mapping[str, str] | None = Non
     if not in_order:
         batches = sorted(b"\n".join(batches).split(b"\n"))
     recorded = [_OPTIONS + orjson.dumps(options, option=orjson.OPT_SORT_KEYS)] if options else []
-    return b"\n".join([_HEADER_LINE, *recorded, *batches, b""])
+    head = [line + b"\n" for line in (_HEADER_LINE, *recorded)]
+    return head + [piece for batch in batches for piece in (batch, b"\n")]
 
 
 def records_start(data: bytes) -> int:

@@ -43,7 +43,7 @@ from .lock import (
     decode_lock,
     decode_options,
     decode_stamps,
-    encode_rows,
+    encode_pieces,
     is_sync_copy,
     lock_row,
     merge_reads,
@@ -379,10 +379,9 @@ class StateStore:
         canonical = cache.lock is not None and cache.lock.canonical
         if derivations is not None:
             canonical = tx.as_locked is None or derivations != tx.as_locked or not self.options_recorded()
-            whole = lock_bytes(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
-            lock = None if whole is None else [whole]
+            lock = lock_pieces(derivations, tx.lock_bytes is not None, tx.options) if canonical else None
         if lock is not None:
-            if lock != [tx.lock_bytes]:
+            if not _same(lock, tx.lock_bytes):
                 self._write(folders, folders.lock, LOCK_NAME, lock, "write the lock file")
             canonical = True
         written = lock if lock is not None else None if tx.lock_bytes is None else [tx.lock_bytes]
@@ -475,6 +474,14 @@ def lock_bytes(
     derivations: Mapping[str, Derivation], exists: bool, options: Mapping[str, str] | None = None
 ) -> bytes | None:
     """The lock for these stamps, recording ``options``; None when there is none and nothing to put in it."""
+    pieces = lock_pieces(derivations, exists, options)
+    return None if pieces is None else b"".join(pieces)
+
+
+def lock_pieces(
+    derivations: Mapping[str, Derivation], exists: bool, options: Mapping[str, str] | None = None
+) -> list[bytes] | None:
+    """``lock_bytes`` in the pieces it is written in."""
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
     rows = (
@@ -482,7 +489,19 @@ def lock_bytes(
         for derived, derivation in derivations.items()
         for source, stamp in derivation.stamps.items()
     )
-    return encode_rows(rows, options)
+    return encode_pieces(rows, options)
+
+
+def _same(pieces: Sequence[Bytes], data: bytes | None) -> bool:
+    """Whether ``pieces`` written one after the other are ``data``, without joining them."""
+    if data is None or sum(map(len, pieces)) != len(data):
+        return False
+    view, at = memoryview(data), 0
+    for piece in pieces:
+        if view[at : at + len(piece)] != piece:
+            return False
+        at += len(piece)
+    return True
 
 
 def _derivations(table: Mapping[str, tuple[str | None, dict[str, Stamp]]]) -> dict[str, Derivation]:
