@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from .index import INDEX_NAME
 from .lineage import Children, from_origin, node_statuses
-from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry
+from .model import Edge, EdgeStatus, Explanation, FileLineage, NodeStatus, Relative, Report, StaleEntry, column
 from .render import (
     LINEAGE_MAX_CHARS,
     MORE_RESERVE,
@@ -338,7 +338,8 @@ def _suggestion(report: Report, edit: EditContext, when: str) -> list[str]:
     """
     if not edit.whole or edit.path == INDEX_NAME or not edit.path.endswith(".md"):
         return []
-    declared = sorted({edge.source for edge in report.edges if edge.derived == edit.path})
+    pairs = zip(column(report.edges, "source"), column(report.edges, "derived"), strict=True)  # no edge made
+    declared = sorted({source for source, derived in pairs if derived == edit.path})
     below = {relative.path for relative in derived_from(report, edit.path, transitive=True)}
     read = sorted(edit.reads - {edit.path, INDEX_NAME} - below)
     if not read or set(read) & set(declared):
