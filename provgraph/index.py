@@ -231,7 +231,10 @@ def orphans(
     """The Markdown files beside an index (in its folder, not below) that no index lists
     and no ``unindexed`` pattern matches."""
     folders = {index.rpartition("/")[0] for index in indexes}
-    beside = [path for path in files if path.rpartition("/")[0] in folders]  # few of a large folder's files
+    if folders == {""}:  # the root's files, told without splitting every path of a large folder
+        beside = [path for path in files if "/" not in path]
+    else:
+        beside = [path for path in files if path.rpartition("/")[0] in folders]
     return [
         path
         for path in beside
