@@ -67,6 +67,8 @@ FORMAT = "provgraph-cache"
 SCHEMA = 4
 """The layout of the document; with the package's version, part of the cache's key."""
 
+Line = bytes | memoryview
+"""A line of the cache as read (a view of the file's bytes) or encoded."""
 Resolution = tuple[tuple[str, ...], tuple[Problem, ...]]
 """What ``resolve_entries`` made of a declaration: its sources, and the refused entries."""
 
@@ -177,7 +179,7 @@ class RowTable(Mapping[str, list[Any]]):
     __slots__ = ("_decoded", "lines", "others", "paths", "stats")
 
     def __init__(
-        self, paths: list[str], stats: list[tuple[int, int, int, int]], others: list[str], lines: list[bytes]
+        self, paths: list[str], stats: list[tuple[int, int, int, int]], others: list[str], lines: list[Line]
     ) -> None:
         self.paths, self.stats, self.others, self.lines = paths, stats, others, lines
         """Sorted paths, their stats, the paths whose row holds no declaration, the lines of the rest."""
@@ -318,7 +320,7 @@ def checked(rows: Mapping[str, list[Any]]) -> None:
         rows.check()
 
 
-def encode(cache: Cache, version: str) -> Iterator[bytes]:
+def encode(cache: Cache, version: str) -> Iterator[Line]:
     """The lines written by provgraph ``version``: the head, the rows' paths, their stats,
     the rest of the rows (``ROWS_AT_ONCE`` a line), the last result's edges a column at a
     time, and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
@@ -418,7 +420,17 @@ def _encode_declaration(declaration: Declaration | None) -> list[object] | None:
     return [list(entries), derived_at, [[kind.value, detail] for kind, detail in problems]]
 
 
-def decode(lines: Iterable[bytes], version: str, root: str, settings: str) -> Cache | None:
+def lines_of(data: bytes) -> Iterator[memoryview]:
+    """The lines of ``data``, each with its newline, as views of it: a cache file is read in
+    one call and its lines are not copied (reading it a line at a time costs many calls)."""
+    view, at = memoryview(data), 0
+    while at < len(data):
+        end = data.find(b"\n", at) + 1 or len(data)
+        yield view[at:end]
+        at = end
+
+
+def decode(lines: Iterable[Line], version: str, root: str, settings: str) -> Cache | None:
     """The cache in ``lines`` (an open file reads one at a time); None when it is keyed for
     another provgraph ``version``, schema, root or settings; ``Damaged`` when it is not a
     valid cache at all.  The rest of each row is checked when first asked for (``RowTable``)."""
@@ -456,12 +468,12 @@ def _collector_paused() -> Iterator[None]:
 class _Body:
     """The lines after the head, each taken into the checksum; ``end`` checks the checksum line."""
 
-    def __init__(self, lines: Iterator[bytes], check: int) -> None:
+    def __init__(self, lines: Iterator[Line], check: int) -> None:
         self._lines, self._check = lines, check
 
-    def raw(self) -> bytes:
+    def raw(self) -> Line:
         line = next(self._lines, b"")
-        if not line.endswith(b"\n"):
+        if line[-1:] != b"\n":
             raise Damaged("its checksum does not match its bytes")  # cut short
         self._check = crc32(line, self._check)
         return line
@@ -485,7 +497,7 @@ class _Body:
             raise Damaged("its checksum does not match its bytes")
 
 
-def _loaded(line: bytes) -> Any:
+def _loaded(line: Line) -> Any:
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError as error:

@@ -23,7 +23,7 @@ from ..files import RACY_WINDOW_NS
 from ..model import VERSION, FileMeta, Stamp, as_text
 from ..paths import normalized
 from ..stamps import Derivation
-from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked, checked_date, decode, encode
+from .cache import CACHE_NAME, Cache, Damaged, LockRecord, checked, checked_date, decode, encode, lines_of
 from .folder import (
     Folders,
     hold,
@@ -251,7 +251,8 @@ class StateStore:
             if opened is None:
                 return None
             with opened:
-                return decode(opened, VERSION, as_text(os.fsdecode(self.root)), self.settings)
+                data = opened.read()
+            return decode(lines_of(data), VERSION, as_text(os.fsdecode(self.root)), self.settings)
         except OSError as error:
             raise StateError(path, _cannot("read", path, error)) from error
 
