@@ -96,7 +96,7 @@ def changed_files(
     moved = {path for path, meta in listing.items() if memory[path] != meta}
     if newest_row is not None and newest_row < racy_mark:
         return moved
-    return moved | {path for path, meta in memory.items() if max(meta[1], meta[2]) >= racy_mark}
+    return moved | {path for path, meta in memory.items() if meta[1] >= racy_mark or meta[2] >= racy_mark}
 
 
 def watched_sources(
