@@ -536,7 +536,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="provgraph", description="Tell which memory files were derived from files that changed afterwards."
     )
     parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     for flag, settings in _COMMON:
         common.add_argument(flag, **settings)
     commands = parser.add_subparsers(metavar="COMMAND", required=True)

@@ -12,7 +12,6 @@ import functools
 import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from functools import cached_property
 from urllib.parse import unquote
 
@@ -253,15 +252,15 @@ def _closing(line: str, start: int) -> int:
     return len(line)
 
 
-@dataclass(frozen=True, eq=False)
 class Lookup:
     """What resolving an entry needs beyond the entry: ``files``, the memory files that exist
     (root-relative), which wiki links and typo hints search; ``roots``, the absolute paths
     the folder is known by (its own, a sandbox's).  Equal only to itself: comparing two
     would compare every file name."""
 
-    files: Collection[str] = frozenset()
-    roots: tuple[str, ...] = ()
+    def __init__(self, files: Collection[str] = frozenset(), roots: tuple[str, ...] = ()) -> None:
+        self.files = files
+        self.roots = roots
 
     @cached_property
     def stems(self) -> tuple[str, ...]:
