@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
@@ -472,14 +472,15 @@ class _Unsaved(NamedTuple):
     report: Report
 
 
-@dataclass(slots=True, eq=False)
 class _Known:
     """What a ``Memory`` keeps of the cache it last read or wrote, and what it made of it."""
 
-    cache: Cache
-    newest: int
-    last_report: Report | None = None
-    last_index: incremental.Index | None = None
+    __slots__ = ("cache", "newest", "last_report", "last_index")
+
+    def __init__(self, cache: Cache, newest: int, last_report: Report | None = None) -> None:
+        self.cache, self.newest = cache, newest
+        self.last_report = last_report
+        self.last_index: incremental.Index | None = None
 
     def report(self, root: str) -> Report:
         if self.last_report is None:
