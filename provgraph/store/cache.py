@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import gc
 import math
-from binascii import crc32
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, islice
 from operator import itemgetter
 from typing import Any, NamedTuple
+from zlib import crc32
 
 import orjson
 
