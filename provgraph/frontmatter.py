@@ -88,6 +88,7 @@ def _common_item() -> re.Pattern[str]:
 
 @functools.cache
 def _any_link() -> re.Pattern[str]:
+    """``_ANY_LINK``, searched for in every value that holds a bracket."""
     return re.compile(_ANY_LINK)
 
 
@@ -415,11 +416,11 @@ def _plain_lines_before(text: str) -> bool:
     end = 0 if text.startswith(_KEY) else text.find("\n" + _KEY)
     if end < 0:
         return False
-    lines = text[:end].splitlines()
-    top_line, spanning = re.compile(_TOP_LINE), re.compile(_SPANNING)
-    if any(line[:1] != " " and not top_line.fullmatch(line) for line in lines):
+    above = text[:end]
+    top_line = re.compile(_TOP_LINE)
+    if any(line[:1] != " " and not top_line.fullmatch(line) for line in above.splitlines()):
         return False
-    return _OPENING.isdisjoint(text[:end]) or not any(spanning.search(line) for line in lines)
+    return _OPENING.isdisjoint(above) or not any(map(re.compile(_SPANNING).search, above.splitlines()))
 
 
 def _common_declaration(text: str) -> Declaration | None:

@@ -358,6 +358,7 @@ def _record(line: str) -> Record | None:
 
 @functools.cache
 def _sha256() -> re.Pattern[str]:
+    """A sha256 as the lock writes it: 64 lowercase hexadecimal digits."""
     return re.compile(r"^[0-9a-f]{64}$")
 
 
