@@ -86,12 +86,6 @@ def _common_item() -> re.Pattern[str]:
     return re.compile(rf"( *)- +({_COMMON_ENTRY})")
 
 
-@functools.cache
-def _any_link() -> re.Pattern[str]:
-    """``_ANY_LINK``, searched for in every value that holds a bracket."""
-    return re.compile(_ANY_LINK)
-
-
 class Declaration(NamedTuple):
     """What one file's frontmatter declares, before resolution: ``entries`` as written (links
     not yet unwrapped) and (kind, detail) ``problems`` about the frontmatter itself."""
@@ -574,9 +568,8 @@ def value_entries(value: str, item: bool = False) -> tuple[str, ...]:
     """The entries one written value (a scalar, or a list ``item``) declares: its wiki and
     Markdown links and the comma-separated parts that are file names, never the prose around
     them; without a link, a scalar's comma-separated parts or the item as written."""
-    any_link = _any_link()
-    if "[" in value and any_link.search(value) is not None:
-        file_name = re.compile(_FILE_NAME)
+    if "[" in value and re.search(_ANY_LINK, value) is not None:
+        any_link, file_name = re.compile(_ANY_LINK), re.compile(_FILE_NAME)
         return tuple(
             found for part in split_entries(value) for found in any_link.findall(part) or file_name.findall(part)
         )
