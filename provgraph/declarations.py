@@ -12,7 +12,6 @@ import functools
 import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from functools import cached_property
 from urllib.parse import unquote
 
 from .frontmatter import (
@@ -262,22 +261,22 @@ class Lookup:
         self.files = files
         self.roots = roots
 
-    @cached_property
+    @functools.cached_property
     def stems(self) -> tuple[str, ...]:
         """The ``roots`` without their last ``/``, which ``_joined_at_once`` leaves alone."""
         return tuple([root.rstrip("/") for root in self.roots])
 
-    @cached_property
+    @functools.cached_property
     def by_name(self) -> Mapping[str, tuple[str, ...]]:
         """File name -> the memory files of that name, anywhere under the root."""
         return _grouped(self.files, posixpath.basename)
 
-    @cached_property
+    @functools.cached_property
     def by_folded(self) -> Mapping[str, tuple[str, ...]]:
         """Path with case folded -> the memory files whose path folds to it."""
         return _grouped(self.files, str.casefold)
 
-    @cached_property
+    @functools.cached_property
     def by_folded_name(self) -> Mapping[str, tuple[str, ...]]:
         """File name with case folded -> the memory files of that name in any case."""
         return _grouped(self.files, lambda path: posixpath.basename(path).casefold())
