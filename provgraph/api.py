@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
@@ -471,14 +471,15 @@ class _Unsaved(NamedTuple):
     report: Report
 
 
-@dataclass(slots=True, eq=False)
 class _Known:
     """What a ``Memory`` keeps of the cache it last read or wrote, and what it made of it."""
 
-    cache: Cache
-    last_report: Report | None = None
-    last_index: incremental.Index | None = None
-    newest_row: int | None = None
+    __slots__ = ("cache", "last_index", "last_report", "newest_row")
+
+    def __init__(self, cache: Cache, last_report: Report | None = None) -> None:
+        self.cache, self.last_report = cache, last_report
+        self.last_index: incremental.Index | None = None
+        self.newest_row: int | None = None
 
     @property
     def newest(self) -> int:

@@ -536,14 +536,17 @@ def _parser() -> argparse.ArgumentParser:
         prog="provgraph", description="Tell which memory files were derived from files that changed afterwards."
     )
     parser.add_argument("--version", action="version", version=f"provgraph {__version__}")
+    common = _Parser(add_help=False)
+    for flag, settings in _COMMON:
+        common.add_argument(flag, **settings)
     commands = parser.add_subparsers(metavar="COMMAND", required=True)
     for name, run, help, arguments in _COMMANDS:
         if run is _hook:
             hook = commands.add_parser("hook", help="print hook output for an agent framework")
-            sub = hook.add_subparsers(metavar="FRAMEWORK", required=True).add_parser(name, help=help)
+            sub = hook.add_subparsers(metavar="FRAMEWORK", required=True).add_parser(name, help=help, parents=[common])
         else:
-            sub = commands.add_parser(name, help=help, description=help)
+            sub = commands.add_parser(name, help=help, description=help, parents=[common])
         sub.set_defaults(run=run)
-        for flag, settings in _COMMON + arguments:
+        for flag, settings in arguments:
             sub.add_argument(flag, **settings)
     return parser

@@ -8,11 +8,10 @@ links resolve as Obsidian does, against the files in ``Lookup``.  Nothing here o
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from functools import cached_property
 from urllib.parse import unquote
 
 from .frontmatter import (
@@ -39,29 +38,40 @@ __all__ = [
     "unfit_name",
 ]
 
-_LINK = re.compile(r"\[[^\]]*\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[\"'(].*)?\s*\)")
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(//|[^/\\])")
-_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
-_WIKI = re.compile(r"!?\[\[([^\[\]\n]+)\]\]")
-_INLINE = re.compile(r"[ \t]*(?:[-*+>][ \t]+)?([*~`]{0,2})derived_from\1::(.*)")
+_LINK = r"\[[^\]]*\]\(\s*(<[^>]*>|[^)\s]*)(?:\s+[\"'(].*)?\s*\)"
+_URL = r"^[A-Za-z][A-Za-z0-9+.\-]*:(//|[^/\\])"
+_DRIVE = r"^[A-Za-z]:[\\/]"
+_WIKI = r"!?\[\[([^\[\]\n]+)\]\]"
+_INLINE = r"[ \t]*(?:[-*+>][ \t]+)?([*~`]{0,2})derived_from\1::(.*)"
 """A whole-line field; Dataview lets Markdown emphasis wrap its key (``**derived_from**::``)."""
-_FIELD = re.compile(r"derived_from[*~`]{0,2}::")
-_FIELD_BYTES = re.compile(_FIELD.pattern.encode())
-_BRACKETED = re.compile(r"[\[(]derived_from::")
-_BODY_LINK = re.compile(r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)")
-_FENCE = re.compile(r"[ \t]*(```|~~~)")
-_HEADING = re.compile(r"(#{1,6})[ \t]")
-_CONFLICT_MARKER = re.compile(rb"^(<{7}|\|{7}|={7}|>{7})([ \t]|\r?$)", re.M)
-"""A line git writes around the two sides of a conflict."""
+_FIELD = r"derived_from[*~`]{0,2}::"
+_BRACKETED = r"[\[(]derived_from::"
+_BODY_LINK = r"\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\([^()\n]*\)"
+_FENCES = ("```", "~~~")
+_HEADING = r"(#{1,6})[ \t]"
 _CONFLICTED = Declaration(problems=((ProblemKind.BAD_FRONTMATTER, "unresolved merge conflict"),))
 _SENTENCE_END = (".", "!", "?", ":", ";")
-_EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,8}")
-_PLAIN_LINK = re.compile(r"\[[^\]]*\]\(([A-Za-z0-9_./-]+)\)")
-"""A Markdown link whose target is plain path characters, which ``_link_target`` keeps as written."""
-_RELATIVE_PATH = re.compile(r"[A-Za-z0-9_.-](?:[A-Za-z0-9_. /-]*[A-Za-z0-9_.-])?")
-"""A plain path with no space and no ``/`` at either end: refused only for where it leads."""
-_PLAIN_PATH = re.compile(r"(?!//)[A-Za-z0-9_./-][A-Za-z0-9_. /-]*")
+_EXTENSION = r"\.[A-Za-z0-9]{1,8}"
+_PLAIN_PATH = r"(?!//)[A-Za-z0-9_./-][A-Za-z0-9_. /-]*"
 """An entry that is its own target: no link, scheme, drive, ``~`` or NUL."""
+
+
+@functools.cache
+def _conflict_marker() -> re.Pattern[bytes]:
+    """A line git writes around the two sides of a conflict."""
+    return re.compile(rb"^(<{7}|\|{7}|={7}|>{7})([ \t]|\r?$)", re.M)
+
+
+@functools.cache
+def _relative_path() -> re.Pattern[str]:
+    """A plain path with no space and no ``/`` at either end: refused only for where it leads."""
+    return re.compile(r"[A-Za-z0-9_.-](?:[A-Za-z0-9_. /-]*[A-Za-z0-9_.-])?")
+
+
+@functools.cache
+def _plain_link() -> re.Pattern[str]:
+    """A Markdown link whose target is plain path characters, which ``_link_target`` keeps as written."""
+    return re.compile(r"\[[^\]]*\]\(([A-Za-z0-9_./-]+)\)")
 
 
 def read_declaration(head: bytes, truncated: bool = False, sources_heading: str | None = None) -> Declaration:
@@ -76,7 +86,7 @@ def read_declaration(head: bytes, truncated: bool = False, sources_heading: str 
     if head.startswith(BOM):
         head = head[len(BOM) :]
     declared, body_start = read_frontmatter(head, truncated)
-    if _CONFLICT_MARKER.search(head, 0, body_start) and b"derived_" in head[:body_start]:
+    if _conflict_marker().search(head, 0, body_start) and b"derived_" in head[:body_start]:
         return _CONFLICTED  # two sides of a merge: neither is the whole declaration, so none is read
     entries = declared.entries
     if entries and (max(map(len, entries)) > 63 or " " in (joined := "".join(entries)) or "\x00" in joined):
@@ -139,7 +149,7 @@ def unfit_name(entry: str) -> str | None:
     words = entry.split()
     if len(words) >= 2 and (entry.endswith(_SENTENCE_END) or ": " in entry or "; " in entry):
         return "a sentence, not a file name"
-    if len(words) >= 4 and not _EXTENSION.fullmatch(posixpath.splitext(words[-1])[1]):
+    if len(words) >= 4 and not re.fullmatch(_EXTENSION, posixpath.splitext(words[-1])[1]):
         return "a sentence, not a file name"
     return None
 
@@ -159,22 +169,23 @@ def _from_body(head: bytes, start: int, sources_heading: str | None) -> tuple[tu
     the links under ``sources_heading`` when one is given; and the entries refused as no
     file name, with their lines.  Code blocks declare nothing."""
     wanted = sources_heading.encode() if sources_heading else None
-    fields = head.find(b"derived_from", start) >= 0 and _FIELD_BYTES.search(head, start) is not None
+    fields = head.find(b"derived_from", start) >= 0 and re.compile(_FIELD.encode()).search(head, start) is not None
     if not fields and (wanted is None or head.find(wanted, start) < 0):
         return (), ()  # the common case, settled by a byte search
     entries: list[str] = []
     refused: list[tuple[ProblemKind, str]] = []
     section: int | None = None
     first = head.count(b"\n", 0, start) + 1
+    heading_line, field, body_link = re.compile(_HEADING), re.compile(_FIELD), re.compile(_BODY_LINK)
     for number, line in _prose_lines(head[start:].decode("utf-8", "replace")):
-        heading = _HEADING.match(line)
+        heading = heading_line.match(line)
         if heading is not None:
             section = _section_after(len(heading.group(1)), line, section, sources_heading)
             continue
-        if "derived_from" in line and _FIELD.search(line):
+        if "derived_from" in line and field.search(line):
             found = _inline_entries(line)
         elif section is not None:
-            found = [link for link in _BODY_LINK.findall(line) if not _URL.match(_link_target(link))]
+            found = [link for link in body_link.findall(line) if not re.match(_URL, _link_target(link))]
         else:
             continue
         for entry in found:
@@ -190,7 +201,7 @@ def _prose_lines(body: str) -> Iterator[tuple[int, str]]:
     """The lines of ``body`` outside fenced code blocks, each with its index."""
     fenced = False
     for number, line in enumerate(body.splitlines()):
-        if _FENCE.match(line):
+        if line.lstrip(" \t").startswith(_FENCES):
             fenced = not fenced
         elif not fenced:
             yield number, line
@@ -207,7 +218,7 @@ def _section_after(level: int, line: str, section: int | None, sources_heading: 
 def _inline_entries(line: str) -> list[str]:
     """``derived_from:: a, b`` as a whole line (after an optional list or quote mark),
     or Dataview's ``[derived_from:: a]`` and ``(derived_from:: a)`` anywhere in it."""
-    whole = _INLINE.fullmatch(line)
+    whole = re.fullmatch(_INLINE, line)
     values = [whole.group(2)] if whole is not None else _bracketed_values(line)
     return [entry for value in values for entry in value_entries(value.strip())]
 
@@ -216,7 +227,7 @@ def _bracketed_values(line: str) -> list[str]:
     """The values of ``[derived_from:: ...]`` fields, up to the bracket that closes each.
     Each character is looked at once: a field inside a field is not searched again."""
     values, scanned = [], 0
-    for match in _BRACKETED.finditer(line):
+    for match in re.finditer(_BRACKETED, line):
         if match.start() < scanned:
             continue
         end = _closing(line, match.end())
@@ -240,32 +251,32 @@ def _closing(line: str, start: int) -> int:
     return len(line)
 
 
-@dataclass(frozen=True, eq=False)
 class Lookup:
     """What resolving an entry needs beyond the entry: ``files``, the memory files that exist
     (root-relative), which wiki links and typo hints search; ``roots``, the absolute paths
     the folder is known by (its own, a sandbox's).  Equal only to itself: comparing two
     would compare every file name."""
 
-    files: Collection[str] = frozenset()
-    roots: tuple[str, ...] = ()
+    def __init__(self, files: Collection[str] = frozenset(), roots: tuple[str, ...] = ()) -> None:
+        self.files = files
+        self.roots = roots
 
-    @cached_property
+    @functools.cached_property
     def stems(self) -> tuple[str, ...]:
         """The ``roots`` without their last ``/``, which ``_joined_at_once`` leaves alone."""
         return tuple([root.rstrip("/") for root in self.roots])
 
-    @cached_property
+    @functools.cached_property
     def by_name(self) -> Mapping[str, tuple[str, ...]]:
         """File name -> the memory files of that name, anywhere under the root."""
         return _grouped(self.files, posixpath.basename)
 
-    @cached_property
+    @functools.cached_property
     def by_folded(self) -> Mapping[str, tuple[str, ...]]:
         """Path with case folded -> the memory files whose path folds to it."""
         return _grouped(self.files, str.casefold)
 
-    @cached_property
+    @functools.cached_property
     def by_folded_name(self) -> Mapping[str, tuple[str, ...]]:
         """File name with case folded -> the memory files of that name in any case."""
         return _grouped(self.files, lambda path: posixpath.basename(path).casefold())
@@ -327,7 +338,7 @@ def _joined_at_once(prefix: str, entry: str, stems: tuple[str, ...]) -> str | No
         if entry.startswith(stems):
             return None
         prefix, entry = "", entry[1:]
-    if not _RELATIVE_PATH.fullmatch(entry):
+    if not _relative_path().fullmatch(entry):
         return None
     path = posixpath.normpath(prefix + entry)
     return path if path[0] != "." else None
@@ -336,7 +347,7 @@ def _joined_at_once(prefix: str, entry: str, stems: tuple[str, ...]) -> str | No
 def _link_joined_at_once(prefix: str, entry: str, stems: tuple[str, ...]) -> str | None:
     """``[text](../a.md)`` joined as ``_joined_at_once`` joins its target; None for a link
     with a title, ``<...>``, a ``#heading`` or ``%20``, which ``_resolve`` unwraps."""
-    link = _PLAIN_LINK.fullmatch(entry)
+    link = _plain_link().fullmatch(entry)
     return None if link is None else _joined_at_once(prefix, link.group(1), stems)
 
 
@@ -347,7 +358,7 @@ def follows_listing(entries: tuple[str, ...]) -> bool:
 
 def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
     entry = entry.strip()
-    if _PLAIN_PATH.fullmatch(entry):  # most entries: nothing to unwrap or refuse before joining
+    if re.fullmatch(_PLAIN_PATH, entry):  # most entries: nothing to unwrap or refuse before joining
         return _placed(folder, entry, entry, lookup.roots)
     target = _target(entry, lookup)
     if isinstance(target, tuple):
@@ -356,9 +367,9 @@ def _resolve(folder: str, entry: str, lookup: Lookup) -> str | tuple[ProblemKind
         return ProblemKind.BAD_ENTRY, f"empty entry {entry!r}" if entry.strip() else "empty entry"
     if "\x00" in target:
         return ProblemKind.BAD_ENTRY, f"entry contains a NUL character: {entry!r}"
-    if _DRIVE.match(target) or target.startswith(("~", "\\\\", "//")):
+    if re.match(_DRIVE, target) or target.startswith(("~", "\\\\", "//")):
         return ProblemKind.OUTSIDE_ROOT, entry
-    if _URL.match(target):
+    if re.match(_URL, target):
         return ProblemKind.BAD_ENTRY, f"URL ignored: {entry}"
     return _placed(folder, entry, target, lookup.roots)
 
@@ -382,7 +393,7 @@ def _placed(folder: str, entry: str, target: str, roots: tuple[str, ...]) -> str
 
 def _target(entry: str, lookup: Lookup) -> str | tuple[ProblemKind, str]:
     """What an entry points at, before it is joined to the declaring folder."""
-    wiki = _WIKI.fullmatch(entry) if entry.startswith(("[[", "![[")) else None
+    wiki = re.fullmatch(_WIKI, entry) if entry.startswith(("[[", "![[")) else None
     return _link_target(entry) if wiki is None else _wiki_target(wiki.group(1), lookup)
 
 
@@ -441,7 +452,7 @@ def did_you_mean(missing: str, lookup: Lookup) -> str | None:
 
 def _link_target(entry: str) -> str:
     """``[text](target "title")`` -> ``target``; ``<target>`` -> ``target``; else the entry."""
-    match = _LINK.fullmatch(entry)
+    match = re.fullmatch(_LINK, entry)
     if match:
         target = match.group(1)
         if target.startswith("<") and target.endswith(">"):

@@ -10,6 +10,7 @@ Markdown link) is read line by line, as agent memory middlewares read it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import re
 from collections.abc import Iterable
@@ -34,22 +35,18 @@ _UNCLOSED = "frontmatter block is never closed with a '---' line"
 BOM = b"\xef\xbb\xbf"
 _KEY = "derived_from:"
 _AT_KEY = "derived_at:"
-_PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_ ./,\-]*")
-_NESTING = re.compile(r"[\"'\[\]()<>]")
-_ITEM = re.compile(r"( *)- (.*)")
-_SPLIT_MARKS = re.compile(r"[\"'\[\]()<>,]")
-_WIKI_ONLY = re.compile(r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*")
-_ANY_LINK = re.compile(r"(?:!?\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\((?:[^()\n]|\([^()\n]*\))*\))(?!\.?\w)")
-_FILE_NAME = re.compile(r"\A(?!.*[:;] )\S+(?: \S+){0,2}\.[A-Za-z][A-Za-z0-9]{0,7}\Z")
+_PLAIN = r"[A-Za-z0-9_./][A-Za-z0-9_ ./,\-]*"
+_NESTING = frozenset("\"'[]()<>")
+_ITEM = r"( *)- (.*)"
+_SPLIT_MARKS = r"[\"'\[\]()<>,]"
+_WIKI_ONLY = r"\[\[[^\[\]\n]+\]\](?:\s*,\s*\[\[[^\[\]\n]+\]\])*"
+_ANY_LINK = r"(?:!?\[\[[^\[\]\n]+\]\]|\[[^\[\]\n]*\]\((?:[^()\n]|\([^()\n]*\))*\))(?!\.?\w)"
+_FILE_NAME = r"\A(?!.*[:;] )\S+(?: \S+){0,2}\.[A-Za-z][A-Za-z0-9]{0,7}\Z"
 """A wiki or Markdown link (``![[a|alias]]``, ``[t](a.md "title")``) that ends where a word
 does (``x [y](z).md`` is a name); a name with an extension, in three words at most."""
-_METADATA = re.compile(r"metadata:[ \t]*(#.*)?")
-_FLOW_METADATA = re.compile(r"^metadata:[ \t]*\{", re.M)
-_NEVER_TYPED = re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
-"""A character that no value YAML types implicitly (a number, a date, a boolean,
-null) is written with, or the ``.md`` that none ends with.  A line break is not one:
-YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
-_TOKEN = re.compile(
+_METADATA = r"metadata:[ \t]*(#.*)?"
+_FLOW_METADATA = r"^metadata:[ \t]*\{"
+_TOKEN = (
     r" *(?:(?P<wiki>\[\[(?P<inner>[\w./][\w./+|# -]*)\]\])"
     r"|(?P<link>\[[\w .,+/-]*\]\([\w./+#%-]*\))"
     r"|(?P<quoted>\"(?P<double>[^\"\\]*)\"|'(?P<single>[^']*)')"
@@ -58,18 +55,35 @@ _TOKEN = re.compile(
 """One entry as the common forms write it (a wiki link, a Markdown link, a quoted string,
 a plain name) and the comma after it, if any."""
 _NOT_PLAIN_START = frozenset("-?:,[]{}#&*!|>'\"%@`")
-_TOP_LINE = re.compile(r"(?:#.*|\w[\w .-]*:(?: .*)?)?")
-_SPANNING = re.compile(
+_TOP_LINE = r"(?:#.*|\w[\w .-]*:(?: .*)?)?"
+_SPANNING = (
     r"(?:^|[-?:]) *(?:[&!]\S* +)*"
     r"(?!(?:\"[^\"\\]*\"|'[^']*'|\[[^\[\]{}\"'#]*\]|\{[^\[\]{}\"'#]*\}) *(?:#.*)?$)[\"'\[{|>]"
 )
 """A quoted string, a bracket or a block scalar that may go on over the next lines."""
-_OPENING = re.compile(r"[\"'\[{|>]")
+_OPENING = frozenset("\"'[{|>")
 _LINE_KEY = "\n" + _KEY
 _COMMON_ENTRY = r"(?:[A-Za-z0-9_./][A-Za-z0-9_./ -]*|\[[A-Za-z0-9_ .,+/-]*\]\([A-Za-z0-9_./+#%-]*\))"
-_COMMON_ENTRIES = re.compile(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
-_COMMON_ITEM = re.compile(rf"( *)- +({_COMMON_ENTRY})")
-_FOUND_ENTRY = re.compile(_COMMON_ENTRY)
+
+
+@functools.cache
+def _never_typed() -> re.Pattern[str]:
+    """A character that no value YAML types implicitly (a number, a date, a boolean,
+    null) is written with, or the ``.md`` that none ends with.  A line break is not one:
+    YAML's patterns end in ``$``, which also matches before a last newline (``0\\n`` is 0)."""
+    return re.compile(r"[^0-9A-Za-z_.:+\- \t\r\n~<=!&*]|\.md$")
+
+
+@functools.cache
+def _common_entries() -> re.Pattern[str]:
+    """Entries of the common forms separated by commas (``a.md, [B](b.md)``)."""
+    return re.compile(rf" *{_COMMON_ENTRY}(?: *, *{_COMMON_ENTRY})* *")
+
+
+@functools.cache
+def _common_item() -> re.Pattern[str]:
+    """A ``- a`` line listing one entry of the common forms."""
+    return re.compile(rf"( *)- +({_COMMON_ENTRY})")
 
 
 class Declaration(NamedTuple):
@@ -147,7 +161,7 @@ def _parse(text: str) -> Declaration:
     nested = _metadata_lines(lines) if "metadata:" in text else None
     if nested is not None:
         inner = _parse_lines(nested, "\n".join(nested))
-    elif "metadata:" in text and _FLOW_METADATA.search(text):
+    elif "metadata:" in text and re.search(_FLOW_METADATA, text, re.M):
         inner = _flow_metadata(text)
     else:
         return top
@@ -173,8 +187,9 @@ def _flow_metadata(text: str) -> Declaration:
 
 def _metadata_lines(lines: list[str]) -> list[str] | None:
     """The lines of a top-level ``metadata:`` block, dedented; None without one."""
+    metadata = re.compile(_METADATA)
     for index, line in enumerate(lines):
-        if _METADATA.fullmatch(line.rstrip()):
+        if metadata.fullmatch(line.rstrip()):
             block = list(itertools.takewhile(lambda inner: not inner.strip() or inner[:1] in " \t", lines[index + 1 :]))
             indented = [inner for inner in block if inner.strip()]
             if not indented or not any("derived_" in inner for inner in indented):
@@ -223,7 +238,7 @@ def _line_value(lines: list[str], key: str) -> str | None:
 
 def _entries(key_lines: list[str], text: str) -> tuple[str, ...]:
     value = key_lines[0][len(_KEY) :].strip()
-    if len(key_lines) == 1 and (_is_plain_string(value) or _WIKI_ONLY.fullmatch(value)):
+    if len(key_lines) == 1 and (_is_plain_string(value) or re.fullmatch(_WIKI_ONLY, value)):
         return split_entries(value)
     listed = _plain_list(value, key_lines[1:])
     if listed is not None:
@@ -247,7 +262,7 @@ def _plain_list(value: str, continued: list[str]) -> tuple[str, ...] | None:
             return None
         items = [item.strip() for item in value[1:-1].split(",")]
     else:
-        listed = _listed(_ITEM, continued)
+        listed = _listed(re.compile(_ITEM), continued)
         if listed is None:
             return None
         items = [item.strip() for item in listed]
@@ -265,13 +280,13 @@ def _listed(item: re.Pattern[str], lines: list[str]) -> list[str] | None:
 
 def _is_plain_string(value: str) -> bool:
     """True when YAML would read ``value`` as this very string (no quoting, no types)."""
-    return _PLAIN.fullmatch(value) is not None and _reads_as_text(value)
+    return re.fullmatch(_PLAIN, value) is not None and _reads_as_text(value)
 
 
 def _reads_as_text(plain: str) -> bool:
     """True when YAML types the plain scalar ``plain`` as a string, not a number, date,
-    boolean or null; ``_NEVER_TYPED`` settles almost every name without YAML's resolver."""
-    if _NEVER_TYPED.search(plain):
+    boolean or null; ``_never_typed`` settles almost every name without YAML's resolver."""
+    if _never_typed().search(plain):
         return True
     from yaml.nodes import ScalarNode  # YAML is heavy: loaded only for a name it may type
     from yaml.resolver import Resolver
@@ -340,10 +355,11 @@ def _block_reading(continued: list[str]) -> object:
     """What YAML reads the ``- a`` lines under ``derived_from:`` as, or ``_YAML_FAILS``."""
     if not any(line.strip() for line in continued):
         return None
-    items = _listed(_ITEM, continued)
+    items = _listed(re.compile(_ITEM), continued)
     if items is None:
         raise _Unsure
-    tokens = [_TOKEN.fullmatch(item) for item in items]
+    token = re.compile(_TOKEN)
+    tokens = [token.fullmatch(item) for item in items]
     if any(token is None or token["end"] for token in tokens):
         raise _Unsure
     return _list_reading([token for token in tokens if token])
@@ -377,8 +393,8 @@ def _yaml_item(token: re.Match[str]) -> object:
 def _tokens(text: str) -> list[re.Match[str]] | None:
     """``text`` as comma-separated entries of the common forms, or None."""
     tokens: list[re.Match[str]] = []
-    position = 0
-    while (token := _TOKEN.match(text, position)) is not None:
+    position, entry = 0, re.compile(_TOKEN)
+    while (token := entry.match(text, position)) is not None:
         tokens.append(token)
         if not token["end"]:
             return tokens
@@ -394,10 +410,11 @@ def _plain_lines_before(text: str) -> bool:
     end = 0 if text.startswith(_KEY) else text.find("\n" + _KEY)
     if end < 0:
         return False
-    lines = text[:end].splitlines()
-    if any(line[:1] != " " and not _TOP_LINE.fullmatch(line) for line in lines):
+    above = text[:end]
+    top_line = re.compile(_TOP_LINE)
+    if any(line[:1] != " " and not top_line.fullmatch(line) for line in above.splitlines()):
         return False
-    return not (_OPENING.search(text, 0, end) and any(_SPANNING.search(line) for line in lines))
+    return _OPENING.isdisjoint(above) or not any(map(re.compile(_SPANNING).search, above.splitlines()))
 
 
 def _common_declaration(text: str) -> Declaration | None:
@@ -443,13 +460,13 @@ def _common_value(value: str, text: str) -> tuple[str, ...] | None:
     """``derived_from: a, b`` or ``derived_from: [a, b]``, entries of the common forms."""
     inline = value.startswith("[") and value.endswith("]")
     listed = value[1:-1] if inline else value
-    if not _COMMON_ENTRIES.fullmatch(listed):
+    if not _common_entries().fullmatch(listed):
         return None
     if "[" not in listed:  # plain names only, separated by commas: YAML reads them as they are
         entries = tuple([name.strip() for name in listed.split(",")])
         shown = entries if inline else (value,)
-        return entries if all(map(_NEVER_TYPED.search, shown)) else None
-    entries = tuple([found.strip() for found in _FOUND_ENTRY.findall(listed)]) if inline else value_entries(value)
+        return entries if all(map(_never_typed().search, shown)) else None
+    entries = tuple([found.strip() for found in re.findall(_COMMON_ENTRY, listed)]) if inline else value_entries(value)
     if (inline or value.startswith("[")) and not _plain_lines_before(text):
         return None  # a value YAML refuses: the lines above decide how it is read
     return entries
@@ -457,12 +474,12 @@ def _common_value(value: str, text: str) -> tuple[str, ...] | None:
 
 def _common_block(items: list[str], text: str) -> tuple[str, ...] | None:
     """``- a`` lines at one indentation, entries of the common forms."""
-    listed = _listed(_COMMON_ITEM, [item.rstrip() for item in items])
+    listed = _listed(_common_item(), [item.rstrip() for item in items])
     if listed is None:
         return None
     entries = tuple(entry.strip() for entry in listed)
     if all(entry[:1] != "[" for entry in entries):
-        return entries if all(_NEVER_TYPED.search(name) for name in entries) else None
+        return entries if all(map(_never_typed().search, entries)) else None
     return entries if _plain_lines_before(text) else None
 
 
@@ -530,7 +547,7 @@ def _type_name(value: object) -> str:
 def _entries_from_lines(key_lines: list[str]) -> tuple[str, ...]:
     """Read the value without YAML: scalar, inline list or block list."""
     value = _strip_comment(key_lines[0][len(_KEY) :]).strip()
-    if _WIKI_ONLY.fullmatch(value):
+    if re.fullmatch(_WIKI_ONLY, value):
         return split_entries(value)
     if _flow_list(value):
         return tuple(entry for item in split_entries(value[1:-1]) for entry in value_entries(item, item=True))
@@ -551,9 +568,11 @@ def value_entries(value: str, item: bool = False) -> tuple[str, ...]:
     """The entries one written value (a scalar, or a list ``item``) declares: its wiki and
     Markdown links and the comma-separated parts that are file names, never the prose around
     them; without a link, a scalar's comma-separated parts or the item as written."""
-    if "[" in value and _ANY_LINK.search(value) is not None:
-        parts = split_entries(value)
-        return tuple(found for part in parts for found in _ANY_LINK.findall(part) or _FILE_NAME.findall(part))
+    if "[" in value and re.search(_ANY_LINK, value) is not None:
+        any_link, file_name = re.compile(_ANY_LINK), re.compile(_FILE_NAME)
+        return tuple(
+            found for part in split_entries(value) for found in any_link.findall(part) or file_name.findall(part)
+        )
     return (value,) if item else split_entries(value)
 
 
@@ -561,10 +580,10 @@ def split_entries(value: str) -> tuple[str, ...]:
     """Split on commas that are not inside brackets, parentheses or quotes."""
     if not value.strip():
         return ()
-    if not _NESTING.search(value):  # the common case: nothing to keep together
+    if _NESTING.isdisjoint(value):  # the common case: nothing to keep together
         return tuple(_unquote(part.strip()) for part in value.split(","))
     parts, start, depth, quote, started, looked = [], 0, 0, "", False, 0
-    for match in _SPLIT_MARKS.finditer(value):  # only these characters change anything
+    for match in re.finditer(_SPLIT_MARKS, value):  # only these characters change anything
         index, char = match.start(), match.group()
         if quote:
             quote = "" if char == quote else quote

@@ -11,6 +11,7 @@ file as it was when its entries were last stamped.  Pure: bytes and stamps in, v
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import posixpath
 import re
@@ -42,13 +43,7 @@ INDEX_NAME = "MEMORY.md"
 INDEX_HEADING = "## The memory index is out of step with the files"
 """The prompt block's heading when nothing is stale but an index has a problem."""
 
-_ENTRY = re.compile(
-    r"(?P<bullet>[ \t]*[-*][ \t]+)(?P<link>\[(?P<title>(?:[^\]\\\n]|\\.)*)\]\([^)]*\)|\[\[[^\[\]]+\]\])"
-    r"(?:(?P<separator>[ \t]+(?:—|--|-|:)[ \t]+|[ \t]*:[ \t]+)(?P<hook>.*?))?[ \t]*\r?"
-)
-"""``- [Title](file.md) — hook``: ``-`` or ``*``, a Markdown or wiki link, then ``—``, ``--``,
-``-`` or ``:`` and the hook, or nothing."""
-_FIELD = re.compile(r"(name|description|type)[ \t]*:[ \t]*(.*?)[ \t]*\r?")
+_FIELD = r"(name|description|type)[ \t]*:[ \t]*(.*?)[ \t]*\r?"
 _DEFAULT_SEPARATOR = " — "
 
 
@@ -74,10 +69,11 @@ def read_fields(head: bytes) -> Fields:
     if lines[0].rstrip() != "---":
         return NO_FIELDS
     found: dict[str, str] = {}
+    field = re.compile(_FIELD)
     for line in lines[1:]:
         if line.rstrip() in ("---", "..."):
             break
-        match = _FIELD.fullmatch(line)
+        match = field.fullmatch(line)
         if match is not None and match[1] not in found:
             found[match[1]] = _unquoted(match[2])
     return Fields(found.get("name"), found.get("description"), found.get("type"))
@@ -120,8 +116,18 @@ def entries_of(index: str, text: str, lookup: Lookup) -> tuple[Entry, ...]:
     return tuple(entries)
 
 
+@functools.cache
+def _entry_line() -> re.Pattern[str]:
+    """``- [Title](file.md) — hook``: ``-`` or ``*``, a Markdown or wiki link, then ``—``, ``--``,
+    ``-`` or ``:`` and the hook, or nothing."""
+    return re.compile(
+        r"(?P<bullet>[ \t]*[-*][ \t]+)(?P<link>\[(?P<title>(?:[^\]\\\n]|\\.)*)\]\([^)]*\)|\[\[[^\[\]]+\]\])"
+        r"(?:(?P<separator>[ \t]+(?:—|--|-|:)[ \t]+|[ \t]*:[ \t]+)(?P<hook>.*?))?[ \t]*\r?"
+    )
+
+
 def _entry(index: str, number: int, line: str, lookup: Lookup) -> Entry:
-    match = _ENTRY.fullmatch(line)
+    match = _entry_line().fullmatch(line)
     if match is None:
         return Entry(number, line, None)
     sources, refused = resolve_entries(index, (match["link"],), lookup)
@@ -265,7 +271,7 @@ def index_text(
             written.add(entry.target)
             lines.append(_line(entry, fields.get(entry.target, NO_FIELDS)) if entry.target in outdated else entry.text)
     for path in added:
-        link = _LINK_UNSAFE.sub(_percent, posixpath.relpath(path, folder) if folder else path)
+        link = re.sub(_LINK_UNSAFE, _percent, posixpath.relpath(path, folder) if folder else path)
         title = _escaped(posixpath.splitext(posixpath.basename(path))[0])
         new = Entry(0, f"{model.bullet}[{title}]({link})", path, model.bullet, model.separator)
         lines.append(_line(new, fields.get(path, NO_FIELDS)))
@@ -289,7 +295,7 @@ def problem_line(problem: Problem, shown: Callable[[str], str]) -> str:
 
 def _line(entry: Entry, fields: Fields) -> str:
     """``entry`` with its title set to the name and its hook to the description, where given."""
-    match = _ENTRY.fullmatch(entry.text)
+    match = _entry_line().fullmatch(entry.text)
     if match is None:
         return entry.text
     link, title, hook = match["link"], match["title"], match["hook"]
@@ -299,7 +305,7 @@ def _line(entry: Entry, fields: Fields) -> str:
     return f"{entry.bullet}{link}" + (f"{entry.separator}{' '.join(hook.split())}" if hook else "")
 
 
-_LINK_UNSAFE = re.compile(r"[\s()<>%\x00-\x1f\x7f]")
+_LINK_UNSAFE = r"[\s()<>%\x00-\x1f\x7f]"
 """What cannot stand in a link's target as it is: written as ``%XX``, which reading unquotes."""
 
 

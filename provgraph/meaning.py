@@ -60,7 +60,7 @@ def _frontmatter_end(settled: bytes) -> int:
     return max(0, settled.find(_CLOSING, 3, FRONTMATTER_LIMIT))
 
 
-_INNER_SPACE = re.compile(rb"[ \t\r]+\n")
+_INNER_SPACE = rb"[ \t\r]+\n"
 _SPACE = b" \t\r\n"
 _CLOSING = b"\n---\n"
 
@@ -84,7 +84,7 @@ class Meaning:
         kept = len(data.rstrip(_SPACE))
         self._waiting = data[kept:]
         if kept:
-            self._text(_INNER_SPACE.sub(b"\n", data[:kept]))
+            self._text(re.sub(_INNER_SPACE, b"\n", data[:kept]))
 
     def hexdigest(self, bytes_hash: str) -> str | None:
         """The meaning's sha256, or None when it is ``bytes_hash``, that of the bytes fed."""

@@ -186,13 +186,13 @@ def page(
     return "\n".join([head, *shown, where, tail])
 
 
-_ESCAPE = re.compile(r"\\(?:\\|u([0-9a-fA-F]{4}))")
+_ESCAPE = r"\\(?:\\|u([0-9a-fA-F]{4}))"
 
 
 def unescaped(shown: str) -> str:
     """A name as ``safe_name`` showed it, back to the name itself: ``\\\\`` and ``\\uXXXX`` are undone,
     so that an agent may pass a name back as an answer showed it."""
-    return _ESCAPE.sub(lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
+    return re.sub(_ESCAPE, lambda match: chr(int(match[1], 16)) if match[1] else "\\", shown)
 
 
 def one_line(error: Exception) -> str:

@@ -408,7 +408,7 @@ def read_one(
     return digest, declaration, None, None
 
 
-_LINEAGE_LIKE = re.compile(
+_LINEAGE_LIKE = (
     rb"[ \t]*(?:(sources|source_files|derives_from|derived-from)[ \t]*:(?!:)"
     rb"|.*?\b(sources|derives_from|derived-from)::|(#{1,6}[ \t]+Sources)[ \t]*\r?$)"
 )
@@ -418,12 +418,12 @@ _LINEAGE_LIKE = re.compile(
 def _count_lineage_like(head: bytes, forms: dict[str, int], heading: str | None) -> None:
     """Count each form of lineage in other words that ``head`` writes, on the lines that
     hold ``ource`` or ``erive``."""
-    found = set()
+    found, lineage_like = set(), re.compile(_LINEAGE_LIKE)
     for word in (b"ource", b"erive"):
         at = head.find(word)
         while at >= 0:
             end = head.find(b"\n", at) % (len(head) + 1)
-            line = _LINEAGE_LIKE.match(head, head.rfind(b"\n", 0, at) + 1, end)
+            line = lineage_like.match(head, head.rfind(b"\n", 0, at) + 1, end)
             if line is not None:
                 key, field, title = line.groups()
                 found.add(f"{key.decode()}:" if key else f"{field.decode()}::" if field else title.decode())

@@ -293,8 +293,8 @@ def test_a_plain_path_entry_resolves_as_every_other_entry_does(
     entries = (entry, "/srv/Memory/" + entry, "/srv/Memory" + entry, "/" + entry, "../" + entry, "a/../" + entry)
     quick = resolve_entries(declaring, entries, lookup)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(declarations, "_PLAIN_PATH", re.compile(r"(?!)"))
-        patch.setattr(declarations, "_RELATIVE_PATH", re.compile(r"(?!)"))
+        patch.setattr(declarations, "_PLAIN_PATH", r"(?!)")
+        patch.setattr(declarations, "_relative_path", lambda: re.compile(r"(?!)"))
         general = resolve_entries(declaring, entries, lookup)
     assert quick == general
 
@@ -316,7 +316,7 @@ def test_a_link_to_a_plain_path_resolves_as_every_other_link_does(
     entries = tuple(f"[{text}]({written})" for written in targets)
     quick = resolve_entries(declaring, entries, lookup)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(declarations, "_PLAIN_LINK", re.compile(r"(?!)"))
+        patch.setattr(declarations, "_plain_link", lambda: re.compile(r"(?!)"))
         general = resolve_entries(declaring, entries, lookup)
     assert quick == general
 

@@ -333,7 +333,7 @@ def _yaml_unusable() -> Iterator[None]:
         raise AssertionError("YAML was used")
 
     def resolver_free(plain: str) -> bool:
-        if reader._NEVER_TYPED.search(plain):
+        if reader._never_typed().search(plain):
             return True
         raise AssertionError(f"YAML's resolver was used for {plain!r}")
 

@@ -163,3 +163,33 @@ def test_each_framework_is_imported_by_its_own_integration_alone() -> None:
 def test_the_command_line_starts_without_importing_the_mcp_sdk() -> None:
     done, modules = importing("-c", "import provgraph, provgraph.cli")
     assert done.returncode == 0 and not {"mcp", "mcp_types"} & modules
+
+
+def loading_compiles(source: str) -> list[str]:
+    """The ``re.compile`` calls a module makes as it loads: outside every function body."""
+    found: list[str] = []
+    pending: list[ast.AST] = [ast.parse(source)]
+    while pending:
+        for child in ast.iter_child_nodes(pending.pop()):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                continue
+            if isinstance(child, ast.Call) and ast.unparse(child.func) == "re.compile":
+                found.append(ast.unparse(child))
+            pending.append(child)
+    return found
+
+
+def test_no_module_compiles_a_regular_expression_as_it_loads() -> None:
+    """Every command and hook event imports nearly every module, and a check of an unchanged
+    folder parses no file: a pattern is compiled where it is first needed."""
+    compiling = {
+        path.relative_to(PACKAGE).as_posix(): found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (found := loading_compiles(path.read_text(encoding="utf-8")))
+    }
+    assert compiling == {}
+
+
+def test_the_compile_check_sees_a_pattern_compiled_at_load_but_not_one_in_a_function() -> None:
+    source = 'import re\nA = re.compile("a")\nclass B:\n    C = re.compile("c")\ndef d():\n    return re.compile("d")\n'
+    assert sorted(loading_compiles(source)) == ["re.compile('a')", "re.compile('c')"]

@@ -579,7 +579,7 @@ _EDIT_ADVICE = Advice(
     print_index=f"call `{INDEX_TOOL}`",
 )
 
-_HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n", re.DOTALL)
+_HINT_HEADER = r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P<path>.+?):\n\n"
 """The line that opens each file (separated by ``---``) in ``AgenticMemoryMiddleware``'s hint:
 ``Memory (saved 3 days ago): /abs/Memory/profile.md:``; a path ends at a colon and a blank line."""
 
@@ -587,7 +587,7 @@ _HINT_HEADER = re.compile(r"(?:\A|\n\n---\n\n)Memory(?: \(saved [^)\n]*\))?: (?P
 def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]) -> list[str]:
     """One note per stale file shown in a retrieval hint, in the order shown."""
     notes: list[str] = []
-    for match in _HINT_HEADER.finditer(hint):
+    for match in re.finditer(_HINT_HEADER, hint, re.DOTALL):
         path = relative(match["path"])
         entry = None if path is None else report.entry(path)
         if entry is not None:
@@ -597,7 +597,7 @@ def _hint_notes(hint: str, report: Report, relative: Callable[[str], str | None]
 
 def _hint_paths(hint: str, relative: Callable[[str], str | None]) -> set[str]:
     """The memory files a retrieval hint shows: the model has read them."""
-    found = (relative(match["path"]) for match in _HINT_HEADER.finditer(hint))
+    found = (relative(match["path"]) for match in re.finditer(_HINT_HEADER, hint, re.DOTALL))
     return {path for path in found if path is not None}
 
 

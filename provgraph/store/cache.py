@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import math
-from binascii import crc32
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from itertools import chain, islice
 from operator import itemgetter, lt
 from typing import Any, NamedTuple
+from zlib import crc32
 
 import orjson
 

@@ -18,7 +18,6 @@ import os
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import BinaryIO
 
 from ..errors import ProvgraphError
@@ -39,16 +38,18 @@ class LockBusy(ProvgraphError):
         self.waited = waited
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Folders:
     """Open descriptors: ``state`` holds the cache, the lock's temporaries and what is set
     aside (-1 when it does not exist yet); ``lock`` holds ``provgraph.lock`` (the memory
     root, or the state folder itself).  Equal only to itself: descriptors are not values."""
 
-    state: int
-    lock: int
-    state_path: str | os.PathLike[str]
-    lock_path: str | os.PathLike[str]
+    __slots__ = ("state", "lock", "state_path", "lock_path")
+
+    def __init__(
+        self, state: int, lock: int, state_path: str | os.PathLike[str], lock_path: str | os.PathLike[str]
+    ) -> None:
+        self.state, self.lock = state, lock
+        self.state_path, self.lock_path = state_path, lock_path
 
     def path_of(self, folder: int, name: str) -> str:
         """The path of ``name`` in ``folder`` (``lock`` or ``state``), for messages."""

@@ -12,6 +12,7 @@ then the earliest originating date.  Pure.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -53,8 +54,7 @@ _HEADER_PREFIX = "# provgraph lock "
 OPTIONS_PREFIX = "# options: "
 """Starts the line after the header that records the reading options, a JSON object."""
 _BOM = b"\xef\xbb\xbf"
-_CONFLICT_MARKER = re.compile(r"^(<{7}|={7}|>{7}|\|{7})( |$)")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CONFLICT_MARKER = r"^(<{7}|={7}|>{7}|\|{7})( |$)"
 LOCK_NAME = "provgraph.lock"
 
 
@@ -63,10 +63,10 @@ def is_sync_copy(name: str) -> bool:
     ``conflict`` in it (Syncthing, Dropbox, Seafile) or ``provgraph-DESKTOP-1234.lock`` (OneDrive)."""
     if name == LOCK_NAME or not (name.startswith("provgraph") and name.endswith(".lock")):
         return False
-    return "conflict" in name.lower() or _MACHINE_COPY.fullmatch(name) is not None
+    return "conflict" in name.lower() or re.fullmatch(_MACHINE_COPY, name) is not None
 
 
-_MACHINE_COPY = re.compile(r"provgraph-[A-Z0-9][A-Z0-9-]{0,14}\.lock")
+_MACHINE_COPY = r"provgraph-[A-Z0-9][A-Z0-9-]{0,14}\.lock"
 """OneDrive's copy: the lock's name, a hyphen and a Windows machine name (up to 15 characters)."""
 
 
@@ -210,11 +210,12 @@ def _decode_lines(text: str) -> LockRead:
     lines that are not records counted as damaged."""
     records: dict[tuple[str, str], Record] = {}
     merged = damaged = headers = 0
+    conflict_marker = re.compile(_CONFLICT_MARKER)
     for line in text.split("\n"):  # not splitlines: U+2028 or U+0085 may sit in a file name
         if line.startswith(_HEADER_PREFIX):
             _check_version(line)
             headers += 1
-        elif _CONFLICT_MARKER.match(line):
+        elif conflict_marker.match(line):
             merged += 1
         elif line.startswith(OPTIONS_PREFIX):
             continue
@@ -363,6 +364,12 @@ def _record(line: str) -> Record | None:
         return None
 
 
+@functools.cache
+def _sha256() -> re.Pattern[str]:
+    """A sha256 as the lock writes it: 64 lowercase hexadecimal digits."""
+    return re.compile(r"^[0-9a-f]{64}$")
+
+
 def _from_row(row: Any) -> Record | None:
     """One decoded line as a record, or None when it is not one."""
     try:
@@ -374,7 +381,7 @@ def _from_row(row: Any) -> Record | None:
         _is_path(derived)
         and _is_path(source)
         and (derived_at is None or type(derived_at) is str)
-        and (sha256 is None or (type(sha256) is str and _SHA256.match(sha256)))
+        and (sha256 is None or (type(sha256) is str and _sha256().match(sha256)))
         and _is_date(stamped_at)
         and (since is None or _is_date(since))
     ):

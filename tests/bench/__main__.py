@@ -23,11 +23,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from .figures import REFRESH_CHANGED, REFRESH_UNCHANGED, Timed, middleware_figures, process_figures, refresh_figures
+from .figures import (
+    REFRESH_CHANGED,
+    REFRESH_UNCHANGED,
+    Timed,
+    middleware_figures,
+    process_figures,
+    refresh_figures,
+    start_figures,
+)
 from .generate import Workload, generate
 from .install import Interpreter, in_place, installed
 from .measure import AGE_SECONDS, let_files_age
-from .report import GOALS, RSS_FILES, Peak, markdown_table, rows, text_table
+from .report import GOALS, RSS_FILES, Peak, markdown_table, rows, start_markdown, start_rows, start_text, text_table
 
 SIZES = (1_000, 10_000)
 MIDDLEWARE_SIZES = (200, 2_000)
@@ -84,7 +92,7 @@ def _bench(options: argparse.Namespace, base: Path) -> None:
     print(f"provgraph timed: {interpreter.description}")
     middleware_sizes = [size(files) for files in MIDDLEWARE_SIZES]
     timed = middleware_figures(base, middleware_sizes, interpreter, rounds=4 * runs, age=age)
-    peak = None
+    peak, starts = None, []
     for files in sorted(set(options.files)):
         workload = generate(base / f"memory-{files}", size(files), options.seed)
         print(f"{len(workload.files):,} files, {len(workload.sources):,} derived, longest chain {workload.depth}")
@@ -92,13 +100,18 @@ def _bench(options: argparse.Namespace, base: Path) -> None:
             peak = _peak(_on_folder(workload, files, base, interpreter, 1, age))
         else:
             timed += _on_folder(workload, files, base, interpreter, runs, age)
+            starts += start_figures(workload, interpreter, runs)
     table = rows(timed, peak)
     print("\n" + text_table(table))
+    if starts:
+        print("\n" + start_text(start_rows(starts)))
     machine = _machine(load)
     print(f"\nmachine: {machine}")
     if options.markdown:
         how = "the checkout in place" if options.in_place else "a non-editable install, bytecode compiled"
         print("\n" + markdown_table(table, f"Measured on {machine}, provgraph from {how}: `{options.command}`."))
+        if starts:
+            print("\n" + start_markdown(start_rows(starts)))
     print(f"\nbenchmark time: {time.perf_counter() - started:.0f} s")
 
 

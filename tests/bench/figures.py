@@ -35,6 +35,11 @@ HOOK_WRITE = "Claude Code hook per PostToolUse event: Write of a derived file"
 STATUS_UNCHANGED = "provgraph status --json, nothing changed"
 STATUS_CHANGED = "provgraph status --json, one file changed"
 STATUS_COLD = "provgraph status --json, cold"
+PYTHON_START = "Python's start: `python -c pass`"
+STACK_IMPORT = "importing the standard modules and orjson the package is built on, not the package"
+PACKAGE_IMPORT = "importing the command line: `import provgraph.cli`"
+STACK = "dataclasses, enum, typing, re, pathlib, argparse, hashlib, orjson"
+"""What provgraph's command imports besides itself (networkx and PyYAML are imported when used)."""
 SESSION = "provgraph-bench"
 
 
@@ -94,6 +99,18 @@ def process_figures(workload: Workload, interpreter: Interpreter, runs: int, wan
     measure(HOOK_WRITE, stat_floor, write)
     _check(timed)
     return timed
+
+
+def start_figures(workload: Workload, interpreter: Interpreter, runs: int) -> list[Timed]:
+    """What a process pays before any work, beside the stat-walk process on the same folder: the
+    part of a whole-process figure that no change to provgraph's work can take away."""
+    env, files = interpreter.env, len(workload.files)
+    stat_floor = partial(run, [interpreter.python, "-c", STAT_WALK_CODE, str(workload.root)], env)
+    starts = {PYTHON_START: "pass", STACK_IMPORT: f"import {STACK}", PACKAGE_IMPORT: "import provgraph.cli"}
+    return [
+        Timed(figure, files, *alternate(runs, stat_floor, partial(run, [interpreter.python, "-c", code], env)))
+        for figure, code in starts.items()
+    ]
 
 
 def _cold(workload: Workload, status: Callable[[], Sample]) -> Sample:

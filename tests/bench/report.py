@@ -14,8 +14,11 @@ from .figures import (
     HOOK_READ,
     HOOK_WRITE,
     MIDDLEWARE,
+    PACKAGE_IMPORT,
+    PYTHON_START,
     REFRESH_CHANGED,
     REFRESH_UNCHANGED,
+    STACK_IMPORT,
     STATUS_CHANGED,
     STATUS_COLD,
     STATUS_UNCHANGED,
@@ -80,6 +83,39 @@ def rows(timed: list[Timed], peak: Peak | None) -> list[tuple[str, ...]]:
         figure = f"{RSS_FIGURE} (largest: {peak.figure})"
         found.append((figure, f"{peak.files:,}", "", f"{peak.megabytes:.0f} MB", "", f"≤ {RSS_GOAL_MB} MB", met))
     return found
+
+
+START_FIGURES = (PYTHON_START, STACK_IMPORT, PACKAGE_IMPORT)
+START_HEADER = ("what every process pays first", "size", "stat-walk process", "median", "ratio")
+
+
+def start_rows(timed: list[Timed]) -> list[tuple[str, ...]]:
+    """The start of a process beside the stat-walk process: no goal, the part of the process
+    figures that no change to provgraph's work can take away."""
+    found = [result for figure in START_FIGURES for result in timed if result.figure == figure]
+    return [
+        (
+            result.figure,
+            f"{result.files:,}",
+            _duration(result.floor_median),
+            _duration(result.median),
+            f"{result.ratio:.2f}×",
+        )
+        for result in sorted(found, key=lambda result: result.files)
+    ]
+
+
+def start_text(found: list[tuple[str, ...]]) -> str:
+    table = [START_HEADER, *found]
+    widths = [max(len(row[column]) for row in table) for column in range(len(START_HEADER))]
+    return "\n".join(
+        "  ".join(_aligned(c, w, i) for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in table
+    )
+
+
+def start_markdown(found: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(START_HEADER) + " |", "| --- | ---: | ---: | ---: | ---: |"]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in found)])
 
 
 def _duration(seconds: float) -> str:
