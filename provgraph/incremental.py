@@ -125,7 +125,7 @@ def scanned_cache(
 ) -> Cache:
     """The cache of a full scan that started at ``started_ns`` and learned ``rows``."""
     scanned = ScannedRows(rows)
-    memory = {path: rows[path].meta for path in scanned.paths if rows[path].declaration is not None}  # the listing's
+    memory = {path: rows[path].meta for path in scanned.paths if rows[path].declaration is not None}  # listed
     others = {path: row.meta for path, row in rows.items() if path not in memory}
     watched, last = _last(report, memory, refused, others)
     return Cache(root, settings, started_ns, walk_problems, None, scanned, dict(refused), watched, last, memory)
