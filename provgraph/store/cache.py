@@ -139,14 +139,12 @@ class Cache:
     """The stat of every memory file the rows hold (``_memory_of`` of a cache read)."""
 
 
-def _memory_of(rows: Mapping[str, list[Any]]) -> dict[str, tuple[int, int, int, int]]:
+def _memory_of(rows: RowTable) -> dict[str, tuple[int, int, int, int]]:
     """The stat of the memory files among ``rows`` (with a declaration, even an empty one)."""
-    if type(rows) is RowTable:
-        memory = dict(zip(rows.paths, rows.stats, strict=True))
-        for path in rows.others:
-            del memory[path]
-        return memory
-    return {path: _STAT(row) for path, row in rows.items() if row[5] is not None}
+    memory = dict(zip(rows.paths, rows.stats, strict=True))
+    for path in rows.others:
+        del memory[path]
+    return memory
 
 
 class Rows(Mapping[str, FileRow]):
