@@ -4,8 +4,9 @@ head keyed by the package's version, ``SCHEMA``, the root and the reading settin
 the rows' paths and stats, the rest of the rows a hundred or so to a line, the last
 result's edges a column at a time, then the checksum.  A cache
 with another key is rebuilt, never read; one that does not decode into valid values raises
-``Damaged`` and is never trusted either.  Lines are written and read one at a time, and
-the rest of a row is decoded only when asked for (``RowTable``).
+``Damaged`` and is never trusted either.  Lines are written one at a time and read in one
+call as views of the file's bytes, and the rest of a row is decoded only when asked for
+(``RowTable``).
 """
 
 from __future__ import annotations

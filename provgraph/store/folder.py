@@ -130,7 +130,7 @@ def open_file(folder: int, name: str, where: str | os.PathLike[str]) -> BinaryIO
                 errno.ELOOP, "a symlink, which provgraph does not follow", os.path.join(where, name)
             ) from None
         raise
-    opened = os.fdopen(descriptor, "rb")  # buffered: the cache is read a line at a time
+    opened = os.fdopen(descriptor, "rb")
     if not stat.S_ISREG(os.fstat(descriptor).st_mode):
         opened.close()
         raise OSError(errno.EINVAL, "not a regular file", os.path.join(where, name))

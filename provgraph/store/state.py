@@ -244,7 +244,7 @@ class StateStore:
         return True
 
     def _decoded(self, folders: Folders) -> Cache | None:
-        """The cache file read a line at a time (``decode``); None when there is none or it is another's."""
+        """The cache file read in one call and decoded (``decode``); None when there is none or it is another's."""
         path = os.path.join(self.state_path, CACHE_NAME)
         try:
             opened = open_file(folders.state, CACHE_NAME, self.state_path)
