@@ -38,7 +38,18 @@ from .model import (
     column,
 )
 from .stamps import Derivation, reconcile
-from .store.cache import Cache, FileRow, Last, ScannedRows, Watched, encode_row, hashes_of, others_of, replaced_rows
+from .store.cache import (
+    Cache,
+    FileRow,
+    Last,
+    ScannedRows,
+    Watched,
+    encode_row,
+    hashes_of,
+    others_of,
+    replaced_rows,
+    stat_of,
+)
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
@@ -252,7 +263,7 @@ def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: dict[str
     """The cache after ``found``: its rows written over, the last result replaced."""
     changes = {path: None if row is None else encode_row(row) for path, row in found.rows.items()}
     rows = replaced_rows(cache.rows, changes)
-    others = {path: FileMeta._make(rows[path][:4]) for path in others_of(rows)}
+    others = {path: FileMeta._make(stat_of(rows, path)) for path in others_of(rows)}
     watched, last = _last(found.report, listing, {}, others)
     return Cache(
         cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, listing
@@ -264,8 +275,8 @@ def others_changed(cache: Cache, stat_source: SourceStat, racy_mark: int) -> set
     longer the file their row describes, or that are racy."""
     changed = set()
     for path in others_of(cache.rows):
-        now, before = stat_source(path), cache.rows[path][:4]
-        if now is None or now.meta is None or list(now.meta) != before or max(now.meta[1:3]) >= racy_mark:
+        now = stat_source(path)
+        if now is None or now.meta is None or now.meta != stat_of(cache.rows, path) or max(now.meta[1:3]) >= racy_mark:
             changed.add(path)
     return changed
 

@@ -35,6 +35,7 @@ import provgraph
 import provgraph.incremental
 from provgraph import Memory, Report, model, stamps
 from provgraph.api import Memory as ApiMemory
+from provgraph.store import cache as cache_module
 from provgraph.store.cache import decode
 from provgraph.store.state import lock_bytes
 
@@ -204,6 +205,39 @@ def _folder_of_facts(root: Path, count: int) -> Folder:
         declaration = f"---\nderived_from: ../facts/fact-{number:04d}.md\n---\nA summary.\n"
         folder.write(f"summaries/summary-{number:04d}.md", declaration.encode(), T0 - DAY)
     return folder
+
+
+def _decoded_lines(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The paths of every line of the cache's rows decoded from now on, a line of three rows."""
+    decoded: list[list[str]] = []
+
+    def checked_rests(rests, paths, others):
+        decoded.append(paths)
+        return checked(rests, paths, others)
+
+    checked = cache_module._checked_rests
+    monkeypatch.setattr(cache_module, "ROWS_AT_ONCE", 3)
+    monkeypatch.setattr(cache_module, "_checked_rests", checked_rests)
+    return decoded
+
+
+def test_a_patch_decodes_only_the_rows_it_reads_however_many_other_sources(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stats of sources that are not memory files are compared without decoding their rows."""
+    folder = _folder_of_facts(tmp_path, 60)
+    for number in range(0, 60, 10):
+        folder.write(f"facts/fact-{number:04d}.txt", b"A table.\n", T0 - DAY)
+        declaration = f"---\nderived_from: [../facts/fact-{number:04d}.md, ../facts/fact-{number:04d}.txt]\n---\n"
+        folder.write(f"summaries/summary-{number:04d}.md", declaration.encode(), T0 - DAY)
+    decoded = _decoded_lines(monkeypatch)
+    with trusted_cache():
+        Memory(tmp_path).refresh(now=T0)
+        folder.write("facts/fact-0020.md", b"Fact 20, corrected.\n", T0 + DAY)
+        decoded.clear()
+        report = Memory(tmp_path).refresh(now=T0 + DAY)
+    assert [entry.path for entry in report.stale] == ["summaries/summary-0020.md"]
+    assert len(decoded) <= 3 and any("facts/fact-0020.txt" in paths for paths in decoded), decoded
 
 
 @pytest.mark.parametrize(

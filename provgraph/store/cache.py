@@ -61,6 +61,7 @@ __all__ += [
     "hashes_of",
     "others_of",
     "replaced_rows",
+    "stat_of",
 ]
 
 CACHE_NAME = "cache.json"
@@ -194,6 +195,10 @@ class RowTable(Mapping[str, list[Any]]):
         at = self._at(path)
         return [*self.stats[at], *self._line(at // ROWS_AT_ONCE)[at % ROWS_AT_ONCE]]
 
+    def stat(self, path: str) -> tuple[int, int, int, int]:
+        """The stat of ``path``'s row, its line left undecoded."""
+        return self.stats[self._at(path)]
+
     def __contains__(self, path: object) -> bool:
         if type(path) is not str:
             return False
@@ -294,6 +299,15 @@ def others_of(rows: Mapping[str, list[Any]]) -> list[str]:
     if type(rows) is RowTable or type(rows) is ScannedRows:
         return rows.others
     return [path for path, row in rows.items() if row[5] is None]
+
+
+def stat_of(rows: Mapping[str, list[Any]], path: str) -> tuple[int, int, int, int]:
+    """The stat of ``path``'s row, without decoding or encoding the rest of it."""
+    if type(rows) is RowTable:
+        return rows.stat(path)
+    if type(rows) is ScannedRows:
+        return rows.found[path].meta
+    return _STAT(rows[path])
 
 
 def replaced_rows(rows: Mapping[str, list[Any]], changes: Mapping[str, list[Any] | None]) -> Mapping[str, list[Any]]:
