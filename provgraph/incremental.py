@@ -46,9 +46,7 @@ from .store.cache import (
     Watched,
     encode_row,
     hashes_of,
-    others_of,
     replaced_rows,
-    stat_of,
 )
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
@@ -253,7 +251,7 @@ def patch(
     )
     rows: dict[str, FileRow | None] = dict(rescan.seen)
     sources_now = set(column(edges, "source"))
-    for path in others_of(cache.rows):
+    for path in cache.rows.others:
         if path not in sources_now or (path in changed and path not in rescan.seen):
             rows[path] = None  # no longer a source, or gone
     return Patch(report, next_lock, rows)
@@ -263,7 +261,7 @@ def patched_cache(cache: Cache, found: Patch, started_ns: int, listing: dict[str
     """The cache after ``found``: its rows written over, the last result replaced."""
     changes = {path: None if row is None else encode_row(row) for path, row in found.rows.items()}
     rows = replaced_rows(cache.rows, changes)
-    others = {path: FileMeta._make(stat_of(rows, path)) for path in others_of(rows)}
+    others = {path: FileMeta._make(rows.stat(path)) for path in rows.others}
     watched, last = _last(found.report, listing, {}, others)
     return Cache(
         cache.root, cache.settings, started_ns, cache.walk_problems, cache.lock, rows, {}, watched, last, listing
@@ -274,9 +272,9 @@ def others_changed(cache: Cache, stat_source: SourceStat, racy_mark: int) -> set
     """The files the rows hold outside the listing (sources of another kind) that are no
     longer the file their row describes, or that are racy."""
     changed = set()
-    for path in others_of(cache.rows):
+    for path in cache.rows.others:
         now = stat_source(path)
-        if now is None or now.meta is None or now.meta != stat_of(cache.rows, path) or max(now.meta[1:3]) >= racy_mark:
+        if now is None or now.meta is None or now.meta != cache.rows.stat(path) or max(now.meta[1:3]) >= racy_mark:
             changed.add(path)
     return changed
 

@@ -240,6 +240,37 @@ def test_a_patch_decodes_only_the_rows_it_reads_however_many_other_sources(
     assert len(decoded) <= 3 and any("facts/fact-0020.txt" in paths for paths in decoded), decoded
 
 
+def test_a_patch_that_adds_or_drops_a_source_of_another_kind_keeps_the_rows_lazy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A declared table that appears, then stops being a source, changes which rows the
+    cache holds: the refreshes after it still decode only the lines they read, and answer
+    as the full scan."""
+    root = tmp_path / "memory"
+    folder = _folder_of_facts(root, 60)
+    folder.write("facts/zz-table.txt", b"A table.\n", T0 - DAY)
+    decoded = _decoded_lines(monkeypatch)
+    memory, full = Memory(root), ApiMemory(root, state=tmp_path / "state", trust_cache=False)
+    declared = b"---\nderived_from: [../facts/fact-0050.md, ../facts/zz-table.txt]\n---\n"
+    with trusted_cache():
+        assert memory.refresh(now=T0) == full.refresh(now=T0)
+        for when, (path, data) in enumerate(
+            [
+                ("summaries/summary-0050.md", declared),
+                ("facts/fact-0020.md", b"Fact 20, corrected.\n"),
+                ("summaries/summary-0050.md", b"No longer derived.\n"),
+                ("facts/fact-0030.md", b"Fact 30, corrected.\n"),
+            ],
+            start=1,
+        ):
+            folder.write(path, data, T0 + when * DAY)
+            decoded.clear()
+            report = memory.refresh(now=T0 + when * DAY)
+            assert len(decoded) <= 4, (path, decoded)
+            assert report == full.refresh(now=T0 + when * DAY)
+    assert [entry.path for entry in report.stale] == ["summaries/summary-0020.md", "summaries/summary-0030.md"]
+
+
 @pytest.mark.parametrize(
     "written_by",
     [

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import gc
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, islice
 from operator import itemgetter, lt
 from typing import Any, NamedTuple
@@ -59,9 +60,7 @@ __all__ += [
     "encode_row",
     "file_rows",
     "hashes_of",
-    "others_of",
     "replaced_rows",
-    "stat_of",
 ]
 
 CACHE_NAME = "cache.json"
@@ -131,7 +130,7 @@ class Cache:
     """The real clock at the start of the scan that wrote it: the racy mark is before it."""
     walk_problems: tuple[Problem, ...]
     lock: LockRecord | None
-    rows: Mapping[str, list[Any]]
+    rows: RowTable | ScannedRows
     """Path -> ``[size, mtime_ns, ctime_ns, inode, sha256, declaration(, resolved)]``, where
     ``sha256`` is ``[sha256, meaning]`` when its meaning hashes otherwise (``hashes_of``)."""
     refused: dict[str, ProblemKind]
@@ -227,10 +226,32 @@ class RowTable(Mapping[str, list[Any]]):
         for number in range(len(self.lines)):
             self._line(number)
 
-    def replaced(self, changes: Mapping[str, list[Any] | None]) -> RowTable | None:
-        """A table with the rows in ``changes`` written over; None when one is added or dropped."""
-        if not all(row is not None and path in self for path, row in changes.items()):
-            return None
+    def replaced(self, changes: Mapping[str, list[Any] | None]) -> RowTable:
+        """A table with the rows in ``changes`` written over (None: the row dropped): the
+        lines no change reaches are kept as they are, and when a row is added or dropped,
+        the lines before the first one it moves."""
+        if all(row is not None and path in self for path, row in changes.items()):
+            return self._written_over(changes)
+        start = min(map(partial(bisect_left, self.paths), changes)) // ROWS_AT_ONCE * ROWS_AT_ONCE
+        rows = {path: self[path] for path in self.paths[start:]}
+        for path, row in changes.items():
+            if row is None:
+                rows.pop(path, None)
+            else:
+                rows[path] = row
+        moved = sorted(rows)
+        others = self.others[: bisect_right(self.others, self.paths[start - 1])] if start else []
+        table = RowTable(
+            self.paths[:start] + moved,
+            self.stats[:start] + [_STAT(rows[path]) for path in moved],
+            others + [path for path in moved if rows[path][5] is None],
+            self.lines[: start // ROWS_AT_ONCE] + list(_row_lines(rows, moved)),
+        )
+        table._decoded = {number: rests for number, rests in self._decoded.items() if number < start // ROWS_AT_ONCE}
+        return table
+
+    def _written_over(self, changes: Mapping[str, list[Any] | None]) -> RowTable:
+        """``replaced`` when every row of ``changes`` is one of the table's."""
         table = RowTable(self.paths, list(self.stats), self.others, list(self.lines))
         table._decoded = dict(self._decoded)
         others = set(self.others)
@@ -269,6 +290,10 @@ class ScannedRows(Mapping[str, list[Any]]):
     def __contains__(self, path: object) -> bool:
         return path in self.found
 
+    def stat(self, path: str) -> FileMeta:
+        """The stat of ``path``'s row, the rest of it left unencoded."""
+        return self.found[path].meta
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.paths)
 
@@ -289,45 +314,17 @@ class ScannedRows(Mapping[str, list[Any]]):
         return RowTable(self.paths, [self.found[path].meta for path in self.paths], self.others, [*self.lines()])
 
 
-def file_rows(rows: Mapping[str, list[Any]]) -> Mapping[str, FileRow]:
+def file_rows(rows: RowTable | ScannedRows) -> Mapping[str, FileRow]:
     """``rows`` as a scan reads them (``Rows``)."""
-    return rows.found if type(rows) is ScannedRows else Rows(rows)
+    return rows.found if isinstance(rows, ScannedRows) else Rows(rows)
 
 
-def others_of(rows: Mapping[str, list[Any]]) -> list[str]:
-    """The paths among ``rows`` whose row holds no declaration: sources other than memory files."""
-    if type(rows) is RowTable or type(rows) is ScannedRows:
-        return rows.others
-    return [path for path, row in rows.items() if row[5] is None]
+def replaced_rows(rows: RowTable | ScannedRows, changes: Mapping[str, list[Any] | None]) -> RowTable:
+    """``rows`` with ``changes`` written over (``RowTable.replaced``)."""
+    return (rows.table() if isinstance(rows, ScannedRows) else rows).replaced(changes)
 
 
-def stat_of(rows: Mapping[str, list[Any]], path: str) -> tuple[int, int, int, int]:
-    """The stat of ``path``'s row, without decoding or encoding the rest of it."""
-    if type(rows) is RowTable:
-        return rows.stat(path)
-    if type(rows) is ScannedRows:
-        return rows.found[path].meta
-    return _STAT(rows[path])
-
-
-def replaced_rows(rows: Mapping[str, list[Any]], changes: Mapping[str, list[Any] | None]) -> Mapping[str, list[Any]]:
-    """``rows`` with ``changes`` written over (None: the row dropped), each line of a
-    ``RowTable`` no change reaches kept as it is."""
-    if type(rows) is ScannedRows:
-        rows = rows.table()
-    table = rows.replaced(changes) if type(rows) is RowTable else None
-    if table is not None:
-        return table
-    updated = dict(rows)
-    for path, row in changes.items():
-        if row is None:
-            updated.pop(path, None)
-        else:
-            updated[path] = row
-    return updated
-
-
-def checked(rows: Mapping[str, list[Any]]) -> None:
+def checked(rows: RowTable | ScannedRows) -> None:
     """Every row decoded and checked (``Damaged``), before a scan that may ask for any."""
     if type(rows) is RowTable:
         rows.check()
@@ -338,9 +335,9 @@ def encode(cache: Cache, version: str) -> Iterator[Line]:
     the rest of the rows (``ROWS_AT_ONCE`` a line), the last result's edges a column at a
     time, and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
     lock, last, rows = cache.lock, cache.last, cache.rows
-    if type(rows) is RowTable:
+    if isinstance(rows, RowTable):
         paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), iter(rows.lines)
-    elif type(rows) is ScannedRows:
+    else:
         found = rows.found
         paths, others, stats, lines = (
             rows.paths,
@@ -348,10 +345,6 @@ def encode(cache: Cache, version: str) -> Iterator[Line]:
             chain.from_iterable(found[p].meta for p in rows.paths),
             rows.lines(),
         )
-    else:
-        paths = sorted(rows)
-        others = [path for path in paths if rows[path][5] is None]
-        stats, lines = chain.from_iterable(_STAT(rows[path]) for path in paths), _row_lines(rows, paths)
     head = {
         "format": FORMAT,
         "provgraph": version,
