@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -175,13 +175,14 @@ class RowTable(Mapping[str, list[Any]]):
     that patches a large folder asks about a handful of files: decoding every row would
     cost it more than the patch.  A line none of whose rows changed is written back as read."""
 
-    __slots__ = ("_decoded", "lines", "others", "paths", "stats")
+    __slots__ = ("_decoded", "_others", "lines", "others", "paths", "stats")
 
     def __init__(
         self, paths: list[str], stats: list[tuple[int, int, int, int]], others: list[str], lines: list[Line]
     ) -> None:
         self.paths, self.stats, self.others, self.lines = paths, stats, others, lines
         """Sorted paths, their stats, the paths whose row holds no declaration, the lines of the rest."""
+        self._others = frozenset(others)
         self._decoded: dict[int, list[list[Any]]] = {}
 
     def _at(self, path: str) -> int:
@@ -215,7 +216,7 @@ class RowTable(Mapping[str, list[Any]]):
         if rests is None:
             paths = self.paths[number * ROWS_AT_ONCE : (number + 1) * ROWS_AT_ONCE]
             try:
-                rests = _checked_rests(_loaded(self.lines[number]), paths, set(self.others))
+                rests = _checked_rests(_loaded(self.lines[number]), paths, self._others)
             except (TypeError, ValueError, KeyError, IndexError, AttributeError) as error:
                 raise Damaged("its values are not what provgraph writes") from error
             self._decoded[number] = rests
@@ -252,25 +253,23 @@ class RowTable(Mapping[str, list[Any]]):
 
     def _written_over(self, changes: Mapping[str, list[Any] | None]) -> RowTable:
         """``replaced`` when every row of ``changes`` is one of the table's."""
-        table = RowTable(self.paths, list(self.stats), self.others, list(self.lines))
-        table._decoded = dict(self._decoded)
-        others = set(self.others)
-        lines: dict[int, list[list[Any]]] = {}
+        stats, lines, others, decoded = list(self.stats), list(self.lines), set(self.others), dict(self._decoded)
+        written: dict[int, list[list[Any]]] = {}
         for path, row in changes.items():
             assert row is not None
             at = self._at(path)
             number = at // ROWS_AT_ONCE
-            if number not in lines:
-                lines[number] = list(self._line(number))
-            table.stats[at], lines[number][at % ROWS_AT_ONCE] = _STAT(row), row[4:]
+            if number not in written:
+                written[number] = list(self._line(number))
+            stats[at], written[number][at % ROWS_AT_ONCE] = _STAT(row), row[4:]
             if row[5] is None:
                 others.add(path)
             else:
                 others.discard(path)
-        for number, rests in lines.items():
-            table._decoded[number] = rests
-            table.lines[number] = orjson.dumps(rests, option=orjson.OPT_APPEND_NEWLINE)
-        table.others = sorted(others)
+        for number, rests in written.items():
+            decoded[number], lines[number] = rests, _line(rests)
+        table = RowTable(self.paths, stats, sorted(others), lines)
+        table._decoded = decoded
         return table
 
 
@@ -550,7 +549,7 @@ def _ascending(values: list[str]) -> bool:
     return all(map(lt, values, islice(values, 1, None)))
 
 
-def _checked_rests(rests: Any, paths: list[str], others: set[str]) -> list[list[Any]]:
+def _checked_rests(rests: Any, paths: list[str], others: Set[str]) -> list[list[Any]]:
     """One line of rows past their stats, of the types provgraph writes, a column at a time."""
     if type(rests) is not list or len(rests) != len(paths):
         raise Damaged("a line of the cache must hold its rows")
