@@ -20,6 +20,7 @@ from cachefile import document, is_whole, with_row, written
 from hypothesis import given
 from hypothesis import strategies as st
 
+import provgraph
 from provgraph import Memory, StateError
 from provgraph.model import HashRule
 from provgraph.stamps import Derivation
@@ -419,6 +420,7 @@ def _without_permission_bypass() -> None:
 
 REFRESH = """
 import sys
+import provgraph
 from provgraph import Memory, StateError
 try:
     Memory(sys.argv[1], state=sys.argv[2] if len(sys.argv) > 2 else None).refresh()
@@ -639,3 +641,19 @@ def test_a_cache_whose_rows_and_edges_span_many_lines_answers_as_the_full_scan(m
         (memory.root / ".provgraph" / "cache.json").unlink()
         assert memory.open().refresh(now=clock.now) == report
     assert [entry.path for entry in report.stale] == ["d1.md", "d2.md", "d4.md", "d5.md"]
+
+
+def test_a_cache_read_keeps_alive_the_bytes_of_its_rows_not_the_whole_files(memory, clock) -> None:
+    """A long-lived process keeps the cache it read: its rows, decoded when asked for, hold
+    one copy of their lines' bytes, not the file's bytes with its paths, stats and edges."""
+    for index in range(20):
+        memory.write(f"s{index}.md", f"v{index}\n", mtime=clock.now - timedelta(days=1))
+        memory.write(f"d{index}.md", derived_from=f"s{index}.md", mtime=clock.now - timedelta(days=1))
+    api = memory.open()
+    api.refresh(now=clock.now)
+    data = (api.state_path / "cache.json").read_bytes()
+    cache = cache_module.decode(cache_module.lines_of(data), provgraph.__version__, str(memory.root), api._settings)
+    assert cache is not None
+    buffers = {id(line.obj): line.obj for line in cache.rows.lines}
+    assert [bytes(buffer) for buffer in buffers.values()] == [b"".join(cache.rows.lines)]
+    assert len(b"".join(cache.rows.lines)) < len(data) / 2

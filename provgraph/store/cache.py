@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from itertools import chain, islice
+from itertools import accumulate, chain, islice, pairwise
 from operator import itemgetter, lt
 from typing import Any, NamedTuple
 from zlib import crc32
@@ -513,7 +513,7 @@ def _decode(head: dict[str, Any], body: _Body) -> Cache:
     """The cache after its head: every line is read and checksummed before any value is trusted."""
     count, edges = _whole(head["row_count"]), _whole(head["edge_count"])
     paths, stats = body.values(count), body.values(count)
-    lines = [body.raw() for _ in range(-(-count // ROWS_AT_ONCE))]
+    lines = _copied([body.raw() for _ in range(-(-count // ROWS_AT_ONCE))])
     columns = [body.values(edges) for _ in EDGE_COLUMNS]
     body.end()
     others = head["others"]
@@ -542,6 +542,13 @@ def _decode(head: dict[str, Any], body: _Body) -> Cache:
         last=None if last is None else _last(last, _edge_table(*columns)),
         memory=_memory_of(rows),
     )
+
+
+def _copied(lines: list[Line]) -> list[Line]:
+    """``lines`` as views of one copy of their bytes: the rows of a cache kept by a
+    long-lived process keep alive the bytes of their lines, not the whole file's."""
+    copy = memoryview(b"".join(lines))
+    return [copy[start:end] for start, end in pairwise(accumulate(map(len, lines), initial=0))]
 
 
 def _ascending(values: list[str]) -> bool:
