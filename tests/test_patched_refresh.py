@@ -271,6 +271,29 @@ def test_a_patch_that_adds_or_drops_a_source_of_another_kind_keeps_the_rows_lazy
     assert [entry.path for entry in report.stale] == ["summaries/summary-0020.md", "summaries/summary-0030.md"]
 
 
+def test_the_first_patch_after_a_full_scan_in_the_same_process_encodes_only_the_rows_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows the full scan encoded to write the cache are the ones the patch writes over:
+    it encodes the rows of the files it read again (the one edited, the one derived from it)."""
+    folder = _folder_of_facts(tmp_path, 60)
+    encoded, encoded_row = [], cache_module.encode_row
+
+    def encode_row(row):
+        encoded.append(row.meta)
+        return encoded_row(row)
+
+    memory = Memory(tmp_path)
+    with trusted_cache():
+        memory.refresh(now=T0)
+        folder.write("facts/fact-0020.md", b"Fact 20, corrected.\n", T0 + DAY)
+        monkeypatch.setattr(cache_module, "encode_row", encode_row)
+        monkeypatch.setattr(provgraph.incremental, "encode_row", encode_row)
+        report = memory.refresh(now=T0 + DAY)
+    assert [entry.path for entry in report.stale] == ["summaries/summary-0020.md"]
+    assert len(encoded) <= 2
+
+
 @pytest.mark.parametrize(
     "written_by",
     [

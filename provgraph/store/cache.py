@@ -274,14 +274,18 @@ class RowTable(Mapping[str, list[Any]]):
 
 
 class ScannedRows(Mapping[str, list[Any]]):
-    """A scan's rows as the cache holds them, each encoded (``encode_row``) when asked for or
-    written: a large folder's rows are not held twice, as read and as encoded, while the
-    cache is written.  Patched, they become a ``RowTable``."""
+    """A scan's rows as the cache holds them, each encoded (``encode_row``) when asked for,
+    and into the lines of the cache once: the cache's write and the first patch both use
+    them, and a large folder's rows are never held as encoded lists.  Patched, they
+    become a ``RowTable``."""
 
-    __slots__ = ("found", "paths")
+    __slots__ = ("_lines", "found", "others", "paths")
 
     def __init__(self, found: Mapping[str, FileRow]) -> None:
         self.found, self.paths = found, sorted(found)
+        self.others = [path for path in self.paths if found[path].declaration is None]
+        """The paths whose row holds no declaration: sources other than memory files."""
+        self._lines: list[Line] | None = None
 
     def __getitem__(self, path: str) -> list[Any]:
         return encode_row(self.found[path])
@@ -299,18 +303,14 @@ class ScannedRows(Mapping[str, list[Any]]):
     def __len__(self) -> int:
         return len(self.paths)
 
-    @property
-    def others(self) -> list[str]:
-        return [path for path in self.paths if self.found[path].declaration is None]
-
-    def lines(self) -> Iterator[bytes]:
-        """The rows past their stats, ``ROWS_AT_ONCE`` a line."""
-        paths = self.paths
-        for at in range(0, len(paths), ROWS_AT_ONCE):
-            yield _line([encode_row(self.found[path])[4:] for path in paths[at : at + ROWS_AT_ONCE]])
+    def lines(self) -> list[Line]:
+        """The rows past their stats, ``ROWS_AT_ONCE`` a line, encoded when first asked for."""
+        if self._lines is None:
+            self._lines = list(_row_lines(self, self.paths))
+        return self._lines
 
     def table(self) -> RowTable:
-        return RowTable(self.paths, [self.found[path].meta for path in self.paths], self.others, [*self.lines()])
+        return RowTable(self.paths, [self.found[path].meta for path in self.paths], self.others, self.lines())
 
 
 def file_rows(rows: RowTable | ScannedRows) -> Mapping[str, FileRow]:
@@ -335,7 +335,7 @@ def encode(cache: Cache, version: str) -> Iterator[Line]:
     time, and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
     lock, last, rows = cache.lock, cache.last, cache.rows
     if isinstance(rows, RowTable):
-        paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), iter(rows.lines)
+        paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), rows.lines
     else:
         found = rows.found
         paths, others, stats, lines = (
