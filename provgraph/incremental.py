@@ -38,16 +38,7 @@ from .model import (
     column,
 )
 from .stamps import Derivation, reconcile
-from .store.cache import (
-    Cache,
-    FileRow,
-    Last,
-    ScannedRows,
-    Watched,
-    encode_row,
-    hashes_of,
-    replaced_rows,
-)
+from .store.cache import Cache, FileRow, Last, ScannedRows, Watched, encode_row, hashes_of, replaced_rows
 from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]

@@ -37,7 +37,7 @@ from provgraph import Memory, Report, model, stamps
 from provgraph.api import Memory as ApiMemory
 from provgraph.store import cache as cache_module
 from provgraph.store.cache import decode
-from provgraph.store.state import lock_bytes
+from provgraph.store.lock import encode_rows, lock_row
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -463,12 +463,20 @@ def test_the_lines_a_patch_replaces_in_the_lock_are_those_the_whole_lock_gives(
         derived: stamps.Derivation(None, {source: model.Stamp(sha or None, 1.5) for source, sha in sources.items()})
         for derived, sources in table.items()
     }
-    data = lock_bytes(derivations, True)
-    assert data is not None
+    data = _whole_lock(derivations)
     updated = {path: stamps.Derivation("2026-11-10", {"s.md": model.Stamp("f" * 64, 2.0)}) for path in asked[:1]}
     lines = provgraph.incremental.LockLines.of(data, False)
     assert lines is not None
     assert [lines.has(path) for path in asked] == [path in derivations for path in asked]
     assert lines.derivations(asked) == {path: derivations[path] for path in asked if path in derivations}
     expected = {path: derivation for path, derivation in derivations.items() if path not in asked} | updated
-    assert b"".join(lines.replaced(asked, updated) or [b"none"]) == lock_bytes(dict(sorted(expected.items())), True)
+    assert b"".join(lines.replaced(asked, updated) or [b"none"]) == _whole_lock(dict(sorted(expected.items())))
+
+
+def _whole_lock(derivations: dict[str, stamps.Derivation]) -> bytes:
+    """The lock of ``derivations``, encoded whole."""
+    return encode_rows(
+        lock_row(derived, source, stamp, derivation.derived_at)
+        for derived, derivation in derivations.items()
+        for source, stamp in derivation.stamps.items()
+    )

@@ -48,7 +48,6 @@ __all__ = [
     "Last",
     "LockRecord",
     "RowTable",
-    "Rows",
     "ScannedRows",
     "Watched",
 ]
@@ -60,6 +59,7 @@ __all__ += [
     "encode_row",
     "file_rows",
     "hashes_of",
+    "lines_of",
     "replaced_rows",
 ]
 
@@ -122,7 +122,7 @@ class Last(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Cache:
-    """The cache of one root, decoded but for its rows (``Rows`` decodes one when asked)."""
+    """The cache of one root, decoded but for its rows (``RowTable`` decodes a line of them when asked)."""
 
     root: str
     settings: str
@@ -436,7 +436,7 @@ def lines_of(data: bytes) -> Iterator[memoryview]:
 
 
 def decode(lines: Iterable[Line], version: str, root: str, settings: str) -> Cache | None:
-    """The cache in ``lines`` (an open file reads one at a time); None when it is keyed for
+    """The cache in ``lines`` (``lines_of`` the file's bytes); None when it is keyed for
     another provgraph ``version``, schema, root or settings; ``Damaged`` when it is not a
     valid cache at all.  The rest of each row is checked when first asked for (``RowTable``)."""
     lines = iter(lines)

@@ -49,7 +49,7 @@ from .lock import (
     merge_reads,
 )
 
-__all__ = ["LOCK_NAME", "STATE_DIR", "OptionsDiffer", "StateError", "StateStore", "lock_bytes"]
+__all__ = ["LOCK_NAME", "STATE_DIR", "OptionsDiffer", "StateError", "StateStore"]
 
 STATE_DIR = ".provgraph"
 Bytes = bytes | memoryview
@@ -471,18 +471,11 @@ def _decode_legacy(data: Any) -> dict[str, Derivation]:
     return derivations
 
 
-def lock_bytes(
-    derivations: Mapping[str, Derivation], exists: bool, options: Mapping[str, str] | None = None
-) -> bytes | None:
-    """The lock for these stamps, recording ``options``; None when there is none and nothing to put in it."""
-    pieces = lock_pieces(derivations, exists, options)
-    return None if pieces is None else b"".join(pieces)
-
-
 def lock_pieces(
     derivations: Mapping[str, Derivation], exists: bool, options: Mapping[str, str] | None = None
 ) -> list[bytes] | None:
-    """``lock_bytes`` in the pieces it is written in."""
+    """The lock for these stamps, recording ``options``, in the pieces it is written in;
+    None when there is none and nothing to put in it."""
     if not exists and not any(derivation.stamps for derivation in derivations.values()):
         return None
     rows = (
