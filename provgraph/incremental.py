@@ -39,7 +39,7 @@ from .model import (
 )
 from .stamps import Derivation, reconcile
 from .store.cache import Cache, FileRow, Last, ScannedRows, Watched, encode_row, hashes_of, replaced_rows
-from .store.lock import HEADER, Record, decode_stamps, encode_lock, records_start
+from .store.lock import HEADER_BYTES, Record, decode_stamps, encode_lock, records_start
 
 __all__ = ["Declared", "Index", "LockLines", "Patch", "Rereading", "changed_files", "newest", "patch", "patched_cache"]
 __all__ += ["scanned_cache", "unchanged", "watched_sources"]
@@ -49,8 +49,6 @@ Declared = tuple[tuple[str, ...], str | None]
 
 SourceStat = Callable[[str], Watched | None]
 """How a source outside the listing looks now (None when it cannot be looked at)."""
-
-_HEADER = HEADER.encode()
 
 
 def newest(listing: Mapping[str, tuple[int, int, int, int]]) -> int:
@@ -378,8 +376,8 @@ class LockLines:
     def of(cls, data: bytes | None, canonical: bool) -> LockLines | None:
         """None when ``data`` is not one header then whole lines."""
         if data is None:
-            return cls(_HEADER, True)
-        if not data.startswith(_HEADER) or (len(data) > len(_HEADER) and not data.endswith(b"\n")):
+            return cls(HEADER_BYTES, True)
+        if not data.startswith(HEADER_BYTES) or (len(data) > len(HEADER_BYTES) and not data.endswith(b"\n")):
             return None
         return cls(data, canonical)
 
@@ -434,7 +432,7 @@ class LockLines:
             start, end = self._block(path)
             derivation = updated.get(path)
             records = [] if derivation is None else _records(path, derivation)
-            chunks += (data[position:start], encode_lock(records)[len(_HEADER) :])
+            chunks += (data[position:start], encode_lock(records)[len(HEADER_BYTES) :])
             position = end
         chunks.append(data[position:])
         return chunks

@@ -320,7 +320,11 @@ def file_rows(rows: RowTable | ScannedRows) -> Mapping[str, FileRow]:
 
 def replaced_rows(rows: RowTable | ScannedRows, changes: Mapping[str, list[Any] | None]) -> RowTable:
     """``rows`` with ``changes`` written over (``RowTable.replaced``)."""
-    return (rows.table() if isinstance(rows, ScannedRows) else rows).replaced(changes)
+    return _table(rows).replaced(changes)
+
+
+def _table(rows: RowTable | ScannedRows) -> RowTable:
+    return rows.table() if isinstance(rows, ScannedRows) else rows
 
 
 def checked(rows: RowTable | ScannedRows) -> None:
@@ -333,17 +337,8 @@ def encode(cache: Cache, version: str) -> Iterator[Line]:
     """The lines written by provgraph ``version``: the head, the rows' paths, their stats,
     the rest of the rows (``ROWS_AT_ONCE`` a line), the last result's edges a column at a
     time, and the CRC-32 of every byte before it (against damage into valid values, and tearing)."""
-    lock, last, rows = cache.lock, cache.last, cache.rows
-    if isinstance(rows, RowTable):
-        paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), rows.lines
-    else:
-        found = rows.found
-        paths, others, stats, lines = (
-            rows.paths,
-            rows.others,
-            chain.from_iterable(found[p].meta for p in rows.paths),
-            rows.lines(),
-        )
+    lock, last, rows = cache.lock, cache.last, _table(cache.rows)
+    paths, others, stats, lines = rows.paths, rows.others, chain.from_iterable(rows.stats), rows.lines
     head = {
         "format": FORMAT,
         "provgraph": version,

@@ -26,6 +26,7 @@ from ..model import LATEST_DATE, HashRule, Stamp
 
 __all__ = [
     "HEADER",
+    "HEADER_BYTES",
     "LOCK_NAME",
     "LockError",
     "LockRead",
@@ -50,6 +51,8 @@ HEADER = (
     f"# provgraph lock {LOCK_VERSION}: [derived file, source, sha256, stamped at, changed since, derived_at"
     '(, "meaning")] per line; commit it\n'
 )
+HEADER_BYTES = HEADER.encode()
+"""The header as the lock file holds it: what every lock provgraph writes starts with."""
 _HEADER_PREFIX = "# provgraph lock "
 OPTIONS_PREFIX = "# options: "
 """Starts the line after the header that records the reading options, a JSON object."""
@@ -178,7 +181,7 @@ def decode_options(data: bytes) -> dict[str, str]:
 
 
 _OPTIONS = OPTIONS_PREFIX.encode()
-_HEADER_LINE = HEADER.encode().removesuffix(b"\n")
+_HEADER_LINE = HEADER_BYTES.removesuffix(b"\n")
 
 
 def _lines(rows: list[LockRow]) -> bytes:

@@ -36,7 +36,7 @@ from .folder import (
     write_file,
 )
 from .lock import (
-    HEADER,
+    HEADER_BYTES,
     LOCK_NAME,
     LockError,
     LockRead,
@@ -313,7 +313,7 @@ class StateStore:
         clean = None if any(map(is_sync_copy, _names(folders.lock))) else decode_stamps(data)
         if clean is not None:
             derivations = _derivations(clean)
-            tx.as_locked = derivations if data.startswith(_HEADER) else None  # an older format is rewritten
+            tx.as_locked = derivations if data.startswith(HEADER_BYTES) else None  # an older format is rewritten
             return derivations
         try:
             read = decode_lock(data)
@@ -448,7 +448,6 @@ class StateStore:
             raise StateError(where, _cannot(what, where, error)) from error
 
 
-_HEADER = HEADER.encode()
 LEGACY_NAME = "state.json"
 LEGACY_FORMAT = "provgraph-state"
 
