@@ -35,6 +35,7 @@ from .model import (
     Snapshot,
     SourceState,
     broken_edges,
+    by_content,
     column,
 )
 from .stamps import Derivation, reconcile
@@ -317,16 +318,16 @@ def _known_source(row: list[Any] | None) -> SourceState | None:
 
 
 def _contents(rows: Mapping[str, list[Any]], rescan: Rereading, changed: Set[str]) -> dict[str, tuple[str, ...]] | None:
-    """Memory files by content hash (``Snapshot.contents``), from the rows where they hold it."""
-    holders: dict[str, list[str]] = {}
+    """Memory files by content hash (``Snapshot.contents``), from the rows where they hold
+    it; None when one cannot be hashed (the full scan answers)."""
+    hashes = []
     for path in sorted(rescan.listing):
         state = None if path in changed else _known_source(rows[path])
         state = state or rescan.source(path)
         if state is None or state.sha256 is None:
             return None
-        for held in (state.sha256, state.meaning) if state.meaning is not None else (state.sha256,):
-            holders.setdefault(held, []).append(path)
-    return {sha: tuple(paths) for sha, paths in holders.items()}
+        hashes.append((path, state.sha256, state.meaning))
+    return by_content(hashes)
 
 
 def _joined(before: Sequence[Edge], compared: Collection[str], new_edges: tuple[Edge, ...]) -> EdgeTable:

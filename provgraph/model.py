@@ -188,6 +188,16 @@ class Snapshot(NamedTuple, Generic[CacheRow]):
     """A remembered derived file whose declaration cannot be read now -> the sources it last declared."""
 
 
+def by_content(hashes: Iterable[tuple[str, str, str | None]]) -> dict[str, tuple[str, ...]]:
+    """``Snapshot.contents`` of ``(path, sha256, meaning)``: each file under its sha256 and,
+    where it differs (not None), its meaning's, so that a stamp of either rule finds it."""
+    holders: dict[str, list[str]] = {}
+    for path, sha256, meaning in hashes:
+        for held in (sha256,) if meaning is None else (sha256, meaning):
+            holders.setdefault(held, []).append(path)
+    return {held: tuple(paths) for held, paths in holders.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Edge:
     """One declared derivation, source -> derived, as it compares now."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Set
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Set
 from contextlib import AbstractContextManager, nullcontext
 from operator import attrgetter
 from typing import NamedTuple
@@ -28,7 +28,7 @@ from .errors import ProvgraphError
 from .files import RACY_WINDOW_NS, FileSource, NotRegular, OutsideRoot, ProvgraphOwn
 from .index import Fields, IndexReading, entries_of, index_problems, orphans, read_fields, restamped
 from .meaning import Meaning, meaning_hash, volatile_lines
-from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState
+from .model import FileMeta, Problem, ProblemKind, Snapshot, SourceState, by_content
 from .stamps import Derivation
 from .store.cache import FileRow, Resolution
 
@@ -325,18 +325,17 @@ class _Reader:
         return SourceState(sha, meta.mtime, meaning)
 
     def contents(self, listing: Mapping[str, FileMeta]) -> dict[str, tuple[str, ...]]:
-        """Memory files by content hash (cached like any other hash)."""
-        holders: dict[str, list[str]] = {}
+        """Memory files by content hash (cached like any other hash); one that cannot be read is left out."""
+        return by_content(self._readable_hashes(listing))
+
+    def _readable_hashes(self, listing: Mapping[str, FileMeta]) -> Iterator[tuple[str, str, str | None]]:
         for path in sorted(listing):
             if path in self._unreadable:
                 continue
             try:
-                sha, meaning = self._hashes(path, listing[path])
+                yield (path, *self._hashes(path, listing[path]))
             except (OSError, NotRegular, OutsideRoot):
                 continue
-            for held in (sha, meaning) if meaning is not None else (sha,):
-                holders.setdefault(held, []).append(path)
-        return {sha: tuple(paths) for sha, paths in holders.items()}
 
     def _hashes(self, path: str, meta: FileMeta) -> tuple[str, str | None]:
         """The file's sha256 and its meaning's (None: the same), from the cache while it
